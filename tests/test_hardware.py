@@ -54,3 +54,19 @@ def test_detect_cpu():
     assert d["device_type"] == "cpu" and d["count"] >= 1 and d["device_name"]
     with pytest.raises(ValueError, match="device_type='tpu'"):
         hardware.detect_device("tpu")
+
+
+def test_calibrate_writes_record(tmp_path):
+    from scalestudy import calibrate
+    from scalestudy.io import read_json
+
+    out = tmp_path / "calibration.json"
+    assert calibrate.main(["--device", "cpu", "--dtype", "fp32", "--out", str(out), "--size", "64",
+                           "--samples", "3", "--max-seconds", "0.5"]) == 0
+    rec = read_json(out)
+    for key in ("device_name", "device_type", "host", "dtype", "m", "n", "k", "flops_per_s",
+                "samples_flops_per_s"):
+        assert key in rec
+    assert rec["m"] == rec["n"] == rec["k"] == 64 and rec["dtype"] == "fp32"
+    assert rec["flops_per_s"] > 0 and len(rec["samples_flops_per_s"]) == 3
+    assert sorted(rec["samples_flops_per_s"])[1] == rec["flops_per_s"]  # the median
