@@ -66,17 +66,20 @@ def efficiency_table(
     baseline_n: int | None = None,
     boot: dict | None = None,
     alpha: float = ALPHA,
+    check: bool = True,
 ) -> pd.DataFrame:
     """Efficiency curve of one series.
 
     ``df``: one row per N with ``n``, ``tokens_per_step``, ``step_time_s`` (median, s) and
     optionally ``status`` (``ok`` or a failure state; failed rows keep their row with NaNs).
     ``boot``: optional ``{n: bootstrap distribution of T(N)}`` (equal lengths) for the CIs.
-    The invariant is checked first (``InvariantError``). Returns columns ``n, baseline_n,
+    The invariant is checked first (``InvariantError``; ``check=False`` skips it, for
+    tabulating throughput of a series that gets no curve). Returns columns ``n, baseline_n,
     step_time_s, tokens_per_step, tokens_per_s_per_device, efficiency, efficiency_ci_lo,
     efficiency_ci_hi, speedup, speedup_ci_lo, speedup_ci_hi, ideal_speedup, status, note``.
     """
-    check_invariant(df.assign(series="(this series)") if "series" not in df.columns else df, mode)
+    if check:
+        check_invariant(df.assign(series="(this series)") if "series" not in df.columns else df, mode)
     d = df.sort_values("n").reset_index(drop=True).copy()
     if "status" not in d.columns:
         d["status"] = OK
