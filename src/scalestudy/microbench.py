@@ -319,6 +319,48 @@ def bench_memory(cases: dict | None = None, timeout_s: float = 120) -> list[dict
     return rows
 
 
+# --- plots ----------------------------------------------------------------------------------
+
+
+def plot(kind: str, csv: str | os.PathLike, out: str | os.PathLike) -> None:
+    """Figure of a ``matmul`` (GFLOP/s vs size, per dtype) or ``collectives`` (bus bandwidth
+    vs message size, per op and group size) CSV; the format follows ``out``'s suffix."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    import seaborn as sns
+
+    from scalestudy.io import atomic_path
+
+    df = pd.read_csv(csv)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if df.empty:
+        ax.text(0.5, 0.5, "no measurements", ha="center")
+    elif kind == "matmul":
+        df["size"] = (df["m"] * df["n"] * df["k"]) ** (1 / 3)
+        df["GFLOP/s"] = df["flops_per_s"] / 1e9
+        sns.lineplot(df, x="size", y="GFLOP/s", hue="dtype", marker="o", errorbar=("pi", 50), ax=ax)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("matrix size (m·n·k)^(1/3)")
+        ax.set_title(f"matmul throughput, {df['device_name'].iloc[0]}")
+    elif kind == "collectives":
+        df["GB/s (bus)"] = df["busbw_Bps"] / 1e9
+        df["series"] = df["op"] + " p=" + df["group_size"].astype(str)
+        sns.lineplot(df, x="bytes", y="GB/s (bus)", hue="series", marker="o", errorbar=("pi", 50), ax=ax)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("message size (bytes)")
+        ax.set_title(f"collectives, {df['backend'].iloc[0]} on {df['device'].iloc[0]}")
+    else:
+        raise ValueError(f"plot kind {kind!r} is not supported; use matmul or collectives")
+    fig.tight_layout()
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp)
+    plt.close(fig)
+
+
 # --- CLI ------------------------------------------------------------------------------------
 
 
@@ -346,6 +388,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--budget-s", type=float, default=25.0)
     r = sub.add_parser("memory", help="memory estimate vs measured peak on CPU")
     r.add_argument("--out", required=True)
+    pl = sub.add_parser("plot", help="figure of a matmul or collectives CSV")
+    pl.add_argument("kind", choices=["matmul", "collectives"])
+    pl.add_argument("csv")
+    pl.add_argument("--out", required=True)
     ch = sub.add_parser("_memory_child")
     ch.add_argument("spec")
     a = ap.parse_args(argv)
@@ -379,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             print(f"{r['case']}: estimate {r['est_total_bytes'] / 2**20:.1f} MiB, measured "
                   f"{r['measured_bytes'] / 2**20:.1f} MiB, error {r['rel_error']:+.1%}")
+    elif a.cmd == "plot":
+        plot(a.kind, a.csv, a.out)
     elif a.cmd == "_memory_child":
         print(json.dumps(_memory_child(json.loads(a.spec))))
     return 0
