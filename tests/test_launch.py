@@ -83,9 +83,21 @@ def test_multi_node_gpu_requests_gpus_per_node():
     assert "--gpu-bind=closest" in fr and not any(a.startswith("--gres") for a in fr)
 
 
-def test_multi_node_outside_slurm_fails_with_a_clear_message():
-    with pytest.raises(RuntimeError, match="inside a Slurm allocation"):
-        launch.launch_argv(make_point(2, 2), RUN, environ={})
+def test_multi_node_outside_slurm_emulates_nodes_on_this_host():
+    argv = launch.launch_argv(make_point(2, 2), RUN, python="py", environ={})
+    assert argv[:4] == ["py", "-m", "scalestudy.launch", "local-nodes"]
+    assert flag(argv, "--nnodes") == "2" and flag(argv, "--nproc-per-node") == "2"
+    assert argv[argv.index("--"):] == ["--", "-m", "scalestudy.train", str(RUN / "point.json"),
+                                       str(RUN)]
+    nodes = launch.local_nodes_argvs(nnodes=2, nproc_per_node=2, rdzv_id="p", port=5000,
+                                     train=["-m", "m"], python="py")
+    assert len(nodes) == 2
+    for i, a in enumerate(nodes):
+        assert flag(a, "--rdzv-endpoint") == "127.0.0.1:5000" and flag(a, "--nnodes") == "2"
+        assert flag(a, "--rdzv-conf") == f"is_host={int(i == 0)}"
+        assert flag(a, "--local-addr") == "127.0.0.1" and a[-2:] == ["-m", "m"]
+    env = launch.launch_env(make_point(2, 2), {"SLURM_CPUS_PER_TASK": "8"}, site={})
+    assert env == {"OMP_NUM_THREADS": "2", "GLOO_SOCKET_IFNAME": "lo"}  # 8 cores / 4 procs
 
 
 def test_node_argv_first_node_hosts_the_rendezvous(monkeypatch):
@@ -227,9 +239,10 @@ def test_launch_env_threads_and_gloo_interface():
 def test_launch_env_gpu_site_env_wins():
     site = {"gpus_per_node": 8, "cpus_per_node": 56,
             "env": {"NCCL_NET_GDR_LEVEL": "3", "OMP_NUM_THREADS": "2"}}
-    env = launch.launch_env(make_point(2, 8, "rocm"), {}, site=site)
+    job = {"SLURM_JOB_ID": "1"}
+    env = launch.launch_env(make_point(2, 8, "rocm"), job, site=site)
     assert env == {"NCCL_NET_GDR_LEVEL": "3", "OMP_NUM_THREADS": "2"}
-    env = launch.launch_env(make_point(2, 8, "rocm"), {}, site={**site, "env": {}})
+    env = launch.launch_env(make_point(2, 8, "rocm"), job, site={**site, "env": {}})
     assert env == {"OMP_NUM_THREADS": "7"}  # 56 cores / 8 GCDs, no GLOO_SOCKET_IFNAME on GPU
 
 
@@ -240,3 +253,65 @@ def test_slurm_env_record():
                                    "SLURMD_NODENAME": "n2", "HOME": "/root"})
     assert rec == {"job_id": "5", "job_nodelist": "n[1-2]", "ntasks": "2",
                    "cuda_visible_devices": "0,1", "nodename": "n2"}
+
+
+def test_rule_resources_drop_absent_keys():
+    res = launch.rule_resources(lambda w: make_point(int(w), 2))
+    assert set(res) == set(launch.RESOURCE_KEYS)
+    assert res["mpi"]("1") is None and res["mpi"]("2") == "srun"
+    assert res["nodes"]("2") == 2 and res["gres"]("2") is None
+
+
+# --- a real launch (torchrun start-up dominates: ~10-40 s on 2 shared cores) ---------------
+
+PROBE = '''
+import json, os, sys
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+rec = {"rank": dist.get_rank(), "world": dist.get_world_size(), "sum": t.item(),
+       "local_world": int(os.environ["LOCAL_WORLD_SIZE"]), "group_rank": int(os.environ["GROUP_RANK"]),
+       "omp": os.environ.get("OMP_NUM_THREADS"), "job": os.environ.get("SLURM_JOB_ID"),
+       "node": os.environ.get("SLURMD_NODENAME")}
+with open(os.path.join(sys.argv[2], f"rank{rec['rank']}.json"), "w") as f:
+    json.dump(rec, f)
+dist.barrier()
+dist.destroy_process_group()
+'''
+
+
+def write_probe(directory: Path) -> str:
+    """A tiny all-reduce entry point (``python -m ss_probe POINT_JSON RUN_DIR``)."""
+    (directory / "ss_probe.py").write_text(PROBE)
+    return "ss_probe"
+
+
+def check_probe(run_dir: Path, nodes: int, procs: int) -> list[dict]:
+    import json
+    world = nodes * procs
+    recs = sorted((json.loads(f.read_text()) for f in run_dir.glob("rank*.json")),
+                  key=lambda r: r["rank"])
+    assert [r["rank"] for r in recs] == list(range(world))
+    assert all(r["world"] == world and r["sum"] == world * (world + 1) / 2 for r in recs)
+    assert all(r["local_world"] == procs for r in recs)
+    assert sorted({r["group_rank"] for r in recs}) == list(range(nodes))
+    return recs
+
+
+@pytest.mark.dist
+@pytest.mark.timeout(240)
+def test_two_emulated_nodes_all_reduce(tmp_path):
+    import os
+    import subprocess
+    module = write_probe(tmp_path)
+    point = make_point(2, 2, pid="probe-2x2")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    argv = launch.launch_argv(point, run_dir, environ=environ, module=module)
+    env = {**environ, **launch.launch_env(point, environ),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    proc = subprocess.run(["timeout", "200", *argv], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    check_probe(run_dir, 2, 2)

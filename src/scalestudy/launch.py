@@ -5,19 +5,24 @@
   free port chosen by the kernel at bind time, so concurrent points never race for a port; this
   is what ``torchrun --standalone`` does, but pinned to the loopback address) and
   ``--local-addr 127.0.0.1`` so the workers' store address is loopback too.
-- Several nodes (inside a Slurm allocation): ``srun --nodes K --ntasks K --ntasks-per-node 1
+- Several nodes inside a Slurm allocation (``SLURM_JOB_ID`` set): ``srun --nodes K --ntasks K --ntasks-per-node 1
   --cpus-per-task C --kill-on-bad-exit=1 python -m scalestudy.launch node ...``. Each srun task
   reads the allocation's node list *inside the task* (Snakemake's Slurm jobstep wrapper strips
   the ``SLURM_*`` layout variables from the rule's shell), takes the first node as the c10d
   rendezvous host and replaces itself with ``torchrun --nnodes K --nproc-per-node P
   --rdzv-backend c10d --rdzv-endpoint <first node>:<port> --rdzv-id <SLURM_JOB_ID>-<point_id>``.
+- Several nodes outside Slurm (a laptop, CI): ``python -m scalestudy.launch local-nodes`` starts
+  K torchrun launchers on this host with the same multi-node c10d rendezvous over loopback
+  (emulated nodes: same ranks and collectives, so the same point runs on a laptop and a
+  cluster; only the network differs).
 - :func:`job_resources` gives the Snakemake resources of a point's training job under the
   ``slurm`` executor plugin (sbatch flags), :func:`launch_env` the environment of the ranks,
   :func:`slurm_env_record` what the ranks see of Slurm (for ``env.json``).
 
 Site settings (partition, account, GPUs per node, NCCL/RCCL environment, ...) come from a
-``site`` mapping (the study's ``platform.site``, overridden by the profile's ``config: site:``),
-never from code; :data:`SITE_KEYS` documents the keys.
+``site`` mapping, never from code: the study's ``platform.site`` merged with the profile's
+``config: site:`` (:func:`resolve_site`) and stored in each point's ``platform.site`` (not part
+of the config hash, so a point keeps its id on every machine). :data:`SITE_KEYS` lists the keys.
 """
 
 from __future__ import annotations
@@ -100,9 +105,10 @@ def resolve_site(*layers: Mapping | None) -> dict:
 
 
 def _site(point: Mapping, site: Mapping | None) -> dict:
+    """The given site, else the point's ``platform.site``, resolved."""
     if site is None:
         site = point.get("platform", {}).get("site") or {}
-    return site if "env" in site and "gpu_request" in site else resolve_site(site)
+    return resolve_site(site)
 
 
 def _is_gpu(point: Mapping) -> bool:
@@ -190,6 +196,21 @@ def job_resources(point: Mapping, site: Mapping | None = None) -> dict:
     return res
 
 
+#: Every resource name :func:`job_resources` may set (the train rule declares them all; a
+#: callable returning None drops the resource for that job, which matters for ``mpi``: the
+#: jobstep wrapper tests its presence, not its value).
+RESOURCE_KEYS = ("nodes", "tasks", "cpus_per_task", "mem_mb", "runtime", "tasks_per_gpu", "gres",
+                 "mpi", "slurm_partition", "slurm_account", "constraint", "qos", "slurm_extra")
+
+
+def rule_resources(point_of) -> dict:
+    """``{name: callable(wildcards)}`` for a Snakemake rule's ``resources:``, from
+    ``point_of(wildcards) -> point``: ``resources: **launch.rule_resources(lambda w: P[w.pid])``."""
+    def one(key):
+        return lambda wildcards: job_resources(point_of(wildcards)).get(key)
+    return {key: one(key) for key in RESOURCE_KEYS}
+
+
 def rdzv_port(point: Mapping, environ: Mapping, site: Mapping | None = None) -> int:
     """Rendezvous port of a multi-node point: the site's, else 29500 + job id mod 3000
     (below Linux's ephemeral range 32768+, distinct for concurrent jobs)."""
@@ -214,9 +235,9 @@ def launch_argv(point: Mapping, run_dir: str | os.PathLike, *, python: str = sys
                 "--nproc-per-node", str(p), "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", "127.0.0.1:0", "--rdzv-id", pid,
                 "--local-addr", "127.0.0.1", "--max-restarts", "0", *tail]
-    if not environ.get("SLURM_JOB_ID"):
-        raise RuntimeError(f"point {pid} spans {k} nodes: run it inside a Slurm allocation "
-                           "(snakemake --profile workflow/profiles/slurm); SLURM_JOB_ID is unset")
+    if not environ.get("SLURM_JOB_ID"):  # no allocation: emulate the nodes on this host
+        return [python, "-m", "scalestudy.launch", "local-nodes", "--nnodes", str(k),
+                "--nproc-per-node", str(p), "--rdzv-id", pid, "--", *tail]
     site = _site(point, site)
     srun = ["srun", "--nodes", str(k), "--ntasks", str(k), "--ntasks-per-node", "1",
             "--cpus-per-task", str(cpus_per_task(point, site)), "--kill-on-bad-exit=1",
@@ -247,15 +268,19 @@ def launch_env(point: Mapping, environ: Mapping = os.environ,
     """Environment additions for the launch of ``point`` (merge them over ``environ``).
 
     ``OMP_NUM_THREADS`` = cores per process (an explicit value in ``environ`` wins; several
-    processes on few cores get 1, DESIGN §6); ``GLOO_SOCKET_IFNAME=lo`` for single-node CPU
-    points; then the site's ``env`` (NCCL/RCCL settings), which wins over everything here."""
+    processes on few cores get 1, DESIGN §6); ``GLOO_SOCKET_IFNAME=lo`` for CPU points that run
+    on this host; then the site's ``env`` (NCCL/RCCL settings), which wins over everything here."""
     site = _site(point, site)
     p = _procs(point)
     env: dict[str, str] = {}
     if not environ.get("OMP_NUM_THREADS"):
-        cores = cpus_per_task(point, site) if _nodes(point) > 1 else _available_cpus(environ)
-        env["OMP_NUM_THREADS"] = str(max(1, cores // p))
-    if _nodes(point) == 1 and not _is_gpu(point) and not environ.get("GLOO_SOCKET_IFNAME"):
+        if _nodes(point) > 1 and environ.get("SLURM_JOB_ID"):
+            cores, procs = cpus_per_task(point, site), p  # per node, as srun gives it
+        else:  # one host runs every process (a single node or emulated nodes)
+            cores, procs = _available_cpus(environ), p * _nodes(point)
+        env["OMP_NUM_THREADS"] = str(max(1, cores // procs))
+    local = _nodes(point) == 1 or not environ.get("SLURM_JOB_ID")
+    if local and not _is_gpu(point) and not environ.get("GLOO_SOCKET_IFNAME"):
         env["GLOO_SOCKET_IFNAME"] = "lo"
     env.update(site["env"])
     return env
@@ -352,6 +377,74 @@ def _node_main(args: argparse.Namespace) -> int:
     return 127  # not reached
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (bind to port 0, read it, close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def local_nodes_argvs(*, nnodes: int, nproc_per_node: int, rdzv_id: str, port: int,
+                      train: list[str], python: str = sys.executable) -> list[list[str]]:
+    """One torchrun argv per emulated node: the same c10d rendezvous as on a cluster, over
+    loopback; the first launcher hosts the store."""
+    return [[python, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+             "--nproc-per-node", str(nproc_per_node), "--rdzv-backend", "c10d",
+             "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", rdzv_id,
+             "--rdzv-conf", f"is_host={1 if i == 0 else 0}", "--local-addr", "127.0.0.1",
+             "--max-restarts", "0", *train] for i in range(nnodes)]
+
+
+def _local_nodes_main(args: argparse.Namespace) -> int:
+    """Run the emulated nodes; like ``srun --kill-on-bad-exit``, the first failure stops the
+    rest. Exit status: the first non-zero one, else 0."""
+    import signal
+    import time
+    train = list(args.train)
+    if train and train[0] == "--":
+        train = train[1:]
+    argvs = local_nodes_argvs(nnodes=args.nnodes, nproc_per_node=args.nproc_per_node,
+                              rdzv_id=args.rdzv_id, port=args.port or free_port(), train=train)
+    env = dict(os.environ)
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    procs = []
+
+    def stop_all(*_):
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+    def on_term(signum, _frame):
+        stop_all()
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    for i, argv in enumerate(argvs):
+        print(f"scalestudy.launch local-nodes [{i}]: {shlex.join(argv)}", file=sys.stderr,
+              flush=True)
+        procs.append(subprocess.Popen(argv, env=env))
+    rc = 0
+    try:
+        while any(proc.poll() is None for proc in procs):
+            bad = [proc.returncode for proc in procs if proc.returncode not in (None, 0)]
+            if bad:
+                rc = bad[0]
+                print(f"scalestudy.launch local-nodes: a node exited {rc}; stopping the rest",
+                      file=sys.stderr, flush=True)
+                stop_all()
+                break
+            time.sleep(0.2)
+    finally:
+        stop_all()
+    rc = rc or next((proc.returncode for proc in procs if proc.returncode), 0)
+    return 128 - rc if rc < 0 else rc  # killed by a signal: the shell's convention
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scalestudy.launch")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -362,12 +455,20 @@ def main(argv: list[str] | None = None) -> int:
     node.add_argument("--port", type=int, required=True)
     node.add_argument("train", nargs=argparse.REMAINDER,
                       help="-- then torchrun's script args, e.g. -m scalestudy.train P R")
+    loc = sub.add_parser("local-nodes", help="emulate several nodes on this host (no Slurm)")
+    loc.add_argument("--nnodes", type=int, required=True)
+    loc.add_argument("--nproc-per-node", type=int, required=True)
+    loc.add_argument("--rdzv-id", required=True)
+    loc.add_argument("--port", type=int, default=0, help="0: a free port")
+    loc.add_argument("train", nargs=argparse.REMAINDER)
     show = sub.add_parser("show", help="print the launch line and resources of a point.json")
     show.add_argument("point_json")
     show.add_argument("run_dir", nargs="?")
     args = parser.parse_args(argv)
     if args.cmd == "node":
         return _node_main(args)
+    if args.cmd == "local-nodes":
+        return _local_nodes_main(args)
     import json
     point = json.loads(Path(args.point_json).read_text())
     run_dir = Path(args.run_dir or Path(args.point_json).parent)
