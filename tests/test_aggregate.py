@@ -34,8 +34,10 @@ POINTS = [
 
 
 def make_study(root: Path, references=("frontier_dash2024",), break_invariant=False,
-               calibration=True) -> Path:
-    """Write plan.tsv, study.json, calibration.json and run dirs like the pipeline does."""
+               calibration=True, peak=None) -> Path:
+    """Write plan.tsv, study.json, calibration.json and run dirs like the pipeline does.
+    ``peak``: ``(key, FLOP/s, source)`` a GPU run would record (default: CPU, no peak)."""
+    key, peak_flops, source = peak or (None, None, None)
     study_dir = root / "synth"
     cfg = GPTConfig.from_dict(MODEL)
     plan = []
@@ -60,7 +62,7 @@ def make_study(root: Path, references=("frontier_dash2024",), break_invariant=Fa
             d = study_dir / "runs" / pid
             point = dict(row, study="synth", model=MODEL, flops_convention="megatron",
                          parallel={"activation_checkpointing": "none"},
-                         platform={"device": "cpu", "hardware": None})
+                         platform={"device": "cuda" if key else "cpu", "hardware": None})
             write_json(d / "point.json", point)
             if state is None:
                 continue  # planned, never ran: no status.json
@@ -81,8 +83,9 @@ def make_study(root: Path, references=("frontier_dash2024",), break_invariant=Fa
                 "step_time_median_s": t, "tokens_per_s": gb * 64 / t,
                 "model_flops_per_step": {c: flops.model_flops_per_step(cfg, gb, c) for c in flops.CONVENTIONS},
                 "hardware_flops_per_step": {c: flops.hardware_flops_per_step(cfg, gb, c) for c in flops.CONVENTIONS},
-                "device_type": "cpu", "device_name": "AMD EPYC", "hardware": None, "dtype": "fp32",
-                "peak_flops_per_device": None, "peak_source": None,
+                "device_type": "cuda" if key else "cpu", "device_name": key or "AMD EPYC",
+                "hardware": key, "dtype": "fp32",
+                "peak_flops_per_device": peak_flops, "peak_source": source,
                 "peak_memory_bytes": 3.4e8, "memory_kind": "cpu_max_rss", "train_wall_s": 2.0})
     lines = ["\t".join(PLAN_COLUMNS)] + ["\t".join(str(p[c]) for c in PLAN_COLUMNS) for p in plan]
     write_text(study_dir / "plan.tsv", "\n".join(lines) + "\n")
@@ -97,9 +100,9 @@ def make_study(root: Path, references=("frontier_dash2024",), break_invariant=Fa
     return study_dir
 
 
-@pytest.fixture
-def study(tmp_path):
-    d = make_study(tmp_path)
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    d = make_study(tmp_path_factory.mktemp("agg"))
     aggregate.run(d)
     return d
 
@@ -183,3 +186,17 @@ def test_broken_invariant_gets_no_curve(tmp_path, capsys):
 def test_missing_plan_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="plan.tsv"):
         aggregate.run(tmp_path)
+
+
+def test_spec_peak_gives_mfu(tmp_path):
+    peak = ("H200-SXM", 1e12, "test peak")
+    d = make_study(tmp_path, peak=peak)
+    aggregate.run(d)
+    runs = pd.read_csv(d / "runs.csv").set_index("point_id")
+    r = runs.loc["strong-dp_n2_dp2-tp1-pp1_gb16_abcd0002_r0"]
+    mf = flops.model_flops_per_step(GPTConfig.from_dict(MODEL), 16, "megatron")
+    assert r["mfu"] == pytest.approx(mf / 0.4 / 2 / 1e12, rel=1e-5)
+    assert r["hfu"] == pytest.approx(r["mfu"], rel=1e-12)  # no recompute
+    assert r["peak_tflops"] == 1.0 and r["peak_source"] == "test peak"
+    text = (d / "summary.md").read_text()
+    assert "| MFU |" in text and "H200-SXM" in text and "CPU/gloo" not in text
