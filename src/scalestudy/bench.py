@@ -122,7 +122,7 @@ def run_one(name: str, args, workdir: Path) -> dict:
         smoke = args.smoke or not _has_cuda()
         configs = args.gpu_configs.split(",") if args.gpu_configs else None
         rec = gpu.measure(workdir / "gpu", smoke=smoke, configs=configs,
-                          micro_batch=args.micro_batch, steps=args.steps)
+                          micro_batch=args.micro_batch, steps=args.steps, budget_s=args.budget)
         if smoke:
             for f in rec["figures"]:
                 f["note"] = ("CPU smoke run (tiny model, no GPU here): checks the path, "
@@ -148,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gpu: comma-separated of eager, eager-ac, compile, compile-ac")
     p.add_argument("--micro-batch", type=int, default=None, help="gpu: sequences per step")
     p.add_argument("--steps", type=int, default=None, help="gpu: optimizer steps (5 warm-up)")
+    p.add_argument("--budget", type=float, default=None,
+                   help="gpu: seconds for all configurations (later ones are skipped)")
     return p
 
 

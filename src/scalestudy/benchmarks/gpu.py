@@ -118,11 +118,15 @@ def record(config: str, point: dict, run_dir: Path, calibration: dict | None) ->
 
 def measure(out_dir: str | Path, *, smoke: bool = False, configs: list[str] | None = None,
             micro_batch: int | None = None, steps: int | None = None,
-            timeout_s: float | None = None, launcher: str = "runner") -> dict:
+            timeout_s: float | None = None, launcher: str = "runner",
+            budget_s: float | None = None) -> dict:
     """Run the configurations (names from CONFIGS; default: eager, eager-ac, compile on a GPU;
     eager, eager-ac in a smoke run) and return ``{"records": [...], "calibration", "figures"}``.
     ``launcher``: ``runner`` (the pipeline's runner + torchrun) or ``inprocess`` (train.run in
-    this process; smoke tests only)."""
+    this process; smoke tests only). ``budget_s`` bounds the whole call: each point's watchdog
+    gets at most what is left, and a point with under 30 s left is skipped (state
+    ``skipped``). Records are also written after every point to ``out_dir/gpu_records.json``,
+    so a run killed from outside keeps what it measured."""
     from scalestudy import runner
     from scalestudy.io import write_json
 
@@ -149,12 +153,25 @@ def measure(out_dir: str | Path, *, smoke: bool = False, configs: list[str] | No
                            warmup=warmup, device=device, timeout_s=timeout_s)
         run_dir = out_dir / "runs" / point["point_id"]
         run_dir.mkdir(parents=True, exist_ok=True)
+        left = None if budget_s is None else budget_s - (time.monotonic() - t0)
+        if left is not None and left < 30:
+            records.append(dict(record(name, point, run_dir, None), state="skipped",
+                                reason=f"time budget of {budget_s:g} s used up"))
+            continue
+        if left is not None:
+            point["platform"]["timeout_s"] = min(timeout_s, left - 10)
         write_json(run_dir / "point.json", point)
+        print(f"bench gpu: {name} (ac={ac}, compile={comp}, micro_batch={mb}) ...",
+              file=sys.stderr, flush=True)
         if launcher == "runner":
             runner.run_point(run_dir / "point.json", run_dir)
         else:
             _run_inprocess(point, run_dir)
         records.append(record(name, point, run_dir, calibration))
+        r = records[-1]
+        print(f"bench gpu: {name}: {r['state']} {r['reason']} tokens/s={r['tokens_per_s']} "
+              f"mfu={r['mfu']} peak_memory_gb={r['peak_memory_gb']}", file=sys.stderr, flush=True)
+        write_json(out_dir / "gpu_records.json", {"calibration": calibration, "records": records})
     elapsed = time.monotonic() - t0
 
     figs = []

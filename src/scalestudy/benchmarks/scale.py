@@ -2,7 +2,8 @@
 
 ``synthetic_study(n)`` builds a valid study of exactly ``n`` planned runs (weak and strong
 series over N = 1..512 on 8-device nodes, each swept over two checkpointing and two DP modes,
-memory-checked against an H200). ``write_records`` fills a results directory with run records
+memory-checked against an H200; N=512 needs more nodes than the 32 allowed, so
+it is planned as infeasible). ``write_records`` fills a results directory with run records
 in the documented formats (docs/architecture.md: ``point.json``, ``steps.jsonl``,
 ``summary.json``, ``status.json``, ``env.json``; mostly ``ok``, some ``oom`` / ``crashed`` /
 ``timeout``, some not run). Timed: load + validate + plan + ``plan.tsv``; ``aggregate.run``
@@ -51,7 +52,7 @@ def synthetic_study(n_points: int = 10_000, name: str = "scale") -> dict:
         "models": {"m": {"layers": 8, "hidden": 512, "heads": 8, "seq_len": 256, "vocab": 1024}},
         "train": {"steps": 12, "warmup_steps": 3, "precision": "bf16"},
         "platform": {"device": "cuda", "hardware": "H200-SXM", "devices_per_node": 8,
-                     "max_nodes": 64},
+                     "max_nodes": 32},
         "series": series,
     }
 
