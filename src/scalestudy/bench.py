@@ -174,10 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="scalestudy-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     info = host_info()
-    all_rows: list[dict] = []
-    if (out / "figures.csv").exists():  # keep the figures of benchmarks not rerun now
-        with open(out / "figures.csv") as f:
-            all_rows = [r for r in csv.DictReader(f) if r["benchmark"] not in names]
+    new_rows: list[dict] = []
     for name in names:
         load0, t0 = _load(), time.monotonic()
         print(f"== bench {name} (load average {load0}) ...", file=sys.stderr, flush=True)
@@ -190,7 +187,12 @@ def main(argv: list[str] | None = None) -> int:
         rows = [dict(f, host=info["host"], cpu=info["cpu"], load_1min_start=load0,
                      load_1min_end=load1, measured_at=stamp) for f in rec["figures"]]
         print(table(rows), flush=True)
-        all_rows += rows
+        new_rows += rows
+    all_rows: list[dict] = []
+    if (out / "figures.csv").exists():  # keep the figures of benchmarks not rerun now
+        with open(out / "figures.csv") as f:
+            all_rows = [r for r in csv.DictReader(f) if r["benchmark"] not in names]
+    all_rows += new_rows
     for r in all_rows:  # rows read back from CSV are strings
         for k in ("value", "target"):
             if isinstance(r.get(k), str):
