@@ -99,12 +99,12 @@ def run_one(name: str, args, workdir: Path) -> dict:
     if name == "trainer":
         from scalestudy.benchmarks import trainer
 
-        rounds, block = (5, 4) if args.quick else (21, 4)
+        rounds, block = (11, 1) if args.quick else (101, 1)
         base = trainer.default_point()
         recs = [trainer.measure(base, rounds=rounds, block=block, label="default study N=1")]
         if not args.quick:  # a model where Python overhead is a smaller share of a step
             big = trainer.scaled_point(base, hidden=256, layers=4, heads=4, seq_len=128)
-            recs.append(trainer.measure(big, rounds=11, block=2, label="d256 l4 s128"))
+            recs.append(trainer.measure(big, rounds=21, block=1, label="d256 l4 s128"))
         return {"runs": recs, "figures": [f for r in recs for f in r["figures"]]}
     if name == "harness":
         from scalestudy.benchmarks import harness
