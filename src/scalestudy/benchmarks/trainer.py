@@ -189,7 +189,7 @@ def measure(point: dict | None = None, *, rounds: int = 9, block: int = 8, warmu
         figure("trainer", f"step-time overhead vs bare loop, wall clock ({label})", overhead,
                "fraction", TARGET_OVERHEAD, "<=",
                f"trainer {t_trainer * 1e3:.2f} ms/step, bare {t_bare * 1e3:.2f} ms/step; "
-               f"ratio IQR {q25:.3f}-{q75:.3f} over {rounds} alternating rounds of {block} steps"),
+               f"ratio IQR {q25:.3f}-{q75:.3f} over {rounds} alternating rounds of {block} step(s)"),
         figure("trainer", f"step-time overhead vs bare loop, process CPU time ({label})",
                cpu_overhead, "fraction", TARGET_OVERHEAD, "<=",
                f"trainer {c_trainer * 1e3:.2f} ms/step, bare {c_bare * 1e3:.2f} ms/step of CPU "
