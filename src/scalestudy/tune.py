@@ -101,7 +101,7 @@ def rank(model: dict, n: int, global_batch: int, hw: perfmodel.HardwareSpec, top
         pred = perfmodel.predict_step_time(point, hw, measured)
         scored.append({"point": point, "prediction": pred,
                        "memory_bytes": memory.estimate(point)["total_bytes"]})
-    scored.sort(key=lambda r: -r["prediction"]["tokens_per_s"])
+    scored.sort(key=lambda r: (-r["prediction"]["tokens_per_s"], r["memory_bytes"]))
     return scored[:top]
 
 
