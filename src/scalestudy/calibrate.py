@@ -1,0 +1,121 @@
+"""Measured matmul ceiling of one device: the denominator of "utilisation vs measured ceiling",
+which gives a CPU run (no spec peak) a meaningful percentage.
+
+    python -m scalestudy.calibrate --device cpu|cuda --dtype fp32|bf16 --out FILE [--size N]
+
+Times square ``N×N @ N×N`` matmuls (2·N³ FLOPs each): the device is synchronised before every
+clock read, warm-up matmuls are excluded, each sample runs enough matmuls to last ≳ 20 ms,
+and the result is the median of the samples. On CPU one "device" is one training process,
+which runs with one thread (torchrun's ``OMP_NUM_THREADS=1``), so the default is one thread.
+Bounded by ``--max-seconds`` (default 5 s) after warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import socket
+import statistics
+import sys
+import time
+
+import torch
+
+from scalestudy.hardware import detect_device
+from scalestudy.io import write_json
+
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_DEFAULT_SIZE = {"cpu": 512, "cuda": 8192}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(
+    device_type: str = "cpu",
+    dtype: str = "fp32",
+    size: int | None = None,
+    samples: int = 15,
+    warmup: int = 3,
+    max_seconds: float = 5.0,
+    threads: int | None = 1,
+) -> dict:
+    """Measure the matmul ceiling; returns the ``calibration.json`` record (FLOP/s)."""
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not supported; allowed: {', '.join(_DTYPES)}")
+    info = detect_device(device_type)
+    device = torch.device(device_type)
+    if device_type == "cpu" and threads:
+        torch.set_num_threads(threads)
+    n = int(size or _DEFAULT_SIZE[device_type])
+    while True:
+        g = torch.Generator(device="cpu").manual_seed(0)
+        a = torch.randn(n, n, generator=g).to(device=device, dtype=_DTYPES[dtype])
+        b = torch.randn(n, n, generator=g).to(device=device, dtype=_DTYPES[dtype])
+        # Warm-up (excluded); the last warm-up matmul sizes a sample to >= ~20 ms.
+        for _ in range(max(warmup - 1, 0)):
+            torch.mm(a, b)
+        _sync(device)
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        _sync(device)
+        per = max(time.perf_counter() - t0, 1e-7)
+        # A pathologically slow path (bf16 on a CPU without bf16 units) would blow the time
+        # budget: halve the size unless it was given explicitly.
+        if size or per * samples <= max_seconds or n <= 128:
+            break
+        n //= 2
+    flop = 2.0 * n**3
+    iters = max(1, int(0.02 / per))
+
+    out = torch.empty_like(a)
+    rates: list[float] = []
+    deadline = time.perf_counter() + max_seconds
+    while len(rates) < samples and (len(rates) < 3 or time.perf_counter() < deadline):
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            torch.mm(a, b, out=out)
+        _sync(device)
+        rates.append(flop * iters / (time.perf_counter() - t0))
+
+    return {
+        "device_name": info["device_name"],
+        "device_type": device_type,
+        "host": socket.gethostname(),
+        "dtype": dtype,
+        "m": n, "n": n, "k": n,
+        "flops_per_s": statistics.median(rates),
+        "samples_flops_per_s": rates,
+        "iters_per_sample": iters,
+        "warmup": warmup,
+        "threads": torch.get_num_threads() if device_type == "cpu" else None,
+        "torch": torch.__version__,
+        "measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "method": "median of samples of back-to-back square matmuls, device synchronised "
+                  "before each clock read, warm-up excluded",
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m scalestudy.calibrate", description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--dtype", choices=sorted(_DTYPES), default="fp32")
+    p.add_argument("--out", required=True, help="calibration.json to write (atomically)")
+    p.add_argument("--size", type=int, default=None, help="matrix size N (default: 512 cpu, 8192 cuda)")
+    p.add_argument("--samples", type=int, default=15)
+    p.add_argument("--max-seconds", type=float, default=5.0)
+    p.add_argument("--threads", type=int, default=1, help="CPU threads (one training process)")
+    args = p.parse_args(argv)
+    rec = measure(args.device, args.dtype, args.size, args.samples, max_seconds=args.max_seconds,
+                  threads=args.threads)
+    write_json(args.out, rec)
+    print(f"{rec['device_name']} {args.dtype} {rec['m']}^3 matmul: {rec['flops_per_s'] / 1e12:.4g} TFLOP/s "
+          f"(median of {len(rec['samples_flops_per_s'])}) -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

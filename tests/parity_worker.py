@@ -1,0 +1,178 @@
+"""Parity worker, run under torchrun: trains many layouts one after another in one process
+group and compares each with a single-process reference (plain GPT + AdamW + clip_grad_norm_).
+
+    torchrun --nproc-per-node N tests/parity_worker.py OUT_JSON [LAYOUT_NAME ...]
+
+Every layout uses the whole world (pp*dp*tp == N) and the same global batch of GLOBAL_BATCH
+rows per step, so they all reproduce the same reference trajectory. Rank 0 writes OUT_JSON:
+``{"world": N, "results": [{"name", "world", "losses", "ref_losses", "max_loss_diff",
+"max_param_diff", "seconds", "error"}]}``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from scalestudy.data import SyntheticTokens
+from scalestudy.io import write_json
+from scalestudy.model import GPT, GPTConfig
+from scalestudy.parallel import Engine, Layout, build_mesh
+
+CFG = GPTConfig(vocab=64, seq_len=16, layers=4, hidden=32, heads=4, mlp="gelu",
+                tied_embeddings=False, bias=True)
+STEPS = 5
+GLOBAL_BATCH = 8
+OPT = dict(seed=0, lr=3e-3, weight_decay=0.01, betas=(0.9, 0.95), grad_clip=1.0)
+
+
+def L(**kw) -> Layout:
+    kw.setdefault("micro_batch", 1)
+    dp = kw.get("dp", 1)
+    kw["grad_accum"] = GLOBAL_BATCH // (dp * kw["micro_batch"])
+    return Layout(**kw)
+
+
+# name -> (model config, layout). World size = pp*dp*tp.
+LAYOUTS: dict[str, tuple[GPTConfig, Layout]] = {
+    # world 2
+    "dp2-ddp": (CFG, L(dp=2, micro_batch=2)),
+    "dp2-zero1": (CFG, L(dp=2, dp_mode="zero1")),
+    "dp2-fsdp": (CFG, L(dp=2, dp_mode="fsdp", micro_batch=2)),
+    "dp2-fsdp_grad_op": (CFG, L(dp=2, dp_mode="fsdp_grad_op")),
+    "dp2-ddp-tied-swiglu-acfull": (CFG.__class__(**{**CFG.to_dict(), "tied_embeddings": True,
+                                                   "mlp": "swiglu"}),
+                                   L(dp=2, activation_checkpointing="full")),
+    "tp2": (CFG, L(tp=2, micro_batch=2)),
+    "tp2-sp": (CFG, L(tp=2, sequence_parallel=True)),
+    "tp2-tied-swiglu-acsel": (CFG.__class__(**{**CFG.to_dict(), "tied_embeddings": True,
+                                              "mlp": "swiglu"}),
+                              L(tp=2, activation_checkpointing="selective")),
+    "pp2-gpipe": (CFG, L(pp=2, pp_schedule="gpipe", micro_batch=2)),
+    "pp2-1f1b": (CFG, L(pp=2, pp_schedule="1f1b")),
+    "pp2v2-interleaved1f1b": (CFG, L(pp=2, pp_schedule="interleaved1f1b", virtual_stages=2)),
+    # world 4
+    "dp2xtp2-ddp": (CFG, L(dp=2, tp=2)),
+    "dp2xtp2-zero1-sp": (CFG, L(dp=2, tp=2, dp_mode="zero1", sequence_parallel=True)),
+    "dp2xtp2-fsdp": (CFG, L(dp=2, tp=2, dp_mode="fsdp")),
+    "tp2xpp2-1f1b": (CFG, L(tp=2, pp=2, pp_schedule="1f1b", micro_batch=2)),
+    "tp2xpp2-interleaved-sp": (CFG, L(tp=2, pp=2, pp_schedule="interleaved1f1b",
+                                      virtual_stages=2, sequence_parallel=True)),
+    "dp2xpp2-gpipe-ddp": (CFG, L(dp=2, pp=2, pp_schedule="gpipe")),
+    "dp2xpp2-1f1b-zero1": (CFG, L(dp=2, pp=2, dp_mode="zero1")),
+    "dp2xpp2-1f1b-fsdp_grad_op": (CFG, L(dp=2, pp=2, dp_mode="fsdp_grad_op")),
+    "dp4-fsdp": (CFG, L(dp=4, dp_mode="fsdp")),
+    "tp4": (CFG, L(tp=4)),
+    "pp4-1f1b": (CFG, L(pp=4, pp_schedule="1f1b", micro_batch=2)),
+    # world 8
+    "dp2xtp2xpp2-zero1-1f1b": (CFG, L(dp=2, tp=2, pp=2, dp_mode="zero1")),
+    "dp2xtp2xpp2-fsdp-interleaved": (CFG, L(dp=2, tp=2, pp=2, dp_mode="fsdp",
+                                            pp_schedule="interleaved1f1b", virtual_stages=2)),
+    "dp2xtp2xpp2-ddp-gpipe-sp-acfull": (CFG, L(dp=2, tp=2, pp=2, pp_schedule="gpipe",
+                                               sequence_parallel=True,
+                                               activation_checkpointing="full")),
+}
+
+
+def reference(cfg: GPTConfig) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """Single process: the mean loss over the global batch, AdamW, global-norm clipping."""
+    torch.manual_seed(OPT["seed"])
+    model = GPT(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=OPT["lr"], betas=OPT["betas"],
+                            weight_decay=OPT["weight_decay"], foreach=True)
+    data = SyntheticTokens(cfg.vocab, cfg.seq_len, seed=OPT["seed"])
+    losses = []
+    for step in range(STEPS):
+        tok = data.rows(step, 0, GLOBAL_BATCH)
+        logits = model(tok[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1), tok[:, 1:].flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), OPT["grad_clip"])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return losses, state
+
+
+def run_layout(cfg: GPTConfig, layout: Layout) -> tuple[list[float] | None, dict]:
+    mesh = build_mesh(layout, "cpu")
+    eng = Engine(cfg, layout, mesh, torch.device("cpu"), **OPT)
+    data = SyntheticTokens(cfg.vocab, cfg.seq_len, seed=OPT["seed"])
+    rows = layout.micro_batch * layout.grad_accum
+    losses = []
+    for step in range(STEPS):
+        loss = eng.train_step(data.rows(step, eng.dp_rank * rows, rows))
+        losses.append(None if loss is None else float(loss))
+    state = eng.gathered_state_dict()
+    eng.close()
+    return (losses if losses[0] is not None else None), state
+
+
+def main() -> None:
+    out = sys.argv[1]
+    names = sys.argv[2:]
+    dist.init_process_group("gloo")
+    world, rank = dist.get_world_size(), dist.get_rank()
+    torch.set_num_threads(1)
+    if not names:
+        names = [n for n, (_, lay) in LAYOUTS.items() if lay.world == world]
+    refs: dict = {}
+    results = []
+    for name in names:
+        cfg, layout = LAYOUTS[name]
+        t0 = time.perf_counter()
+        err = None
+        try:
+            losses, state = run_layout(cfg, layout)
+        except Exception:  # record and move on; a hang is caught by the caller's timeout
+            err = traceback.format_exc(limit=8)
+            losses, state = None, {}
+        seconds = time.perf_counter() - t0
+        gathered: list = [None] * world
+        dist.all_gather_object(gathered, (losses, err))
+        # the engine returns this DP rank's mean; the global batch mean is their average
+        # (equal rows per DP rank); ranks with a loss are the last pp stage, tp-replicated
+        per_rank = [l for l, _ in gathered if l is not None]
+        if rank == 0:
+            if cfg not in refs:
+                refs[cfg] = reference(cfg)
+            ref_losses, ref_state = refs[cfg]
+            errs = [e for _, e in gathered if e]
+            got = None
+            if per_rank:
+                n_dp = len(per_rank) // layout.tp
+                if n_dp != layout.dp:
+                    errs.append(f"{len(per_rank)} ranks returned a loss, expected dp*tp")
+                got = [sum(col) / len(col) for col in zip(*per_rank)]
+            row = {"name": name, "world": world, "layout": layout.__dict__, "seconds": seconds,
+                   "ref_losses": ref_losses, "losses": got, "error": errs[0] if errs else None,
+                   "max_loss_diff": None, "max_param_diff": None}
+            if not errs and got is not None:
+                row["max_loss_diff"] = max(abs(a - b) for a, b in zip(got, ref_losses))
+                missing = sorted(set(ref_state) ^ set(state))
+                if missing:
+                    row["error"] = f"state keys differ: {missing[:6]}"
+                else:
+                    row["max_param_diff"] = max(
+                        (state[k] - ref_state[k]).abs().max().item() for k in ref_state)
+            results.append(row)
+            print(f"[parity] {name}: loss diff {row['max_loss_diff']} param diff "
+                  f"{row['max_param_diff']} {seconds:.1f}s"
+                  + (f"\n{row['error']}" if row["error"] else ""), flush=True)
+        dist.barrier()
+    if rank == 0:
+        write_json(out, {"world": world, "results": results})
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()

@@ -1,0 +1,112 @@
+"""FLOPs and parameter formulas vs FlopCounterMode on the real model and vs SC21 Table 1."""
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
+from torch.utils.flop_counter import FlopCounterMode
+
+from scalestudy import flops
+from scalestudy.model import GPT, GPTConfig, num_params
+
+# Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
+# Megatron-LM" (SC21), Table 1 (V = 51,200, s = 2048): (params in billions, layers, hidden).
+SC21_TABLE1 = [
+    (1.7, 24, 2304), (3.6, 30, 3072), (7.5, 36, 4096), (18.4, 40, 6144), (39.1, 48, 8192),
+    (76.1, 60, 10240), (145.6, 80, 12288), (310.1, 96, 16384), (529.6, 105, 20480),
+    (1008.0, 128, 25600),
+]
+
+CONFIGS = [
+    dict(),  # GELU 4h, biases, untied
+    dict(tied_embeddings=True),
+    dict(mlp="swiglu"),
+    dict(mlp="swiglu", ffn_hidden=96, bias=False, tied_embeddings=True),
+]
+
+
+def counted_flops(cfg: GPTConfig, rows: int, wrap_layers: bool = False) -> int:
+    """Forward + backward FLOPs as FlopCounterMode counts them, on the meta device, under the
+    math SDPA backend (the default CPU flash kernel is not counted: DESIGN §6)."""
+    with torch.device("meta"):
+        model = GPT(cfg)
+    if wrap_layers:  # full activation checkpointing: every layer re-runs its forward
+        for layer in model.layers.values():
+            layer.forward = (lambda f: lambda x: checkpoint(f, x, use_reentrant=False))(layer.forward)
+    x = torch.randint(0, cfg.vocab, (rows, cfg.seq_len), device="meta")
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as fc:
+        model(x).float().sum().backward()
+    return fc.get_total_flops()
+
+
+@pytest.mark.parametrize("kw", CONFIGS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "gelu")
+def test_model_flops_match_flop_counter(kw):
+    # Tolerance: exact (rel 1e-12). FlopCounterMode counts only matmul-family ops (mm, addmm
+    # without the bias add, bmm, SDPA) and so does the formula; both count the full s x s
+    # attention. Elementwise ops are counted by neither.
+    cfg = GPTConfig(vocab=128, seq_len=32, layers=2, hidden=64, heads=4, **kw)
+    counted = counted_flops(cfg, rows=3)
+    assert flops.model_flops_per_step(cfg, 3, "megatron") == pytest.approx(counted, rel=1e-12)
+    palm = flops.model_flops_per_step(cfg, 3, "palm")
+    head = 6 * cfg.hidden * cfg.vocab * 3 * cfg.seq_len  # the tied head PaLM leaves out
+    assert palm == pytest.approx(counted - (head if cfg.tied_embeddings else 0), rel=1e-12)
+
+
+def test_full_recompute_matches_flop_counter():
+    cfg = GPTConfig(vocab=128, seq_len=32, layers=2, hidden=64, heads=4)
+    formula = flops.hardware_flops_per_step(cfg, 2, "megatron", "full")
+    # Recomputing the whole layer forward (Megatron's convention): exact.
+    with set_checkpoint_early_stop(False):
+        assert formula == pytest.approx(counted_flops(cfg, rows=2, wrap_layers=True), rel=1e-12)
+    # PyTorch's default non-reentrant checkpoint stops recomputing once every saved tensor is
+    # back, so it skips each layer's last matmul (the MLP down projection, 2 h f s per row):
+    # real hardware FLOPs are that much below the convention.
+    skipped = 2 * cfg.layers * 2 * cfg.hidden * cfg.ffn * cfg.seq_len
+    assert formula - skipped == pytest.approx(counted_flops(cfg, rows=2, wrap_layers=True), rel=1e-12)
+
+
+def test_reduces_to_megatron_eq3():
+    cfg = GPTConfig(vocab=51200, seq_len=2048, layers=24, hidden=2304, heads=24)
+    b = 512
+    eq3 = flops.megatron_flops_per_step(b, 2048, 24, 2304, 51200)
+    eq3_rc = flops.megatron_flops_per_step(b, 2048, 24, 2304, 51200, recompute=True)
+    assert flops.model_flops_per_step(cfg, b, "megatron") == pytest.approx(eq3, rel=1e-12)
+    assert flops.hardware_flops_per_step(cfg, b, "megatron", "full") == pytest.approx(eq3_rc, rel=1e-12)
+    assert flops.hardware_flops_per_step(cfg, b, "megatron", "none") == pytest.approx(eq3, rel=1e-12)
+    sel = flops.hardware_flops_per_step(cfg, b, "megatron", "selective") - eq3
+    assert sel == pytest.approx(b * 24 * 4 * 2048**2 * 2304, rel=1e-12)
+    # untied head: PaLM's 6N + 12 l H Q s equals Eq. 3
+    assert flops.model_flops_per_step(cfg, b, "palm") == pytest.approx(eq3, rel=1e-12)
+
+
+def test_palm_formula_by_hand():
+    assert flops.palm_flops_per_token(1e9, 10, 8, 64, 128) == 6e9 + 12 * 10 * 8 * 64 * 128
+
+
+@pytest.mark.parametrize("params_b,layers,hidden", SC21_TABLE1)
+def test_param_formula_reproduces_sc21_table1(params_b, layers, hidden):
+    # The table rounds to 0.1 B parameters.
+    assert round(flops.megatron_params(layers, hidden, 51200, 2048) / 1e9, 1) == params_b
+
+
+@pytest.mark.parametrize("kw", CONFIGS + [dict(bias=False)])
+def test_gpt_params_counts_the_model(kw):
+    cfg = GPTConfig(vocab=96, seq_len=16, layers=3, hidden=32, heads=4, **kw)
+    with torch.device("meta"):
+        assert flops.gpt_params(cfg) == num_params(GPT(cfg))
+
+
+def test_model_is_eq2_plus_final_norm():
+    cfg = GPTConfig(vocab=96, seq_len=16, layers=3, hidden=32, heads=4, tied_embeddings=True)
+    assert flops.gpt_params(cfg) == pytest.approx(flops.megatron_params(3, 32, 96, 16) + 2 * 32, abs=1e-6)
+
+
+def test_unknown_convention_names_the_field():
+    cfg = GPTConfig()
+    with pytest.raises(ValueError, match="flops_convention='kaplan'.*megatron, palm"):
+        flops.model_flops_per_step(cfg, 1, "kaplan")
+    with pytest.raises(ValueError, match="activation_checkpointing='some'.*none, full, selective"):
+        flops.hardware_flops_per_step(cfg, 1, "megatron", "some")
+    table = flops.flops_table(cfg, 4, "full")
+    assert set(table["model"]) == set(flops.CONVENTIONS)
+    assert table["hardware"]["megatron"] > table["model"]["megatron"]

@@ -1,0 +1,72 @@
+import pytest
+
+from scalestudy import hardware
+
+
+@pytest.mark.parametrize(
+    "name,key,tflops",
+    [
+        ("NVIDIA H200", "H200-SXM", 989),
+        ("NVIDIA H100 80GB HBM3", "H100-SXM5", 989),
+        ("NVIDIA H100 PCIe", "H100-PCIe", 756),
+        ("NVIDIA A100-SXM4-80GB", "A100-SXM4", 312),
+        ("NVIDIA A100-SXM4-40GB", "A100-SXM4", 312),
+        ("AMD Instinct MI250X", "MI250X-GCD", 191.5),  # one GCD = one torch device
+        ("AMD Instinct MI250X / MI250", "MI250X-GCD", 191.5),
+        ("AMD Instinct MI300X", "MI300X", 1307.4),
+        ("H200-SXM", "H200-SXM", 989),  # a table key passes through
+        ("mi250x-gcd", "MI250X-GCD", 191.5),
+    ],
+)
+def test_resolve_known_devices(name, key, tflops):
+    k, peak, source = hardware.resolve_peak(name, "bf16")
+    assert k == key
+    assert peak == pytest.approx(tflops * 1e12)
+    assert source
+
+
+@pytest.mark.parametrize(
+    "name", [None, "", "AMD EPYC 7763", "cpu", "NVIDIA H200 NVL", "NVIDIA H100 NVL",
+             "NVIDIA A100-PCIE-40GB", "AMD Instinct MI250", "NVIDIA GeForce RTX 4090"]
+)
+def test_unknown_devices_get_no_peak(name):
+    assert hardware.resolve_peak(name, "bf16") == (None, None, None)
+
+
+def test_fp32_on_gpu_gets_no_peak():
+    assert hardware.resolve_peak("NVIDIA H200", "fp32") == (None, None, None)
+
+
+def test_bad_dtype_is_an_error():
+    with pytest.raises(ValueError, match="dtype='int8'"):
+        hardware.resolve_peak("NVIDIA H200", "int8")
+
+
+def test_peaks_table_has_sources_and_frontier_gcd():
+    df = hardware.load_peaks()
+    assert {"device", "dtype", "peak_tflops_dense", "source"} <= set(df.columns)
+    assert df["source"].str.len().min() > 10
+    assert float(df.set_index("device").loc["MI250X-GCD", "peak_tflops_dense"]) == 191.5
+
+
+def test_detect_cpu():
+    d = hardware.detect_device("cpu")
+    assert d["device_type"] == "cpu" and d["count"] >= 1 and d["device_name"]
+    with pytest.raises(ValueError, match="device_type='tpu'"):
+        hardware.detect_device("tpu")
+
+
+def test_calibrate_writes_record(tmp_path):
+    from scalestudy import calibrate
+    from scalestudy.io import read_json
+
+    out = tmp_path / "calibration.json"
+    assert calibrate.main(["--device", "cpu", "--dtype", "fp32", "--out", str(out), "--size", "64",
+                           "--samples", "3", "--max-seconds", "0.5"]) == 0
+    rec = read_json(out)
+    for key in ("device_name", "device_type", "host", "dtype", "m", "n", "k", "flops_per_s",
+                "samples_flops_per_s"):
+        assert key in rec
+    assert rec["m"] == rec["n"] == rec["k"] == 64 and rec["dtype"] == "fp32"
+    assert rec["flops_per_s"] > 0 and len(rec["samples_flops_per_s"]) == 3
+    assert sorted(rec["samples_flops_per_s"])[1] == rec["flops_per_s"]  # the median

@@ -1,0 +1,317 @@
+"""The launch lines of a point: torchrun (one node), srun + torchrun (several nodes), and the
+sbatch line Snakemake's Slurm plugin builds from ``job_resources``. Pure: nothing is started."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from scalestudy import launch
+
+
+def make_point(nodes=1, procs=2, device="cpu", timeout_s=600, pid="weak-dp_n4_x_r0"):
+    return {"point_id": pid, "nodes": nodes, "procs_per_node": procs, "n": nodes * procs,
+            "platform": {"device": device, "hardware": None, "devices_per_node": 8,
+                         "timeout_s": timeout_s, "collective_timeout_s": 120}}
+
+
+def flag(argv, name):
+    """Value after ``name`` in argv (``--x v`` or ``--x=v``)."""
+    for i, a in enumerate(argv):
+        if a == name:
+            return argv[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    raise AssertionError(f"{name} not in {argv}")
+
+
+RUN = Path("/r/runs/p")
+
+
+def test_single_node_is_torchrun_on_loopback():
+    argv = launch.launch_argv(make_point(1, 4), RUN, python="/venv/bin/python", environ={})
+    assert argv[:3] == ["/venv/bin/python", "-m", "torch.distributed.run"]
+    assert flag(argv, "--nnodes") == "1"
+    assert flag(argv, "--nproc-per-node") == "4"
+    assert flag(argv, "--rdzv-backend") == "c10d"
+    host, port = flag(argv, "--rdzv-endpoint").rsplit(":", 1)
+    assert host == "127.0.0.1" and port == "0"  # kernel-chosen free port at bind time
+    assert flag(argv, "--rdzv-id") == "weak-dp_n4_x_r0"
+    assert flag(argv, "--local-addr") == "127.0.0.1"
+    assert argv[-4:] == ["-m", "scalestudy.train", str(RUN / "point.json"), str(RUN)]
+    assert "srun" not in argv
+
+
+def test_single_node_inside_slurm_is_unchanged():
+    env = {"SLURM_JOB_ID": "42"}
+    assert launch.launch_argv(make_point(1, 2), RUN, environ=env) == \
+        launch.launch_argv(make_point(1, 2), RUN, environ={})
+
+
+def test_multi_node_is_one_srun_task_per_node():
+    site = {"cpus_per_proc": 3}
+    argv = launch.launch_argv(make_point(2, 2), RUN, python="py",
+                              environ={"SLURM_JOB_ID": "1234"}, site=site)
+    assert argv[0] == "srun"
+    assert flag(argv, "--nodes") == "2"
+    assert flag(argv, "--ntasks") == "2"
+    assert flag(argv, "--ntasks-per-node") == "1"
+    assert flag(argv, "--cpus-per-task") == "6"
+    assert "--kill-on-bad-exit=1" in argv
+    assert not any(a.startswith("--gres") for a in argv)  # CPU point
+    i = argv.index("py")
+    assert argv[i:i + 4] == ["py", "-m", "scalestudy.launch", "node"]
+    node = argv[i + 4:]
+    assert flag(node, "--nnodes") == "2" and flag(node, "--nproc-per-node") == "2"
+    assert flag(node, "--rdzv-id") == "1234-weak-dp_n4_x_r0"
+    assert int(flag(node, "--port")) == 29500 + 1234 % 3000
+    assert node[node.index("--"):] == ["--", "-m", "scalestudy.train", str(RUN / "point.json"),
+                                       str(RUN)]
+
+
+def test_multi_node_gpu_requests_gpus_per_node():
+    argv = launch.launch_argv(make_point(4, 8, "cuda"), RUN, environ={"SLURM_JOB_ID": "7"},
+                              site={"gpus_per_node": 8, "cpus_per_node": 64, "rdzv_port": 6000})
+    assert flag(argv, "--gres") == "gpu:8"
+    assert flag(argv, "--cpus-per-task") == "64"
+    assert flag(argv, "--port") == "6000"
+    fr = launch.launch_argv(make_point(2, 8, "rocm"), RUN, environ={"SLURM_JOB_ID": "7"},
+                            site={"gpu_request": "gpus-per-node", "srun_extra": "--gpu-bind=closest"})
+    assert flag(fr, "--gpus-per-node") == "8"
+    assert "--gpu-bind=closest" in fr and not any(a.startswith("--gres") for a in fr)
+
+
+def test_multi_node_outside_slurm_emulates_nodes_on_this_host():
+    argv = launch.launch_argv(make_point(2, 2), RUN, python="py", environ={})
+    assert argv[:4] == ["py", "-m", "scalestudy.launch", "local-nodes"]
+    assert flag(argv, "--nnodes") == "2" and flag(argv, "--nproc-per-node") == "2"
+    assert argv[argv.index("--"):] == ["--", "-m", "scalestudy.train", str(RUN / "point.json"),
+                                       str(RUN)]
+    nodes = launch.local_nodes_argvs(nnodes=2, nproc_per_node=2, rdzv_id="p", port=5000,
+                                     train=["-m", "m"], python="py")
+    assert len(nodes) == 2
+    for i, a in enumerate(nodes):
+        assert flag(a, "--rdzv-endpoint") == "127.0.0.1:5000" and flag(a, "--nnodes") == "2"
+        assert flag(a, "--rdzv-conf") == f"is_host={int(i == 0)}"
+        assert flag(a, "--local-addr") == "127.0.0.1" and a[-2:] == ["-m", "m"]
+    env = launch.launch_env(make_point(2, 2), {"SLURM_CPUS_PER_TASK": "8"}, site={})
+    assert env == {"OMP_NUM_THREADS": "2", "GLOO_SOCKET_IFNAME": "lo"}  # 8 cores / 4 procs
+
+
+def test_node_argv_first_node_hosts_the_rendezvous(monkeypatch):
+    monkeypatch.setattr(launch, "expand_nodelist", lambda nl: {"n[1-2]": ["n1", "n2"]}[nl])
+    monkeypatch.setattr(launch, "node_addr", lambda n: "127.0.0.1")
+    train = ["-m", "scalestudy.train", "pj", "rd"]
+    common = dict(nnodes=2, nproc_per_node=2, rdzv_id="9-p", port=29509, train=train, python="py")
+    a1, e1 = launch.node_argv(environ={"SLURM_JOB_NODELIST": "n[1-2]", "SLURMD_NODENAME": "n1"},
+                              **common)
+    a2, e2 = launch.node_argv(environ={"SLURM_JOB_NODELIST": "n[1-2]", "SLURMD_NODENAME": "n2"},
+                              **common)
+    for a in (a1, a2):
+        assert a[:3] == ["py", "-m", "torch.distributed.run"]
+        assert flag(a, "--nnodes") == "2" and flag(a, "--nproc-per-node") == "2"
+        assert flag(a, "--rdzv-backend") == "c10d"
+        assert flag(a, "--rdzv-endpoint") == "127.0.0.1:29509"
+        assert flag(a, "--rdzv-id") == "9-p"
+        assert flag(a, "--local-addr") == "127.0.0.1"  # emulated nodes reach each other on lo
+        assert a[-4:] == train
+    assert flag(a1, "--rdzv-conf") == "is_host=1" and flag(a2, "--rdzv-conf") == "is_host=0"
+    assert e1 == e2 == {"GLOO_SOCKET_IFNAME": "lo"}
+
+
+def test_node_argv_real_cluster_uses_node_names(monkeypatch):
+    monkeypatch.setattr(launch, "expand_nodelist", lambda nl: ["frontier00001", "frontier00002"])
+    monkeypatch.setattr(launch, "node_addr", lambda n: n)
+    a, env = launch.node_argv(nnodes=2, nproc_per_node=8, rdzv_id="1-p", port=29501,
+                              train=["x"], python="py",
+                              environ={"SLURM_JOB_NODELIST": "frontier[00001-00002]",
+                                       "SLURMD_NODENAME": "frontier00002"})
+    assert flag(a, "--rdzv-endpoint") == "frontier00001:29501"
+    assert "--local-addr" not in a and env == {}
+
+
+def test_node_argv_needs_a_nodelist():
+    with pytest.raises(RuntimeError, match="SLURM_JOB_NODELIST"):
+        launch.node_argv(nnodes=2, nproc_per_node=1, rdzv_id="x", port=1, train=[], environ={})
+
+
+# --- resources and the sbatch line ----------------------------------------------------------
+
+def test_resources_cpu_single_node():
+    r = launch.job_resources(make_point(1, 2, timeout_s=600), {"partition": "debug"})
+    assert r["nodes"] == 1 and r["tasks"] == 1 and r["cpus_per_task"] == 2
+    assert r["runtime"] == 10 + launch.DEFAULT_RUNTIME_MARGIN_MIN
+    assert r["mem_mb"] == 2 * launch.DEFAULT_CPU_MEM_PER_PROC_MB + 512
+    assert r["slurm_partition"] == "debug"
+    assert "mpi" not in r and "gres" not in r and "slurm_account" not in r
+
+
+def test_resources_gpu_multi_node():
+    site = {"partition": "gpu", "account": "abc123", "constraint": "h100", "gpus_per_node": 4,
+            "cpus_per_node": 32, "mem_per_node_mb": 400000, "exclusive": True,
+            "extra": "--signal=USR1@60"}
+    r = launch.job_resources(make_point(3, 4, "cuda", timeout_s=3600), site)
+    assert r == {"nodes": 3, "tasks": 3, "cpus_per_task": 32, "mem_mb": 400000, "runtime": 65,
+                 "tasks_per_gpu": 0, "gres": "gpu:4", "mpi": "srun", "slurm_partition": "gpu",
+                 "slurm_account": "abc123", "constraint": "h100",
+                 "slurm_extra": "--exclusive --signal=USR1@60"}
+    half = launch.job_resources(make_point(1, 2, "cuda"), site)
+    assert half["mem_mb"] == 200000 and half["cpus_per_task"] == 16 and half["gres"] == "gpu:2"
+
+
+def test_resources_reject_more_procs_than_gpus():
+    with pytest.raises(ValueError, match="gpus_per_node"):
+        launch.job_resources(make_point(1, 8, "cuda"), {"gpus_per_node": 4})
+
+
+def test_resolve_site_coerces_profile_strings_and_rejects_typos():
+    # Snakemake hands profile `config:` values over as strings (YAML BaseLoader)
+    s = launch.resolve_site({"partition": "a", "env": {"X": 1}},
+                            {"gpus_per_node": "8", "exclusive": "true", "env": {"Y": "2"},
+                             "account": ""})
+    assert s["gpus_per_node"] == 8 and s["exclusive"] is True and s["account"] is None
+    assert s["env"] == {"X": "1", "Y": "2"} and s["partition"] == "a"
+    with pytest.raises(ValueError, match="unknown key 'partiton'"):
+        launch.resolve_site({"partiton": "x"})
+    with pytest.raises(ValueError, match="gpus_per_node"):
+        launch.resolve_site({"gpus_per_node": "eight"})
+
+
+class _Res(dict):
+    __getattr__ = dict.__getitem__
+
+
+class _Job:
+    def __init__(self, resources, threads=1):
+        self.resources, self.threads = _Res(resources), threads
+
+
+def sbatch_line(resources):
+    """The sbatch line snakemake-executor-plugin-slurm builds for these resources."""
+    sub = pytest.importorskip("snakemake_executor_plugin_slurm.submit_string")
+    utils = pytest.importorskip("snakemake_executor_plugin_slurm.utils")
+    job = _Job(resources)
+    part = f"-p {resources['slurm_partition']}" if resources.get("slurm_partition") else ""
+    acct = f"-A {resources['slurm_account']}" if resources.get("slurm_account") else ""
+    call = sub.get_submit_command(job, {"run_uuid": "u", "slurm_logfile": "l", "comment_str": "c",
+                                        "account": acct, "partition": part, "workdir": "/w"})
+    return shlex.split(call + utils.set_gres_string(job))
+
+
+def test_sbatch_line_multi_node_gpu():
+    site = {"partition": "gpu", "gpus_per_node": 4, "cpus_per_node": 32}
+    argv = sbatch_line(launch.job_resources(make_point(2, 4, "cuda", timeout_s=1800), site))
+    assert flag(argv, "--nodes") == "2"
+    assert flag(argv, "--ntasks") == "2"  # one torchrun launcher per node
+    assert flag(argv, "--cpus-per-task") == "32"
+    assert flag(argv, "--gres") == "gpu:4"  # per node, not a per-job total
+    assert flag(argv, "-t") == "35" and flag(argv, "-p") == "gpu"
+    assert not any(a.startswith(("--ntasks-per-gpu", "--gpus=")) for a in argv)
+
+
+def test_sbatch_line_single_node_cpu_and_frontier():
+    argv = sbatch_line(launch.job_resources(make_point(1, 2), {"partition": "debug"}))
+    assert flag(argv, "--nodes") == "1" and flag(argv, "--ntasks") == "1"
+    assert flag(argv, "--cpus-per-task") == "2"
+    assert flag(argv, "--mem") == str(2 * launch.DEFAULT_CPU_MEM_PER_PROC_MB + 512)
+    fr = {"partition": "batch", "account": "abc123", "gpus_per_node": 8, "cpus_per_node": 56,
+          "gpu_request": "gpus-per-node", "exclusive": True}
+    argv = sbatch_line(launch.job_resources(make_point(16, 8, "rocm", timeout_s=1200), fr))
+    assert flag(argv, "--nodes") == "16" and flag(argv, "--ntasks") == "16"
+    assert flag(argv, "--gpus-per-node") == "8" and "--exclusive" in argv
+    assert flag(argv, "--cpus-per-task") == "56" and flag(argv, "-A") == "abc123"
+    assert "--mem" not in argv  # GPU site without a memory figure: the cluster default
+
+
+# --- environment ----------------------------------------------------------------------------
+
+def test_launch_env_threads_and_gloo_interface():
+    env = launch.launch_env(make_point(1, 2), {"SLURM_CPUS_PER_TASK": "2"}, site={})
+    assert env == {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    env = launch.launch_env(make_point(1, 1), {"SLURM_CPUS_PER_TASK": "4"}, site={})
+    assert env["OMP_NUM_THREADS"] == "4"
+    assert launch.launch_env(make_point(1, 2), {"OMP_NUM_THREADS": "1",
+                                                "GLOO_SOCKET_IFNAME": "eth0"}, site={}) == {}
+
+
+def test_launch_env_gpu_site_env_wins():
+    site = {"gpus_per_node": 8, "cpus_per_node": 56,
+            "env": {"NCCL_NET_GDR_LEVEL": "3", "OMP_NUM_THREADS": "2"}}
+    job = {"SLURM_JOB_ID": "1"}
+    env = launch.launch_env(make_point(2, 8, "rocm"), job, site=site)
+    assert env == {"NCCL_NET_GDR_LEVEL": "3", "OMP_NUM_THREADS": "2"}
+    env = launch.launch_env(make_point(2, 8, "rocm"), job, site={**site, "env": {}})
+    assert env == {"OMP_NUM_THREADS": "7"}  # 56 cores / 8 GCDs, no GLOO_SOCKET_IFNAME on GPU
+
+
+def test_slurm_env_record():
+    assert launch.slurm_env_record({}) is None
+    rec = launch.slurm_env_record({"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "n[1-2]",
+                                   "SLURM_NTASKS": "2", "CUDA_VISIBLE_DEVICES": "0,1",
+                                   "SLURMD_NODENAME": "n2", "HOME": "/root"})
+    assert rec == {"job_id": "5", "job_nodelist": "n[1-2]", "ntasks": "2",
+                   "cuda_visible_devices": "0,1", "nodename": "n2"}
+
+
+def test_rule_resources_drop_absent_keys():
+    res = launch.rule_resources(lambda w: make_point(int(w), 2))
+    assert set(res) == set(launch.RESOURCE_KEYS)
+    assert res["mpi"]("1") is None and res["mpi"]("2") == "srun"
+    assert res["nodes"]("2") == 2 and res["gres"]("2") is None
+
+
+# --- a real launch (torchrun start-up dominates: ~10-40 s on 2 shared cores) ---------------
+
+PROBE = '''
+import json, os, sys
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+rec = {"rank": dist.get_rank(), "world": dist.get_world_size(), "sum": t.item(),
+       "local_world": int(os.environ["LOCAL_WORLD_SIZE"]), "group_rank": int(os.environ["GROUP_RANK"]),
+       "omp": os.environ.get("OMP_NUM_THREADS"), "job": os.environ.get("SLURM_JOB_ID"),
+       "node": os.environ.get("SLURMD_NODENAME")}
+with open(os.path.join(sys.argv[2], f"rank{rec['rank']}.json"), "w") as f:
+    json.dump(rec, f)
+dist.barrier()
+dist.destroy_process_group()
+'''
+
+
+def write_probe(directory: Path) -> str:
+    """A tiny all-reduce entry point (``python -m ss_probe POINT_JSON RUN_DIR``)."""
+    (directory / "ss_probe.py").write_text(PROBE)
+    return "ss_probe"
+
+
+def check_probe(run_dir: Path, nodes: int, procs: int) -> list[dict]:
+    import json
+    world = nodes * procs
+    recs = sorted((json.loads(f.read_text()) for f in run_dir.glob("rank*.json")),
+                  key=lambda r: r["rank"])
+    assert [r["rank"] for r in recs] == list(range(world))
+    assert all(r["world"] == world and r["sum"] == world * (world + 1) / 2 for r in recs)
+    assert all(r["local_world"] == procs for r in recs)
+    assert sorted({r["group_rank"] for r in recs}) == list(range(nodes))
+    return recs
+
+
+@pytest.mark.dist
+@pytest.mark.timeout(240)
+def test_two_emulated_nodes_all_reduce(tmp_path):
+    import os
+    import subprocess
+    module = write_probe(tmp_path)
+    point = make_point(2, 2, pid="probe-2x2")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    argv = launch.launch_argv(point, run_dir, environ=environ, module=module)
+    env = {**environ, **launch.launch_env(point, environ),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    proc = subprocess.run(["timeout", "200", *argv], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    check_probe(run_dir, 2, 2)

@@ -1,0 +1,151 @@
+"""Planner: weak/strong derivation, point ids, and rejected points with their reasons."""
+
+import copy
+
+import pytest
+
+from scalestudy.planner import config_hash, expand_series, plan_points, plan_table
+from scalestudy.study import StudyError, validate
+
+BASE = {
+    "name": "t",
+    "models": {"m": {"layers": 4, "hidden": 64, "heads": 4, "seq_len": 32, "vocab": 128}},
+    "platform": {"devices_per_node": 4, "max_nodes": 2},
+    "series": [],
+}
+
+
+OK = {"name": "ok", "mode": "weak", "model": "m", "gpus": [1], "micro_batch": 3}
+
+
+def study(*series, **top):
+    raw = copy.deepcopy(BASE)
+    raw["series"] = list(series)
+    raw.update(top)
+    return validate(raw)
+
+
+def by_n(points):
+    return {p["n"]: p for p in points}
+
+
+def test_weak_keeps_tokens_per_device_fixed():
+    pts = by_n(plan_points(study({"name": "w", "mode": "weak", "model": "m", "gpus": [1, 2, 4, 8],
+                                  "micro_batch": 2, "grad_accum": 3})))
+    for n, p in pts.items():
+        assert p["feasible"], p["reason"]
+        assert (p["dp"], p["grad_accum"], p["global_batch"]) == (n, 3, 6 * n)
+        assert p["tokens_per_step"] == 6 * n * 32
+        assert p["tokens_per_device_step"] == 6 * 32
+    assert pts[8]["nodes"] == 2 and pts[8]["procs_per_node"] == 4
+    assert {p["baseline_n"] for p in pts.values()} == {1}
+
+
+def test_strong_keeps_tokens_per_step_fixed():
+    pts = by_n(plan_points(study({"name": "s", "mode": "strong", "model": "m", "gpus": [1, 2, 4],
+                                  "micro_batch": 2, "global_batch": 16, "tp": 1})))
+    assert {n: p["grad_accum"] for n, p in pts.items()} == {1: 8, 2: 4, 4: 2}
+    assert {p["tokens_per_step"] for p in pts.values()} == {16 * 32}
+
+
+def test_weak_with_model_parallel_shape_fixed():
+    pts = by_n(plan_points(study({"name": "w", "mode": "weak", "model": "m", "gpus": [2, 4, 8],
+                                  "tp": 2, "micro_batch": 1})))
+    assert {n: p["dp"] for n, p in pts.items()} == {2: 1, 4: 2, 8: 4}
+    assert {p["tokens_per_device_step"] for p in pts.values()} == {32 / 2}
+
+
+@pytest.mark.parametrize("series, reason", [
+    ({"gpus": [1, 3], "tp": 2}, "N=3 is not divisible by tp*pp=2"),
+    ({"gpus": [1, 8], "tp": 8}, "tp=8 exceeds devices_per_node=4"),
+    ({"gpus": [1, 3], "tp": 3}, "tp=3 does not divide heads=4"),
+    ({"gpus": [3, 6], "pp": 3}, "layers=4 do not split into pp*virtual_stages=3"),
+    ({"gpus": [1, 16]}, "needs 4 nodes, platform.max_nodes=2"),
+    ({"gpus": [1, 6]}, "N=6 does not fill whole nodes of devices_per_node=4"),
+    ({"gpus": [2, 4], "pp": 2, "grad_accum": 1}, "needs at least pp=2 micro-batches"),
+])
+def test_weak_rejections(series, reason):
+    s = {"name": "w", "mode": "weak", "model": "m", "micro_batch": 1, **series}
+    bad = [p for p in plan_points(study(s, OK)) if not p["feasible"]]
+    assert bad and all(p["series"] == "w" for p in bad)
+    assert any(reason in p["reason"] for p in bad), [p["reason"] for p in bad]
+
+
+@pytest.mark.parametrize("series, reason", [
+    ({"gpus": [1, 2], "global_batch": 6}, "global_batch=6 is not divisible by micro_batch*dp=2*2=4"),
+    ({"gpus": [1, 8], "global_batch": 8}, "global_batch=8 is smaller than micro_batch*dp=2*8=16"),
+])
+def test_strong_rejections(series, reason):
+    s = {"name": "s", "mode": "strong", "model": "m", "micro_batch": 2, **series}
+    bad = [p for p in plan_points(study(s, OK)) if not p["feasible"]]
+    assert len(bad) == 1 and reason in bad[0]["reason"], bad[0]["reason"]
+
+
+def test_pipeline_schedule_constraints():
+    base = {"name": "p", "mode": "weak", "model": "m", "gpus": [2], "pp": 2, "micro_batch": 1,
+            "grad_accum": 2}
+    inter = plan_points(study(dict(base, pp_schedule="interleaved1f1b"), OK))[0]
+    assert "needs virtual_stages >= 2" in inter["reason"]
+    tied = copy.deepcopy(BASE["models"])
+    tied["m"]["tied_embeddings"] = True
+    p = plan_points(study(base, OK, models=tied))[0]
+    assert "tied_embeddings=false" in p["reason"]
+
+
+def test_baseline_is_smallest_feasible_n_or_declared():
+    pts = plan_points(study({"name": "w", "mode": "weak", "model": "m", "gpus": [3, 2, 4],
+                             "tp": 2, "micro_batch": 1}))
+    assert {p["baseline_n"] for p in pts} == {2}
+    pts = plan_points(study({"name": "w", "mode": "weak", "model": "m", "gpus": [1, 2, 4],
+                             "baseline": 2, "micro_batch": 1}))
+    assert {p["baseline_n"] for p in pts} == {2}
+
+
+def test_point_ids_readable_hashed_and_repeats():
+    pts = plan_points(study({"name": "w", "mode": "weak", "model": "m", "gpus": [1, 2],
+                             "micro_batch": 2}, repeats=3))
+    assert len(pts) == 6
+    ids = [p["point_id"] for p in pts]
+    assert len(set(ids)) == 6
+    assert ids[0].startswith("w_n1_dp1-tp1-pp1_mb2-ga1-gb2_") and ids[0].endswith("_r0")
+    assert len({p["config_hash"] for p in pts}) == 2  # repeats share the config hash
+
+
+def test_hash_changes_with_measured_settings_only():
+    s = {"name": "w", "mode": "weak", "model": "m", "gpus": [1], "micro_batch": 2}
+    base = plan_points(study(s))[0]
+    lr = plan_points(study(s, train={"lr": 0.01}))[0]
+    longer = plan_points(study(s, platform={"devices_per_node": 4, "max_nodes": 2,
+                                            "timeout_s": 5000}))[0]
+    assert lr["config_hash"] != base["config_hash"]
+    assert longer["config_hash"] == base["config_hash"] == config_hash(base)
+
+
+def test_sweeping_axes_expands_series():
+    subs = expand_series({"name": "x", "tp": [1, 2], "dp_mode": ["ddp", "fsdp"], "pp": 1})
+    assert [s["name"] for s in subs] == ["x-tp1-ddp", "x-tp1-fsdp", "x-tp2-ddp", "x-tp2-fsdp"]
+    pts = plan_points(study({"name": "x", "mode": "weak", "model": "m", "gpus": [2],
+                             "tp": [1, 2], "micro_batch": 1}))
+    assert {(p["series"], p["tp"], p["dp"]) for p in pts} == {("x-tp1", 1, 2), ("x-tp2", 2, 1)}
+
+
+def test_duplicate_series_rejected():
+    s = {"name": "a", "mode": "weak", "model": "m", "gpus": [1, 2], "micro_batch": 2}
+    with pytest.raises(StudyError, match="duplicates series 'a'"):
+        plan_points(study(s, dict(s, name="b")))
+
+
+def test_no_feasible_point_is_an_error():
+    with pytest.raises(StudyError, match="no feasible point"):
+        plan_points(study({"name": "a", "mode": "weak", "model": "m", "gpus": [3],
+                           "tp": 2, "micro_batch": 1}))
+
+
+def test_plan_table_has_every_point():
+    pts = plan_points(study({"name": "a", "mode": "weak", "model": "m", "gpus": [2, 3],
+                             "tp": 2, "micro_batch": 1}))
+    assert [p["feasible"] for p in pts] == [True, False]
+    lines = plan_table(pts).splitlines()
+    assert len(lines) == 1 + len(pts)
+    assert lines[0].split("\t")[0] == "point_id"
+    assert all(len(ln.split("\t")) == len(lines[0].split("\t")) for ln in lines)

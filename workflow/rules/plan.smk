@@ -1,0 +1,27 @@
+localrules: plan, point_spec
+
+
+rule plan:
+    """Every sweep point, feasible or skipped with the reason; the resolved study."""
+    input:
+        STUDY_FILE,
+    output:
+        plan=report(f"{OUT}/plan.tsv", caption="../report/plan.rst", category="Plan"),
+        study=f"{OUT}/study.json",
+    run:
+        from scalestudy.io import write_json
+        from scalestudy.planner import write_plan
+
+        write_plan(list(POINTS.values()), OUT)
+        write_json(output.study, STUDY)
+
+
+rule point_spec:
+    """The resolved point. Its id hashes the resolved config, so an existing file is never
+    stale; it is looked up here, not passed as params, so timeouts can change without reruns."""
+    output:
+        f"{OUT}/runs/{{pid}}/point.json",
+    run:
+        from scalestudy.io import write_json
+
+        write_json(output[0], POINTS[wildcards.pid])

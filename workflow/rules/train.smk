@@ -1,0 +1,28 @@
+rule calibrate:
+    """Measured matmul ceiling of this study's device: the denominator of 'utilisation vs
+    measured ceiling'. Timed, so it never shares the host with a training job."""
+    output:
+        f"{OUT}/calibration.json",
+    resources:
+        timed_slot=1,
+    params:
+        device=STUDY["platform"]["device"],
+        dtype=STUDY["train"]["precision"],
+    shell:
+        "{PY:q} -m scalestudy.calibrate --device {params.device} --dtype {params.dtype}"
+        " --out {output:q}"
+
+
+rule train:
+    """One sweep point under torchrun. Always ends with status.json (ok, oom, timeout,
+    crashed): a failed point is data, not a failed job."""
+    input:
+        f"{OUT}/runs/{{pid}}/point.json",
+    output:
+        f"{OUT}/runs/{{pid}}/status.json",
+    params:
+        run_dir=lambda w: f"{OUT}/runs/{w.pid}",
+    resources:
+        timed_slot=1,
+    shell:
+        "{PY:q} -m scalestudy.runner {input:q} {params.run_dir:q}"
