@@ -10,9 +10,28 @@ def test_tune_tiny_writes_study(tmp_path):
     assert tune.main(["--model", "tiny", "--n", "4", "--hardware", "cpu-local", "--top", "3",
                       "--out", str(out)]) == 0
     doc = yaml.safe_load(out.read_text())
-    assert len(doc["series"]) == 3 and doc["model"]["name"] == "tiny"
+    assert len(doc["series"]) == 3 and list(doc["models"]) == ["tiny"]
     for s in doc["series"]:
-        assert s["n"] == [4] and 4 % (s["tp"] * s["pp"]) == 0
+        assert s["gpus"] == [4] and 4 % (s["tp"] * s["pp"]) == 0
+    # the written study is valid and plans to exactly the ranked, feasible points
+    from scalestudy.planner import plan_points
+    from scalestudy.study import load_study
+
+    pts = plan_points(load_study(str(out)))
+    assert len(pts) == 3 and all(p["feasible"] for p in pts)
+
+
+def test_tune_frontier_study_validates(tmp_path):
+    out = tmp_path / "study.yaml"
+    assert tune.main(["--model", "gpt-175b", "--n", "1024", "--hardware", "frontier", "--top",
+                      "4", "--out", str(out)]) == 0
+    from scalestudy.planner import plan_points
+    from scalestudy.study import load_study
+
+    study = load_study(str(out))
+    assert study["platform"]["hardware"] == "MI250X-GCD"
+    pts = plan_points(study)
+    assert len(pts) == 4 and all(p["feasible"] for p in pts)
 
 
 def test_candidates_respect_constraints():

@@ -40,7 +40,9 @@ def known_models() -> dict:
         out[r.model] = {
             "name": r.model, "vocab": int(r.vocab), "seq_len": int(r.seq_len),
             "layers": int(r.layers), "hidden": int(r.hidden), "heads": int(r.heads),
-            "ffn_hidden": None, "mlp": "gelu", "tied_embeddings": True, "bias": True,
+            # untied: the trainer's pipeline stages cannot share the embedding with the head
+            # (Megatron ties them); the untied head adds V*h parameters on the last stage
+            "ffn_hidden": None, "mlp": "gelu", "tied_embeddings": False, "bias": True,
             "global_batch": int(c["global_batch"].iloc[0]) if not c.empty else None,
         }
     return out
@@ -54,7 +56,11 @@ def candidates(model: dict, n: int, global_batch: int, hw: perfmodel.HardwareSpe
                precision: str = "bf16", micro_batches=(1, 2, 4, 8),
                dp_modes=memory.DP_MODES, checkpointing=("none", "full"),
                headroom: float = 0.9):
-    """Yield ``(point, feasible, reason)`` for every shape of ``model`` on ``n`` devices."""
+    """Yield ``(point, feasible, reason)`` for every shape of ``model`` on ``n`` devices
+    that passes the planner's constraints (``feasible``: the memory estimate fits)."""
+    from scalestudy.planner import _constraints
+
+    platform = {"devices_per_node": hw.devices_per_node, "max_nodes": 10**9}
     s, layers, heads, h = int(model["seq_len"]), int(model["layers"]), int(model["heads"]), int(model["hidden"])
     for tp in _divisors(n):
         if tp > hw.devices_per_node or heads % tp or h % tp:
@@ -64,7 +70,7 @@ def candidates(model: dict, n: int, global_batch: int, hw: perfmodel.HardwareSpe
                 continue
             dp = n // (tp * pp)
             scheds = [("1f1b", 1)] if pp == 1 else [("gpipe", 1), ("1f1b", 1)] + [
-                ("interleaved", v) for v in (2, 4) if layers % (pp * v) == 0]
+                ("interleaved1f1b", v) for v in (2, 4) if layers % (pp * v) == 0]
             for mb in micro_batches:
                 if global_batch % (dp * mb):
                     continue
@@ -86,6 +92,10 @@ def candidates(model: dict, n: int, global_batch: int, hw: perfmodel.HardwareSpe
                                              "activation_checkpointing": ckpt},
                                 "train": {"precision": precision},
                             }
+                            point["mode"] = "strong"
+                            model_full = {"tied_embeddings": False, **point["model"]}
+                            if _constraints(point, model_full, platform):
+                                continue
                             ok, reason = memory.fits(point, hw.memory_bytes, headroom)
                             yield point, ok, reason
 
@@ -105,26 +115,53 @@ def rank(model: dict, n: int, global_batch: int, hw: perfmodel.HardwareSpec, top
     return scored[:top]
 
 
-def study_yaml(name: str, model: dict, best: list[dict], hw_name: str) -> str:
-    """A study file with one series per ranked shape (one point each, at this N)."""
+MODEL_KEYS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "mlp",
+              "tied_embeddings", "bias")
+
+
+def study_yaml(name: str, model: dict, best: list[dict], hw: perfmodel.HardwareSpec) -> str:
+    """A study file (``study.schema.yaml``) with one strong-scaling series of one point per
+    ranked shape; the prediction of each is in a comment beside it."""
     import yaml
 
-    series = []
+    from scalestudy.hardware import load_peaks
+
+    mname = str(model.get("name", "model")).replace(" ", "-")
+    series, notes = [], []
     for i, r in enumerate(best, 1):
-        p, par = r["point"], r["point"]["parallel"]
+        p, par, q = r["point"], r["point"]["parallel"], r["prediction"]
+        sname = f"rank{i}-tp{p['tp']}-pp{p['pp']}-mb{p['micro_batch']}"
         series.append({
-            "name": f"rank{i}-tp{p['tp']}-pp{p['pp']}-mb{p['micro_batch']}-{par['pp_schedule']}-{par['dp_mode']}",
-            "mode": "strong",
-            "n": [p["n"]], "tp": p["tp"], "pp": p["pp"], "micro_batch": p["micro_batch"],
-            "global_batch": p["global_batch"],
-            "parallel": dict(par),
-            "predicted_step_time_s": round(r["prediction"]["step_time_s"], 6),
+            "name": sname, "mode": "strong", "model": mname, "gpus": [p["n"]],
+            "tp": p["tp"], "pp": p["pp"], "micro_batch": p["micro_batch"],
+            "global_batch": p["global_batch"], "dp_mode": par["dp_mode"],
+            "pp_schedule": par["pp_schedule"], "virtual_stages": par["virtual_stages"],
+            "activation_checkpointing": par["activation_checkpointing"],
         })
-    doc = {"name": name, "model": {k: v for k, v in model.items() if k != "global_batch"},
-           "train": {"precision": best[0]["point"]["train"]["precision"] if best else "bf16"},
-           "platform": {"hardware": hw_name}, "series": series}
-    head = (f"# Written by `scalestudy tune` for hardware {hw_name}: the top {len(best)} shapes by "
-            "predicted throughput.\n# Run it to measure them; compare with the predictions.\n")
+        notes.append(f"#   {sname}: {par['pp_schedule']} v={par['virtual_stages']} {par['dp_mode']} "
+                     f"ckpt={par['activation_checkpointing']}: predicted {q['step_time_s']:.4g} s/step, "
+                     f"{q['tokens_per_s']:.4g} tokens/s, MFU {q['mfu']:.1%}, "
+                     f"memory {memory.fmt_bytes(r['memory_bytes'])}")
+    peaks = set(load_peaks()["device"])
+    cpu = hw.device == "cpu"
+    n_max = max(p["point"]["n"] for p in best)
+    doc = {
+        "name": f"tune-{mname}-n{n_max}"[:64],
+        "description": f"top {len(best)} shapes by predicted throughput on {hw.name} (scalestudy tune)",
+        "models": {mname: {k: model[k] for k in MODEL_KEYS if k in model}},
+        "train": {"precision": best[0]["point"]["train"]["precision"]},
+        "platform": {
+            "device": "cpu" if cpu else "cuda",
+            "hardware": hw.device if hw.device in peaks else None,
+            "devices_per_node": hw.devices_per_node,
+            "max_nodes": max(1, -(-n_max // hw.devices_per_node)),
+            "memory_per_device_gb": round(hw.memory_bytes / 1e9, 3),
+        },
+        "series": series,
+    }
+    head = (f"# Written by `scalestudy tune` for hardware {hw.name}: the top {len(best)} shapes by "
+            "predicted throughput.\n# Run it (scalestudy run) and compare with the predictions:\n"
+            + "\n".join(notes) + "\n")
     return head + yaml.safe_dump(doc, sort_keys=False)
 
 
@@ -176,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.out:
         from scalestudy.io import write_text
 
-        write_text(a.out, study_yaml(f"tune-{model.get('name', 'model')}-n{a.n}", model, best, a.hardware))
+        write_text(a.out, study_yaml(model.get("name", "model"), model, best, hw))
         print(f"-> {a.out}")
     return 0
 
