@@ -33,7 +33,9 @@ of ``s`` tokens (hidden ``h``, ``a`` heads, MLP width ``f``, vocabulary ``V``):
    micro-batch's backward; FSDP's per-micro-batch gathers behind that micro-batch's compute).
    Default ``dp_overlap``: 1 without PP, 0 with PP (the pipeline engines of DeepSpeed and
    ``torch.distributed.pipelining`` reduce gradients after the flush).
-5. **Optimizer.** AdamW is memory-bound: 28 bytes touched per parameter of the optimizer
+5. **Shared cores.** A CPU host declares ``compute_units`` (cores): when it runs more
+   processes than that, each computes ``procs / compute_units`` times slower.
+6. **Optimizer.** AdamW is memory-bound: 28 bytes touched per parameter of the optimizer
    shard (read weight/gradient/moments/master, write them back) at ``mem_bw``.
 
 Step time = pipeline (compute + TP collectives + p2p of every micro-batch slot, bubble
@@ -91,6 +93,7 @@ class HardwareSpec:
     inter: Link | None = None
     source: str = ""
     overhead: dict = field(default_factory=dict)
+    compute_units: int | None = None  # cores a CPU node's processes share; None: one per device
 
     def peak(self, dtype: str) -> float:
         key = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32", "tf32": "tf32"}.get(dtype, dtype)
@@ -120,6 +123,7 @@ class HardwareSpec:
             matmul_efficiency=float(d.get("matmul_efficiency", 1.0)),
             intra=link(d["intra_node"]), inter=link(d.get("inter_node")), source=source,
             overhead={k: float(v) for k, v in (d.get("overhead") or {}).items()},
+            compute_units=int(d["compute_units"]) if d.get("compute_units") else None,
         )
 
     @classmethod
@@ -479,6 +483,14 @@ def predict_step_time(point: dict, hw: HardwareSpec, measured: Measured | None =
     t_opt = (OPT_BYTES_TOUCHED * opt_params / hw.mem_bw + ovh.get("optimizer_fixed_s", 0.0)
              + ovh.get("optimizer_per_layer_s", 0.0) * lps)
 
+    # a CPU host whose processes outnumber its cores: every process computes that much slower
+    slow = 1.0
+    if hw.compute_units:
+        local = int(point.get("procs_per_node") or min(n, dpn))
+        slow = max(1.0, local / hw.compute_units)
+    if slow > 1.0:
+        t_pipe += slots * (t_comp + t_ovh_mb) * (slow - 1.0)
+        t_opt *= slow
     step = t_pipe + t_dp_exposed + t_opt
     gb = int(point.get("global_batch", dp * b * m))
     tokens = gb * s
@@ -488,7 +500,8 @@ def predict_step_time(point: dict, hw: HardwareSpec, measured: Measured | None =
     peak = hw.peak(dtype)
     return {
         "step_time_s": step,
-        "compute_s": m * t_comp,
+        "compute_s": m * t_comp * slow,
+        "core_sharing_slowdown": slow,
         "overhead_s": m * t_ovh_mb,
         "attention_s": m * lps * (3 * attn_t + (attn_t if ckpt != "none" else 0.0)),
         "elementwise_s": m * (lps * (ew_layer + ew_recompute) + (ew_head if t_last >= t_first else 0.0)),
