@@ -131,3 +131,32 @@ def test_presets_load_with_sources():
 def test_tp_larger_than_node_is_rejected():
     with pytest.raises(ValueError, match="devices_per_node"):
         predict_step_time(point(tp=16, mb=2), ideal_hw())
+
+
+@pytest.mark.parametrize("ckpt", ["none", "full", "selective"])
+@pytest.mark.parametrize("mlp", ["gelu", "swiglu"])
+def test_flops_agree_with_flops_module(ckpt, mlp):
+    from scalestudy import flops
+    from scalestudy.model import GPTConfig
+
+    p = point(mb=2, m=3, ckpt=ckpt)
+    p["model"]["mlp"] = mlp
+    cfg = GPTConfig.from_dict(p["model"])
+    rows = p["global_batch"]
+    assert perfmodel.model_flops_per_step(p) == pytest.approx(
+        flops.model_flops_per_step(cfg, rows, "megatron"))
+    assert perfmodel.model_flops_per_step(p, recompute=True) == pytest.approx(
+        flops.hardware_flops_per_step(cfg, rows, "megatron", ckpt))
+
+
+def test_calibration_as_matmul_ceiling(tmp_path):
+    import json
+
+    cal = tmp_path / "calibration.json"
+    cal.write_text(json.dumps({"device_name": "x", "device_type": "cpu", "dtype": "fp32", "m": 256,
+                               "n": 256, "k": 256, "flops_per_s": 2e9}))
+    m = Measured.from_calibration(cal)
+    assert m.matmul_rate("fp32", 64, 64, 64) == 2e9
+    r = predict_step_time(point(mb=2), ideal_hw(), m)
+    assert r["matmul_rate_source"] == "measured"
+    assert r["compute_s"] == pytest.approx(3 * fwd_flops(2) / 2e9, rel=1e-6)

@@ -223,6 +223,16 @@ class Measured:
         return a + f * nbytes / b
 
     @classmethod
+    def from_calibration(cls, path: str | Path) -> "Measured":
+        """The matmul ceiling a study measured during its run (``calibration.json`` of
+        ``scalestudy.calibrate``: dtype, m, n, k, flops_per_s)."""
+        import json
+
+        with open(path) as f:
+            c = json.load(f)
+        return cls(matmul={c["dtype"]: [(int(c["m"]), int(c["n"]), int(c["k"]), float(c["flops_per_s"]))]})
+
+    @classmethod
     def from_csv(cls, matmul_csv: str | None = None, collectives_csv: str | None = None,
                  overhead_csv: str | None = None) -> "Measured":
         import pandas as pd
