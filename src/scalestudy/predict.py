@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import replace
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from scalestudy import perfmodel
