@@ -126,7 +126,7 @@ def efficiency_figure(eff: pd.DataFrame, runs: pd.DataFrame, mode: str, out_dir:
         for j, r in enumerate(pts.itertuples(index=False)):
             ax.scatter([r.n], [r.efficiency], marker=REF_MARKERS[(i + j) % len(REF_MARKERS)],
                        s=60, facecolor="none", edgecolor="black", linewidth=1.2, zorder=6,
-                       label=f"{r.label}: {r.efficiency:.1%} at N={r.n} (their N₀)")
+                       label=f"{r.label}: {r.efficiency:.1%} at N={r.n} (vs. their own N₀)")
             all_n.append(r.n)
         ref_rows.append(pts)
     ax.axhline(1.0, color="0.4", linestyle="--", linewidth=1, label="ideal (E = 1)")
