@@ -44,9 +44,9 @@ def test_bad_dtype_is_an_error():
 
 def test_peaks_table_has_sources_and_frontier_gcd():
     df = hardware.load_peaks()
-    assert {"key", "dtype", "peak_tflops_dense", "source"} <= set(df.columns)
+    assert {"device", "dtype", "peak_tflops_dense", "source"} <= set(df.columns)
     assert df["source"].str.len().min() > 10
-    assert float(df.set_index("key").loc["MI250X-GCD", "peak_tflops_dense"]) == 191.5
+    assert float(df.set_index("device").loc["MI250X-GCD", "peak_tflops_dense"]) == 191.5
 
 
 def test_detect_cpu():

@@ -57,8 +57,10 @@ def cmd_plan(args) -> int:
 
 
 def snakemake_argv(study: str, results: str, profile: str | None, extra: list[str]) -> list[str]:
+    # Snakemake's metadata and locks live beside the results (one .snakemake per results root)
+    Path(results).mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
-            "--directory", str(REPO)]
+            "--directory", str(Path(results).resolve())]
     if profile:
         argv += ["--profile", profile]
     argv += ["--config", f"study={Path(study).resolve()}", f"results={Path(results).resolve()}"]
@@ -67,7 +69,7 @@ def snakemake_argv(study: str, results: str, profile: str | None, extra: list[st
 
 def cmd_run(args) -> int:
     study, _ = _load(args.study)  # fail fast, before Snakemake starts anything
-    extra = [a for a in args.snakemake_args if a != "--"]
+    extra = args.snakemake_args
     argv = snakemake_argv(args.study, args.results, args.profile, extra)
     rc = subprocess.call(argv)
     if rc == 0 and not args.no_report and not {"-n", "--dry-run", "--dryrun"} & set(extra):
@@ -106,8 +108,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=str(REPO / "workflow/profiles/local"),
                    help="Snakemake profile (default: workflow/profiles/local)")
     p.add_argument("--no-report", action="store_true", help="skip report.html")
-    p.add_argument("snakemake_args", nargs=argparse.REMAINDER,
-                   help="after --: passed to snakemake as they are")
     p.set_defaults(func=cmd_run)
     for name, fn in (("aggregate", cmd_aggregate), ("plot", cmd_plot)):
         p = sub.add_parser(name, help=f"{name} the runs of RESULTS/<study>")
@@ -122,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in DELEGATED:
         return int(importlib.import_module(DELEGATED[argv[0]]).main(argv[1:]) or 0)
-    args = build_parser().parse_args(argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []  # run: for snakemake
+    args = build_parser().parse_args(argv[:len(argv) - len(extra) - bool(extra or "--" in argv)])
+    args.snakemake_args = extra
     try:
         return int(args.func(args) or 0)
     except StudyError as e:

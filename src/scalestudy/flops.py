@@ -153,3 +153,6 @@ def flops_table(cfg: "GPTConfig", rows: int, activation_checkpointing: str = "no
         "model": {c: model_flops_per_step(cfg, rows, c) for c in CONVENTIONS},
         "hardware": {c: hardware_flops_per_step(cfg, rows, c, activation_checkpointing) for c in CONVENTIONS},
     }
+
+
+num_params = gpt_params  # the name the trainer uses

@@ -37,7 +37,7 @@ def _peaks() -> pd.DataFrame:
 
 
 def load_peaks() -> pd.DataFrame:
-    """The peaks table: ``key, unit, dtype, peak_tflops_dense, memory_gb, source``
+    """The peaks table: ``device, unit, dtype, peak_tflops_dense, memory_gb, source`` (``device`` is the key)
     (``dtype`` is a ``/``-separated list, e.g. ``bf16/fp16``)."""
     return _peaks().copy()
 
@@ -48,7 +48,7 @@ def device_key(device_name_or_key: str | None) -> str | None:
     if not device_name_or_key:
         return None
     name = str(device_name_or_key).strip()
-    keys = {k.lower(): k for k in _peaks()["key"]}
+    keys = {k.lower(): k for k in _peaks()["device"]}
     if name.lower() in keys:
         return keys[name.lower()]
     if name.lower() == "mi250x":  # the package: the table (and the Frontier study) count GCDs
@@ -68,7 +68,7 @@ def resolve_peak(device_name_or_key: str | None, dtype: str) -> tuple[str | None
     key = device_key(device_name_or_key)
     if key is None:
         return None, None, None
-    row = _peaks().set_index("key").loc[key]
+    row = _peaks().set_index("device").loc[key]
     if dtype not in str(row["dtype"]).split("/"):
         return None, None, None
     return key, float(row["peak_tflops_dense"]) * 1e12, str(row["source"])

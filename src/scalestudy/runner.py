@@ -72,9 +72,11 @@ def classify(exit_code: int | None, timed_out: bool, log_lines: list[str],
         return "crashed", "training exited 0 but wrote no summary.json"
     if exit_code is not None and exit_code < 0:
         return "crashed", f"killed by signal {signal.Signals(-exit_code).name}"
-    errors = [ln for ln in log_lines if re.search(r"(Error|Exception|error:)", ln)]
-    last = errors[-1].strip() if errors else f"exit code {exit_code}"
-    return "crashed", last[:300]
+    # the first rank's exception is the root cause; peers then fail with "connection closed"
+    rank_errors = [ln for ln in log_lines if re.match(r"\[rank\d+\]: \w+(Error|Exception)\b", ln)]
+    errors = rank_errors or [ln for ln in log_lines if re.search(r"(Error|Exception|error:)", ln)]
+    first = errors[0].strip() if rank_errors else (errors[-1].strip() if errors else "")
+    return "crashed", (first or f"exit code {exit_code}")[:300]
 
 
 def _evidence(log_lines: list[str]) -> list[str]:
@@ -108,7 +110,7 @@ def attempt(point: dict, run_dir: Path) -> dict:
     for name in RECORD_FILES:
         (run_dir / name).unlink(missing_ok=True)
     argv = launch.launch_argv(point, run_dir)
-    env = launch.launch_env(point, os.environ)
+    env = {**os.environ, **launch.launch_env(point, os.environ)}
     env["SCALESTUDY_COMMAND"] = shlex.join(argv)
     log = run_dir / "stdout.log"
     started, t0 = _now(), time.monotonic()

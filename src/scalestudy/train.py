@@ -165,7 +165,7 @@ def _write_record(point, run_dir, gathered, cfg, device, backend, t_start) -> No
     ac = point["parallel"]["activation_checkpointing"]
     summary = {
         "point_id": point["point_id"], "config_hash": point["config_hash"],
-        "repeat": point["repeat"], "n_params": flops.num_params(cfg),
+        "repeat": point["repeat"], "n_params": flops.gpt_params(cfg),
         "steps": steps, "warmup_steps": warm,
         "loss_first": step_loss[0], "loss_last": step_loss[-1],
         "loss_noise_floor": SyntheticTokens(cfg.vocab, cfg.seq_len).noise_floor(),

@@ -1,0 +1,288 @@
+"""Per-device memory estimate of one training point. Pure functions; all results in bytes.
+
+``estimate(point)`` returns the bytes held by the *most loaded* device of the point (the
+pipeline stage with the largest total), split by component:
+
+- ``weights`` — the compute copy of the parameters (4 B/param in fp32, 2 B in bf16/fp16).
+- ``gradients`` — one gradient per parameter in the compute dtype.
+- ``optimizer`` — AdamW's two fp32 moments (8 B/param) plus an fp32 master copy (4 B/param)
+  when training in 16-bit: the usual mixed-precision total is 2 + 2 + 12 = 16 B/param
+  (Rajbhandari et al. 2020, ZeRO §3), the same 16 B/param as plain fp32 (4 + 4 + 8).
+- ``comm_buffers`` — DDP's gradient buckets (a second copy of the gradients: PyTorch DDP's
+  default ``gradient_as_bucket_view=False``), only for ``dp_mode: ddp`` with dp > 1.
+- ``activations`` — what the forward pass keeps for the backward pass, times the
+  micro-batches the pipeline schedule holds in flight (below).
+- ``logits`` — the output head's logits and the fp32 log-softmax of the loss (last stage).
+
+Sharding over the data-parallel group (``dp_mode``):
+
+| dp_mode        | weights            | gradients | optimizer |
+|----------------|--------------------|-----------|-----------|
+| ddp            | full               | full      | full      |
+| zero1          | full               | full      | / dp      |
+| fsdp_grad_op   | full + shard / dp  | / dp      | / dp      |
+| fsdp           | / dp + 2 layers    | / dp      | / dp      |
+
+(``fsdp_grad_op`` is FSDP2 with ``reshard_after_forward=False``: the gathered weights stay
+resident between forward and backward on top of the persistent shard; ``fsdp`` (ZeRO-3)
+holds the shard plus the gathered weights of the layer being computed and the prefetched
+next one.) Tensor parallelism divides the layers' matrices, the vocabulary-parallel
+embedding and the output head by ``tp``; norms and the row-parallel biases are replicated.
+Pipeline parallelism gives each stage ``layers / pp`` layers, the embeddings to the first and
+the final norm + output head to the last (with tied embeddings and pp > 1 the last stage
+holds its own copy of the table, as Megatron does).
+
+Activations per layer and micro-batch follow Korthikanti et al. 2022 ("Reducing Activation
+Recomputation in Large Transformer Models", §4), in 16-bit units:
+``s·b·h·(34 + 5·a·s/h)`` bytes without parallelism, where 34 = 4 (two LayerNorm inputs)
++ 11 (attention) + 19 (MLP: ``3 + 4f/h`` for a GELU MLP of width ``f``; ``3 + 8f/h`` for
+SwiGLU, which keeps two ``f``-wide products more). The ``5·a·s/h`` term is the ``s × s``
+score/softmax/dropout storage of unfused attention; a fused kernel (FlashAttention, PyTorch
+SDPA flash / memory-efficient / CPU-flash) keeps only ``O(s)`` statistics and the term
+vanishes (``model.attention``: ``fused`` (default) or ``math``). With tensor parallelism
+``tp = t``: ``s·b·h·(10 + 24/t + 5·a·s/(h·t))``; with sequence parallelism everything is
+divided by ``t``. Checkpointing: ``full`` keeps only each layer's input, ``2·s·b·h`` (``/t``
+with SP), plus the full activations of the one layer being recomputed; ``selective``
+recomputes the attention core, dropping the ``5·a·s/h`` term. Units scale with the
+activation dtype (×2 for fp32).
+
+In-flight micro-batches on pipeline stage ``r`` of ``p`` with ``m`` micro-batches
+(``grad_accum``) and ``v`` virtual stages: no PP or plain gradient accumulation: 1;
+GPipe: ``m``; 1F1B: ``min(p - r, m)``; interleaved 1F1B (Megatron's warm-up,
+``2·(p - r - 1) + (v - 1)·p + 1`` model chunks of ``layers/(p·v)`` layers, at most ``m·v``):
+for stage 0 that is ``L·(1 + (p-1)/(p·v))`` layers' worth (Korthikanti §4.2.3).
+
+Not counted: framework workspace (cuBLAS/NCCL buffers, allocator fragmentation, the CUDA
+context), optimizer temporaries, and collective staging buffers. ``fits`` leaves headroom for
+them.
+"""
+
+from __future__ import annotations
+
+GiB = 2**30
+TiB = 2**40
+
+DP_MODES = ("ddp", "zero1", "fsdp_grad_op", "fsdp")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "interleaved1f1b")
+CHECKPOINTING = ("none", "full", "selective")
+
+COMPONENTS = ("weights", "gradients", "optimizer", "comm_buffers", "activations", "logits")
+
+
+def _check(field: str, value, allowed) -> str:
+    if value not in allowed:
+        raise ValueError(f"{field}={value!r} is not supported; use one of: {', '.join(allowed)}")
+    return value
+
+
+def is_16bit(precision: str) -> bool:
+    """True for 16-bit mixed precision (``bf16``, ``fp16``, ``bf16-mixed``...), False for fp32."""
+    p = str(precision).lower()
+    if p.startswith(("bf16", "fp16", "16", "half", "amp")):
+        return True
+    if p.startswith(("fp32", "32", "float32", "tf32")):
+        return False
+    raise ValueError(f"train.precision={precision!r} is not supported; use fp32 or bf16")
+
+
+def ffn_width(model: dict) -> int:
+    """The MLP's hidden width: ``ffn_hidden``, else 4h (GELU) or Llama's 8h/3 rounded to 8."""
+    if model.get("ffn_hidden"):
+        return int(model["ffn_hidden"])
+    h = int(model["hidden"])
+    if model.get("mlp", "gelu") == "swiglu":
+        return 8 * ((int(8 * h / 3) + 7) // 8)
+    return 4 * h
+
+
+def layer_params(model: dict, tp: int = 1) -> dict:
+    """Parameters of one transformer layer on one TP rank: ``{"sharded", "replicated"}``
+    (matrices and column-parallel biases are split by ``tp``; norms and row-parallel biases
+    are not)."""
+    h, f = int(model["hidden"]), ffn_width(model)
+    nb = 1 if model.get("bias", True) else 0
+    m = 3 if model.get("mlp", "gelu") == "swiglu" else 2
+    sharded = 4 * h * h + 3 * h * nb + m * h * f + nb * (m - 1) * f  # qkv, up/gate (+bias)
+    replicated = 2 * h * nb + 2 * (h + nb * h)  # wo/w2 bias, two norms
+    return {"sharded": sharded / tp, "replicated": replicated}
+
+
+def total_params(model: dict) -> int:
+    """Unique parameters of ``scalestudy.model.GPT`` for this model config."""
+    h, V, s, l = int(model["hidden"]), int(model["vocab"]), int(model["seq_len"]), int(model["layers"])
+    nb = 1 if model.get("bias", True) else 0
+    lp = layer_params(model)
+    head = 0 if model.get("tied_embeddings", False) else V * h
+    return int(l * (lp["sharded"] + lp["replicated"]) + V * h + s * h + (h + nb * h) + head)
+
+
+def stage_params(model: dict, tp: int, pp: int, stage: int) -> float:
+    """Parameters held by one device of pipeline stage ``stage`` (0-based) under ``tp``."""
+    h, V, s, l = int(model["hidden"]), int(model["vocab"]), int(model["seq_len"]), int(model["layers"])
+    nb = 1 if model.get("bias", True) else 0
+    lp = layer_params(model, tp)
+    n = (l / pp) * (lp["sharded"] + lp["replicated"])
+    tied = model.get("tied_embeddings", False)
+    if stage == 0:
+        n += V * h / tp + s * h
+    if stage == pp - 1:
+        n += h + nb * h  # final norm
+        if not tied or pp > 1:
+            n += V * h / tp
+    return n
+
+
+def in_flight(schedule: str, pp: int, micro_batches: int, stage: int, virtual: int = 1) -> float:
+    """Micro-batches whose activations stage ``stage`` holds at its peak, in units of one
+    micro-batch through all of that device's layers (see module doc)."""
+    m = max(1, int(micro_batches))
+    if pp <= 1:
+        return 1.0
+    _check("parallel.pp_schedule", schedule, SCHEDULES)
+    if schedule == "gpipe":
+        return float(m)
+    if schedule == "1f1b" or virtual <= 1:
+        return float(min(pp - stage, m))
+    chunks = 2 * (pp - stage - 1) + (virtual - 1) * pp + 1
+    return min(chunks, m * virtual) / virtual
+
+
+def layer_activation_bytes(point: dict, tp: int | None = None) -> float:
+    """Bytes one micro-batch leaves stored in one transformer layer (module doc formulas),
+    before checkpointing is applied."""
+    model, par = point["model"], point.get("parallel", {})
+    s = int(point.get("seq_len") or model["seq_len"])
+    b = int(point["micro_batch"])
+    h, a = int(model["hidden"]), int(model["heads"])
+    t = int(tp if tp is not None else point.get("tp", 1))
+    f = ffn_width(model)
+    mlp_units = 3 + (8 if model.get("mlp", "gelu") == "swiglu" else 4) * f / h
+    units = 4 + 11 + mlp_units  # 34 for GELU 4h
+    fused = _check("model.attention", model.get("attention", "fused"), ("fused", "math")) == "fused"
+    score = 0.0 if fused else 5.0 * a * s / h
+    sp = bool(par.get("sequence_parallel", False)) and t > 1
+    if sp:
+        u = (units + score) / t
+    else:
+        u = 10 + (units - 10) / t + score / t
+    scale = (2 if is_16bit(point.get("train", {}).get("precision", "fp32")) else 4) / 2
+    return s * b * h * u * scale
+
+
+def estimate(point: dict) -> dict:
+    """Bytes per device by component for the most loaded pipeline stage, plus
+    ``total_bytes``, ``stage`` (which stage), ``params_per_device`` and ``per_stage`` (the
+    totals of every stage). ``point`` is a resolved point (docs/architecture.md)."""
+    model, par = point["model"], point.get("parallel", {})
+    tp, pp, dp = int(point.get("tp", 1)), int(point.get("pp", 1)), int(point.get("dp", 1))
+    dp_mode = _check("parallel.dp_mode", par.get("dp_mode", "ddp"), DP_MODES)
+    ckpt = _check(
+        "parallel.activation_checkpointing", par.get("activation_checkpointing", "none") or "none",
+        CHECKPOINTING,
+    )
+    schedule = par.get("pp_schedule", "1f1b")
+    virtual = int(par.get("virtual_stages", 1) or 1)
+    layers = int(model["layers"])
+    if layers % (pp * virtual):
+        raise ValueError(
+            f"model.layers={layers} does not split into pp·virtual_stages={pp * virtual} stages"
+        )
+    half = is_16bit(point.get("train", {}).get("precision", "fp32"))
+    wb = 2 if half else 4  # compute weights / grads / activations
+    ob = 8 + (4 if half else 0)  # AdamW moments (+ fp32 master)
+    s = int(point.get("seq_len") or model["seq_len"])
+    b = int(point["micro_batch"])
+    h, V = int(model["hidden"]), int(model["vocab"])
+    m = int(point.get("grad_accum", 1) or 1)
+
+    lp = layer_params(model, tp)
+    one_layer = lp["sharded"] + lp["replicated"]
+    per_layer_act = layer_activation_bytes(point, tp)
+    sp = bool(par.get("sequence_parallel", False)) and tp > 1
+    if ckpt == "full":
+        stored = 2 * s * b * h * (wb / 2) / (tp if sp else 1)
+    elif ckpt == "selective":
+        stored = layer_activation_bytes(
+            {**point, "model": {**model, "attention": "fused"}}, tp
+        )
+    else:
+        stored = per_layer_act
+
+    stages = []
+    for r in range(pp):
+        n = stage_params(model, tp, pp, r)
+        shard = n / dp
+        if dp_mode == "fsdp":
+            weights = wb * (shard + min(2, layers // pp) * one_layer)
+        elif dp_mode == "fsdp_grad_op":
+            weights = wb * (n + shard)
+        else:
+            weights = wb * n
+        grads = wb * (n if dp_mode in ("ddp", "zero1") else shard)
+        opt = ob * (n if dp_mode == "ddp" else shard)
+        comm = wb * n if (dp_mode == "ddp" and dp > 1) else 0.0
+        flight = in_flight(schedule, pp, m, r, virtual)
+        act = flight * (layers / pp) * stored
+        if ckpt == "full":
+            act += per_layer_act  # the layer being recomputed
+        if r == 0:
+            act += flight * s * b * h * wb / (tp if sp else 1)  # embedding output
+        logits = 0.0
+        if r == pp - 1:
+            logits = s * b * (V / tp) * (wb + 4)  # logits + fp32 log-softmax
+        comp = {
+            "weights": weights, "gradients": grads, "optimizer": opt, "comm_buffers": comm,
+            "activations": act, "logits": logits,
+        }
+        comp["total_bytes"] = sum(comp.values())
+        comp["params_per_device"] = n
+        comp["in_flight_micro_batches"] = flight
+        stages.append(comp)
+    worst = max(range(pp), key=lambda r: stages[r]["total_bytes"])
+    out = {k: float(stages[worst][k]) for k in COMPONENTS}
+    out["total_bytes"] = float(stages[worst]["total_bytes"])
+    out["params_per_device"] = float(stages[worst]["params_per_device"])
+    out["in_flight_micro_batches"] = float(stages[worst]["in_flight_micro_batches"])
+    out["stage"] = worst
+    out["per_stage"] = [float(st["total_bytes"]) for st in stages]
+    return out
+
+
+def model_state_bytes(n_params: float, precision: str = "bf16") -> dict:
+    """Weights, gradients and optimizer state of ``n_params`` unsharded parameters (the
+    Frontier study's headline: 1T params × 16 B ≈ 14.6 TiB)."""
+    half = is_16bit(precision)
+    w = (2 if half else 4) * n_params
+    o = (12 if half else 8) * n_params
+    return {"weights": w, "gradients": w, "optimizer": o, "total_bytes": 2 * w + o}
+
+
+def fmt_bytes(x: float) -> str:
+    """Human-readable binary units (GiB, TiB)."""
+    for unit, k in (("TiB", TiB), ("GiB", GiB), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(x) >= k:
+            return f"{x / k:.2f} {unit}"
+    return f"{x:.0f} B"
+
+
+def fits(point: dict, capacity_bytes: float, headroom: float = 0.9) -> tuple[bool, str]:
+    """Whether the point's most loaded device fits in ``headroom · capacity_bytes``.
+    Returns ``(ok, reason)``; the reason names the total, the budget and the components."""
+    if not (0 < headroom <= 1):
+        raise ValueError(f"headroom={headroom} must be in (0, 1]")
+    e = estimate(point)
+    budget = headroom * capacity_bytes
+    parts = ", ".join(f"{k} {fmt_bytes(e[k])}" for k in COMPONENTS if e[k] > 0)
+    ok = e["total_bytes"] <= budget
+    verdict = "fits" if ok else "does not fit"
+    reason = (
+        f"memory estimate {fmt_bytes(e['total_bytes'])} per device (stage {e['stage']}: {parts}) "
+        f"{verdict} in {headroom:.0%} of {fmt_bytes(capacity_bytes)}"
+    )
+    return ok, reason
+
+
+__all__ = [
+    "estimate", "fits", "model_state_bytes", "total_params", "stage_params", "layer_params",
+    "layer_activation_bytes", "in_flight", "fmt_bytes", "is_16bit", "ffn_width",
+]

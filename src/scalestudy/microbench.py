@@ -1,0 +1,444 @@
+"""Building-block measurements, runnable as DAG jobs; each writes one tidy CSV atomically.
+
+    python -m scalestudy.microbench matmul --out matmul.csv [--sizes 256 512] [--dtypes fp32 bf16]
+    torchrun --nproc-per-node 4 -m scalestudy.microbench collectives --out coll.csv \
+        [--sizes 4096 1048576] [--group-sizes 2 4] [--ops all_reduce all_gather ...]
+    python -m scalestudy.microbench memory --out mem.csv      # estimate vs measured peak (CPU)
+
+``matmul`` rows: ``device, device_name, dtype, m, n, k, sample, seconds, flops_per_s`` (one row
+per timed sample; 2·m·n·k FLOPs per call; the device is synchronised before every clock read
+and warm-up calls are not recorded).
+
+``collectives`` rows: ``op, backend, device, world_size, group_size, bytes, sample, seconds,
+algbw_Bps, busbw_Bps``. ``bytes`` is the size of the full buffer (the all-reduce buffer, the
+all-gather output, the reduce-scatter input, the point-to-point message); ``seconds`` is the
+slowest rank's time per call (one-way for send/recv, half a round trip). Bus bandwidth
+follows nccl-tests: all-reduce ``2(p-1)/p``, all-gather and reduce-scatter ``(p-1)/p``,
+send/recv 1 times the algorithmic bandwidth ``bytes / seconds``.
+
+``memory`` runs a few tiny fp32 GPT training steps in fresh subprocesses and compares the
+peak resident memory above a baseline (``VmHWM`` after resetting it through
+``/proc/self/clear_refs``; glibc is told to serve every allocation over 64 KiB by ``mmap``
+so freed tensors leave the resident set) with ``scalestudy.memory.estimate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "tf32": "float32"}
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
+BUS_FACTOR = {
+    "all_reduce": lambda p: 2 * (p - 1) / p,
+    "all_gather": lambda p: (p - 1) / p,
+    "reduce_scatter": lambda p: (p - 1) / p,
+    "send_recv": lambda p: 1.0,
+}
+
+
+def _write_rows(path: str | os.PathLike, rows: list[dict]) -> None:
+    import pandas as pd
+
+    from scalestudy.io import atomic_path
+
+    with atomic_path(path) as tmp:
+        pd.DataFrame(rows).to_csv(tmp, index=False)
+
+
+def _device(name: str | None):
+    import torch
+
+    if name in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _device_name(device) -> str:
+    import platform
+
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return platform.processor() or platform.machine()
+
+
+# --- matmul ---------------------------------------------------------------------------------
+
+
+def bench_matmul(
+    shapes: list[tuple[int, int, int]], dtypes: list[str], device=None, warmup: int = 2,
+    samples: int = 5, min_time_s: float = 0.05, budget_s: float = 25.0,
+) -> list[dict]:
+    """Time ``A[m,k] @ B[k,n]`` for every shape and dtype; one row per sample. Each sample
+    repeats the call until ``min_time_s`` has passed; stops early after ``budget_s``."""
+    import torch
+
+    device = _device(device)
+    t_start = time.perf_counter()
+    rows = []
+    for dt in dtypes:
+        if dt not in DTYPES:
+            raise ValueError(f"--dtypes {dt!r} is not supported; use one of {', '.join(DTYPES)}")
+        if dt == "fp16" and device.type == "cpu":
+            continue  # pathologically slow on CPU (DESIGN §6); skipped, not guessed
+        dtype = getattr(torch, DTYPES[dt])
+        if device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = dt == "tf32"
+        for m, n, k in shapes:
+            a = torch.randn(m, k, device=device, dtype=dtype)
+            b = torch.randn(k, n, device=device, dtype=dtype)
+            for _ in range(warmup):
+                torch.mm(a, b)
+            _sync(device)
+            t0 = time.perf_counter()
+            torch.mm(a, b)
+            _sync(device)
+            reps = max(1, int(min_time_s / max(time.perf_counter() - t0, 1e-7)))
+            for i in range(samples):
+                _sync(device)
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    torch.mm(a, b)
+                _sync(device)
+                dt_s = (time.perf_counter() - t0) / reps
+                rows.append({
+                    "device": device.type, "device_name": _device_name(device), "dtype": dt,
+                    "m": m, "n": n, "k": k, "sample": i, "seconds": dt_s,
+                    "flops_per_s": 2.0 * m * n * k / dt_s,
+                })
+            if time.perf_counter() - t_start > budget_s:
+                return rows
+    return rows
+
+
+# --- collectives ----------------------------------------------------------------------------
+
+
+def bench_collectives(
+    sizes: list[int], group_sizes: list[int] | None = None, ops: tuple[str, ...] = OPS,
+    warmup: int = 2, samples: int = 5, min_time_s: float = 0.02, budget_s: float = 25.0,
+) -> list[dict]:
+    """Time collectives on sub-groups of the first ``g`` ranks of the initialised default
+    process group (call from every rank). Returns rows on rank 0, ``[]`` elsewhere."""
+    import torch
+    import torch.distributed as dist
+
+    world, rank = dist.get_world_size(), dist.get_rank()
+    backend = dist.get_backend()
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    group_sizes = sorted({g for g in (group_sizes or [world]) if 2 <= g <= world})
+    ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    t_start = time.perf_counter()
+    rows: list[dict] = []
+    stop = torch.zeros(1, device=device)
+    for g in group_sizes:
+        ranks = list(range(g))
+        group = dist.new_group(ranks)  # every rank must call new_group
+        member = rank < g
+        for op in ops:
+            if op not in OPS:
+                raise ValueError(f"--ops {op!r} is not supported; use one of {', '.join(OPS)}")
+            for nbytes in sizes:
+                numel = max(g, nbytes // 4 // g * g)
+                if member:
+                    buf = torch.ones(numel, device=device)
+                    part = torch.empty(numel // g, device=device)
+                    peer = rank ^ 1 if (rank ^ 1) < g else rank
+
+                    def call():
+                        if op == "all_reduce":
+                            dist.all_reduce(buf, group=group)
+                        elif op == "all_gather":
+                            ag(buf, part, group=group)
+                        elif op == "reduce_scatter":
+                            rs(part, buf, group=group)
+                        elif peer != rank:  # ping-pong between rank pairs (0,1), (2,3), ...
+                            if rank % 2 == 0:
+                                dist.send(buf, peer)
+                                dist.recv(buf, peer)
+                            else:
+                                dist.recv(buf, peer)
+                                dist.send(buf, peer)
+
+                    for _ in range(warmup):
+                        call()
+                    _sync(device)
+                dist.barrier()
+                # the repetition count is agreed on rank 0's probe so all members loop alike
+                reps_t = torch.ones(1, device=device)
+                if member:
+                    _sync(device)
+                    t0 = time.perf_counter()
+                    call()
+                    _sync(device)
+                    reps_t.fill_(max(1, min(1000, int(min_time_s / max(time.perf_counter() - t0, 1e-7)))))
+                dist.broadcast(reps_t, 0)
+                reps = int(reps_t.item())
+                for i in range(samples):
+                    dist.barrier()
+                    elapsed = torch.zeros(1, device=device, dtype=torch.float64)
+                    if member:
+                        _sync(device)
+                        t0 = time.perf_counter()
+                        for _ in range(reps):
+                            call()
+                        _sync(device)
+                        elapsed.fill_((time.perf_counter() - t0) / reps)
+                    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+                    sec = elapsed.item() / (2 if op == "send_recv" else 1)
+                    full = numel * 4  # buf: the all-gather output / reduce-scatter input
+                    algbw = full / sec if sec > 0 else float("nan")
+                    if rank == 0:
+                        rows.append({
+                            "op": op, "backend": backend, "device": device.type,
+                            "world_size": world, "group_size": g, "bytes": full, "sample": i,
+                            "seconds": sec, "algbw_Bps": algbw,
+                            "busbw_Bps": algbw * BUS_FACTOR[op](g),
+                        })
+                # a shared stop decision keeps every rank in the same loop iteration
+                stop.fill_(1.0 if time.perf_counter() - t_start > budget_s else 0.0)
+                dist.broadcast(stop, 0)
+                if stop.item():
+                    return rows
+    return rows
+
+
+# --- memory check ---------------------------------------------------------------------------
+
+MEMORY_CASES = {
+    # name: (model, micro_batch, activation_checkpointing) — fp32, one process
+    "state": (dict(vocab=4096, seq_len=64, layers=4, hidden=256, heads=4), 2, "none"),
+    "activations": (dict(vocab=512, seq_len=256, layers=4, hidden=128, heads=4), 16, "none"),
+    "activations_full_ckpt": (dict(vocab=512, seq_len=256, layers=4, hidden=128, heads=4), 16, "full"),
+}
+
+
+def _vm(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _memory_child(spec: dict) -> dict:
+    """Runs in a fresh process: peak resident bytes above the baseline over ``steps`` AdamW
+    steps of a GPT (fp32)."""
+    import gc
+
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    from scalestudy.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(**spec["model"])
+    b, s = spec["micro_batch"], cfg.seq_len
+    tokens = torch.randint(cfg.vocab, (b, s + 1))
+
+    def step(model, opt, ckpt):
+        x, y = tokens[:, :-1], tokens[:, 1:]
+        pos = torch.arange(s)
+        h = model.tok_embeddings(x) + model.pos_embeddings(pos)
+        for layer in model.layers.values():
+            h = checkpoint(layer, h, use_reentrant=False) if ckpt == "full" else layer(h)
+        logits = model.output(model.norm(h))
+        loss = torch.nn.functional.cross_entropy(logits.view(-1, cfg.vocab), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    # warm up kernels and libraries on a tiny model so their one-off buffers are in the baseline
+    small = GPT(GPTConfig(vocab=cfg.vocab, seq_len=s, layers=1, hidden=32, heads=2))
+    o = torch.optim.AdamW(small.parameters())
+    saved = tokens
+    tokens = tokens[:1]
+    step(small, o, spec["ckpt"])
+    tokens = saved
+    del small, o
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current resident set
+    base = _vm("VmRSS")
+    model = GPT(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    for _ in range(spec.get("steps", 3)):
+        step(model, opt, spec["ckpt"])
+    peak = _vm("VmHWM")
+    return {"measured_bytes": peak - base, "baseline_bytes": base}
+
+
+def memory_point(model: dict, micro_batch: int, ckpt: str) -> dict:
+    """The resolved-point dict of a one-process fp32 run of ``model``."""
+    return {
+        "n": 1, "dp": 1, "tp": 1, "pp": 1, "micro_batch": micro_batch, "grad_accum": 1,
+        "seq_len": model["seq_len"], "model": dict(model),
+        "parallel": {"dp_mode": "ddp", "pp_schedule": "1f1b", "virtual_stages": 1,
+                     "activation_checkpointing": ckpt},
+        "train": {"precision": "fp32"},
+    }
+
+
+def bench_memory(cases: dict | None = None, timeout_s: float = 120) -> list[dict]:
+    """Measured peak vs ``memory.estimate`` for each case (fresh subprocess each)."""
+    from scalestudy import memory
+
+    rows = []
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536",
+           "OMP_NUM_THREADS": "1"}
+    for name, (model, mb, ckpt) in (cases or MEMORY_CASES).items():
+        spec = {"model": model, "micro_batch": mb, "ckpt": ckpt, "steps": 3}
+        out = subprocess.run(
+            [sys.executable, "-m", "scalestudy.microbench", "_memory_child", json.dumps(spec)],
+            env=env, capture_output=True, text=True, timeout=timeout_s, check=True,
+        )
+        meas = json.loads(out.stdout.strip().splitlines()[-1])
+        est = memory.estimate(memory_point(model, mb, ckpt))
+        row = {"case": name, "activation_checkpointing": ckpt, "micro_batch": mb, **model}
+        row.update({f"est_{k}": est[k] for k in memory.COMPONENTS})
+        row["est_total_bytes"] = est["total_bytes"]
+        row["measured_bytes"] = meas["measured_bytes"]
+        row["baseline_bytes"] = meas["baseline_bytes"]
+        row["rel_error"] = (est["total_bytes"] - meas["measured_bytes"]) / meas["measured_bytes"]
+        rows.append(row)
+    return rows
+
+
+# --- plots ----------------------------------------------------------------------------------
+
+
+def plot(kind: str, csv: str | os.PathLike, out: str | os.PathLike) -> None:
+    """Figure of a ``matmul`` (GFLOP/s vs size, per dtype) or ``collectives`` (bus bandwidth
+    vs message size, per op and group size) CSV; the format follows ``out``'s suffix."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    import seaborn as sns
+
+    from scalestudy.io import atomic_path
+
+    df = pd.read_csv(csv)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if df.empty:
+        ax.text(0.5, 0.5, "no measurements", ha="center")
+    elif kind == "matmul":
+        df["size"] = (df["m"] * df["n"] * df["k"]) ** (1 / 3)
+        df["GFLOP/s"] = df["flops_per_s"] / 1e9
+        sns.lineplot(df, x="size", y="GFLOP/s", hue="dtype", marker="o", errorbar=("pi", 50), ax=ax)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("matrix size (m·n·k)^(1/3)")
+        ax.set_title(f"matmul throughput, {df['device_name'].iloc[0]}")
+    elif kind == "collectives":
+        df["GB/s (bus)"] = df["busbw_Bps"] / 1e9
+        df["series"] = df["op"] + " p=" + df["group_size"].astype(str)
+        sns.lineplot(df, x="bytes", y="GB/s (bus)", hue="series", marker="o", errorbar=("pi", 50), ax=ax)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("message size (bytes)")
+        ax.set_title(f"collectives, {df['backend'].iloc[0]} on {df['device'].iloc[0]}")
+    else:
+        raise ValueError(f"plot kind {kind!r} is not supported; use matmul or collectives")
+    fig.tight_layout()
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp)
+    plt.close(fig)
+
+
+# --- CLI ------------------------------------------------------------------------------------
+
+
+def _square(sizes: list[int]) -> list[tuple[int, int, int]]:
+    return [(s, s, s) for s in sizes]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m scalestudy.microbench", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("matmul", help="matmul throughput by shape and dtype")
+    m.add_argument("--out", required=True)
+    m.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024], help="square m=n=k")
+    m.add_argument("--shapes", nargs="*", default=[], help="extra shapes as MxNxK")
+    m.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"])
+    m.add_argument("--device", default="auto")
+    m.add_argument("--samples", type=int, default=5)
+    m.add_argument("--budget-s", type=float, default=25.0)
+    c = sub.add_parser("collectives", help="collective bandwidth/latency (run under torchrun)")
+    c.add_argument("--out", required=True)
+    c.add_argument("--sizes", type=int, nargs="+", default=[4096, 65536, 1048576, 8388608], help="bytes")
+    c.add_argument("--group-sizes", type=int, nargs="*", default=None)
+    c.add_argument("--ops", nargs="+", default=list(OPS))
+    c.add_argument("--samples", type=int, default=5)
+    c.add_argument("--budget-s", type=float, default=25.0)
+    r = sub.add_parser("memory", help="memory estimate vs measured peak on CPU")
+    r.add_argument("--out", required=True)
+    pl = sub.add_parser("plot", help="figure of a matmul or collectives CSV")
+    pl.add_argument("kind", choices=["matmul", "collectives"])
+    pl.add_argument("csv")
+    pl.add_argument("--out", required=True)
+    ch = sub.add_parser("_memory_child")
+    ch.add_argument("spec")
+    a = ap.parse_args(argv)
+
+    if a.cmd == "matmul":
+        shapes = _square(a.sizes) + [tuple(int(x) for x in s.lower().split("x")) for s in a.shapes]
+        rows = bench_matmul(shapes, a.dtypes, a.device, samples=a.samples, budget_s=a.budget_s)
+        _write_rows(a.out, rows)
+        best = max((r["flops_per_s"] for r in rows), default=0.0)
+        print(f"matmul: {len(rows)} rows, best {best / 1e9:.1f} GFLOP/s -> {a.out}")
+    elif a.cmd == "collectives":
+        import torch
+        import torch.distributed as dist
+
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend)
+        try:
+            rows = bench_collectives(a.sizes, a.group_sizes, tuple(a.ops), samples=a.samples,
+                                     budget_s=a.budget_s)
+            if dist.get_rank() == 0:
+                _write_rows(a.out, rows)
+                print(f"collectives: {len(rows)} rows -> {a.out}")
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
+    elif a.cmd == "memory":
+        rows = bench_memory()
+        _write_rows(a.out, rows)
+        for r in rows:
+            print(f"{r['case']}: estimate {r['est_total_bytes'] / 2**20:.1f} MiB, measured "
+                  f"{r['measured_bytes'] / 2**20:.1f} MiB, error {r['rel_error']:+.1%}")
+    elif a.cmd == "plot":
+        plot(a.kind, a.csv, a.out)
+    elif a.cmd == "_memory_child":
+        print(json.dumps(_memory_child(json.loads(a.spec))))
+    return 0
+
+
+def summarize(rows: list[dict], key: list[str], value: str = "seconds") -> list[dict]:
+    """Median of ``value`` over samples, grouped by ``key`` columns."""
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in key), []).append(r[value])
+    return [{**dict(zip(key, k)), value: statistics.median(v)} for k, v in groups.items()]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

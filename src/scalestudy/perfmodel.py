@@ -1,0 +1,418 @@
+"""Predicted step time of a training point from its hardware's building blocks.
+
+``predict_step_time(point, hw, measured=None)`` is a pure, analytic model (no fitting to any
+published result). For the most loaded pipeline stage and one micro-batch of ``b`` sequences
+of ``s`` tokens (hidden ``h``, ``a`` heads, MLP width ``f``, vocabulary ``V``):
+
+1. **Compute.** Forward FLOPs per layer ``2·(4h² + k·h·f)·s·b + 4·s²·h·b`` (``k`` = 2 MLP
+   matrices for GELU, 3 for SwiGLU), the output head ``2·s·b·h·V`` on the last stage, all
+   divided by ``tp``; training = 3 × forward, plus one more layer forward under full
+   checkpointing (``4·s²·h·b`` under selective). Time = FLOPs / rate, where the rate is the
+   *measured* matmul throughput of the device for the dtype (nearest measured shape) when
+   ``measured`` has it, else ``peak × matmul_efficiency`` declared by the hardware preset.
+2. **Tensor-parallel collectives.** Megatron TP does 2 all-reduces of ``b·s·h`` activations
+   per layer in the forward pass and 2 in the backward (2 more when full checkpointing
+   re-runs the forward); sequence parallelism swaps each for an all-gather + reduce-scatter
+   of the same total volume. Ring cost ``α + 2(p-1)/p · n/β`` with the intra-node link (TP
+   stays in a node). Not overlapped with compute.
+3. **Pipeline.** Each micro-batch sends its ``b·s·h`` activations forward and their
+   gradient backward (``α + n/β``; inter-node link when the job spans nodes). With ``m``
+   micro-batches and ``v`` virtual stages the step takes ``(m + (pp-1)/v)`` micro-batch slots
+   of the bottleneck stage: bubble fraction ``(pp-1)/(m·v)`` (GPipe and 1F1B alike;
+   interleaving divides it by ``v`` but multiplies the p2p transfers by ``v``).
+4. **Data-parallel gradients.** Bytes = parameters on the device × gradient bytes.
+   ``ddp``: all-reduce (``2(d-1)/d · n/β``); ``zero1``: reduce-scatter of gradients +
+   all-gather of updated weights (same volume); ``fsdp_grad_op``: reduce-scatter + one
+   all-gather of the weights per micro-batch; ``fsdp``: reduce-scatter + two all-gathers per
+   micro-batch (forward and backward). The inter-node link applies when ``tp·dp`` exceeds a
+   node. A fraction ``dp_overlap`` of it hides behind backward compute (the last
+   micro-batch's backward; FSDP's per-micro-batch gathers behind that micro-batch's compute).
+   Default ``dp_overlap``: 1 without PP, 0 with PP (the pipeline engines of DeepSpeed and
+   ``torch.distributed.pipelining`` reduce gradients after the flush).
+5. **Optimizer.** AdamW is memory-bound: 28 bytes touched per parameter of the optimizer
+   shard (read weight/gradient/moments/master, write them back) at ``mem_bw``.
+
+Step time = pipeline (compute + TP collectives + p2p of every micro-batch slot, bubble
+included) + exposed DP time + optimizer. Not modelled: non-matmul kernels (norms, softmax, GELU: memory-bound, < 5% of a
+large model's time on a GPU, more on CPU and for tiny models), kernel-launch and framework
+overheads, load imbalance between stages other than the head, network contention between
+concurrent collectives beyond the per-device NIC share, and stragglers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from scalestudy import memory
+
+ACT_BYTES = {True: 2, False: 4}
+OPT_BYTES_TOUCHED = 28  # AdamW: read w, g, m, v (+master), write them back (bytes/param)
+
+
+# --- hardware -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Link:
+    """A communication path: ``bandwidth`` in bytes/s per direction per device, ``latency``
+    in seconds per collective call, ``bandwidth_pair`` (optional) for groups of two."""
+
+    bandwidth: float
+    latency: float
+    bandwidth_pair: float | None = None
+
+    def bw(self, group: int, adjacent: bool = True) -> float:
+        """Bandwidth for a group of ``group`` ranks; ``adjacent``: consecutive devices (the
+        pair bandwidth applies to two adjacent devices only, e.g. the GCDs of one MI250X)."""
+        if group == 2 and adjacent and self.bandwidth_pair:
+            return self.bandwidth_pair
+        return self.bandwidth
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """A device and its interconnect. Rates in FLOP/s and bytes/s, sizes in bytes."""
+
+    name: str
+    device: str
+    devices_per_node: int
+    peak_flops: dict
+    memory_bytes: float
+    mem_bw: float
+    matmul_efficiency: float
+    intra: Link
+    inter: Link | None = None
+    source: str = ""
+
+    def peak(self, dtype: str) -> float:
+        key = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32", "tf32": "tf32"}.get(dtype, dtype)
+        if key not in self.peak_flops:
+            raise ValueError(
+                f"hardware {self.name!r} declares no peak_flops for {key!r}; add it to its YAML"
+            )
+        return float(self.peak_flops[key])
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "") -> "HardwareSpec":
+        for k in ("name", "devices_per_node", "peak_flops", "memory_bytes", "intra_node"):
+            if k not in d:
+                raise ValueError(f"hardware description {source or d.get('name')!r} lacks {k!r}")
+
+        def link(x):
+            if not x:
+                return None
+            return Link(float(x["bandwidth"]), float(x.get("latency", 0.0)),
+                        float(x["bandwidth_pair"]) if x.get("bandwidth_pair") else None)
+
+        return cls(
+            name=d["name"], device=d.get("device", d["name"]),
+            devices_per_node=int(d["devices_per_node"]),
+            peak_flops={k: float(v) for k, v in d["peak_flops"].items()},
+            memory_bytes=float(d["memory_bytes"]), mem_bw=float(d.get("mem_bw", 1e12)),
+            matmul_efficiency=float(d.get("matmul_efficiency", 1.0)),
+            intra=link(d["intra_node"]), inter=link(d.get("inter_node")), source=source,
+        )
+
+    @classmethod
+    def load(cls, name_or_path: str) -> "HardwareSpec":
+        """A preset shipped in ``scalestudy/data/hardware/<name>.yaml`` or a YAML path."""
+        import yaml
+
+        p = Path(name_or_path)
+        if p.suffix in (".yaml", ".yml") and p.exists():
+            text, src = p.read_text(), str(p)
+        else:
+            res = resources.files("scalestudy") / "data" / "hardware" / f"{name_or_path}.yaml"
+            if not res.is_file():
+                raise ValueError(
+                    f"--hardware {name_or_path!r}: no such preset; use one of {', '.join(presets())} "
+                    "or a path to a YAML file"
+                )
+            text, src = res.read_text(), f"preset {name_or_path}"
+        return cls.from_dict(yaml.safe_load(text), source=src)
+
+    @classmethod
+    def from_microbench(cls, matmul_csv: str, collectives_csv: str | None = None,
+                        name: str = "measured", devices_per_node: int = 1,
+                        memory_bytes: float = 0.0, mem_bw: float = 5e9) -> "HardwareSpec":
+        """A spec whose peaks are the measured matmul ceilings (efficiency 1) and whose
+        intra-node link is fitted to the measured all-reduce (α, bus bandwidth)."""
+        m = Measured.from_csv(matmul_csv, collectives_csv)
+        intra = Link(1e9, 0.0)
+        if m.collectives:
+            (_, p), (alpha, beta) = max(
+                ((k, v) for k, v in m.collectives.items() if k[0] == "all_reduce"),
+                key=lambda kv: kv[0][1], default=next(iter(m.collectives.items())),
+            )
+            intra = Link(beta * 2 * (p - 1) / p, alpha)
+        return cls(name=name, device=name, devices_per_node=devices_per_node,
+                   peak_flops=dict(m.matmul_peak), memory_bytes=memory_bytes, mem_bw=mem_bw,
+                   matmul_efficiency=1.0, intra=intra, inter=None, source="microbench")
+
+
+def presets() -> list[str]:
+    d = resources.files("scalestudy") / "data" / "hardware"
+    return sorted(p.name[:-5] for p in d.iterdir() if p.name.endswith(".yaml"))
+
+
+# --- measurements ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Building blocks measured by ``scalestudy.microbench``.
+
+    ``matmul``: ``{dtype: [(m, n, k, flops_per_s), ...]}`` (medians over samples);
+    ``collectives``: ``{(op, group_size): (alpha_s, beta_alg_Bps)}`` fitted by least squares
+    ``t = α + bytes/β`` over message sizes."""
+
+    matmul: dict = field(default_factory=dict)
+    collectives: dict = field(default_factory=dict)
+
+    @property
+    def matmul_peak(self) -> dict:
+        return {dt: max(r[3] for r in rows) for dt, rows in self.matmul.items()}
+
+    def matmul_rate(self, dtype: str, m: float, n: float, k: float) -> float | None:
+        """Measured FLOP/s at the measured shape nearest (in log size) to ``m·n·k``."""
+        rows = self.matmul.get(dtype)
+        if not rows:
+            return None
+        target = math.log(max(m * n * k, 1.0))
+        return min(rows, key=lambda r: abs(math.log(r[0] * r[1] * r[2]) - target))[3]
+
+    def collective_time(self, op: str, nbytes: float, group: int) -> float | None:
+        """Seconds for ``op`` on ``nbytes`` among ``group`` ranks, from the fit at that group
+        size, else from the nearest measured group size rescaled by the ring bus factor."""
+        if group <= 1 or nbytes <= 0:
+            return 0.0
+        fits = {p: v for (o, p), v in self.collectives.items() if o == op}
+        if not fits:
+            return None
+        if group in fits:
+            a, b = fits[group]
+            return a + nbytes / b
+        p0 = min(fits, key=lambda p: abs(p - group))
+        a, b = fits[p0]
+        f = _bus_factor(op, group) / _bus_factor(op, p0)
+        return a + f * nbytes / b
+
+    @classmethod
+    def from_csv(cls, matmul_csv: str | None = None, collectives_csv: str | None = None) -> "Measured":
+        import numpy as np
+        import pandas as pd
+
+        mm, coll = {}, {}
+        if matmul_csv:
+            df = pd.read_csv(matmul_csv)
+            g = df.groupby(["dtype", "m", "n", "k"], as_index=False)["flops_per_s"].median()
+            for r in g.itertuples():
+                mm.setdefault(r.dtype, []).append((r.m, r.n, r.k, r.flops_per_s))
+        if collectives_csv:
+            df = pd.read_csv(collectives_csv)
+            g = df.groupby(["op", "group_size", "bytes"], as_index=False)["seconds"].median()
+            for (op, p), sub in g.groupby(["op", "group_size"]):
+                x, y = sub["bytes"].to_numpy(float), sub["seconds"].to_numpy(float)
+                if len(x) >= 2 and np.ptp(x) > 0:
+                    slope, alpha = np.polyfit(x, y, 1)
+                else:
+                    slope, alpha = y[0] / x[0], 0.0
+                slope = max(slope, 1e-15)
+                coll[(op, int(p))] = (max(alpha, 0.0), 1.0 / slope)
+        return cls(matmul=mm, collectives=coll)
+
+
+def _bus_factor(op: str, p: int) -> float:
+    if op == "all_reduce":
+        return 2 * (p - 1) / p
+    if op in ("all_gather", "reduce_scatter"):
+        return (p - 1) / p
+    return 1.0
+
+
+def collective_time(op: str, nbytes: float, group: int, link: Link,
+                    measured: Measured | None = None, adjacent: bool = True) -> float:
+    """Seconds for one ring collective of a ``nbytes`` buffer among ``group`` ranks:
+    ``α + factor(p) · n / β`` (factor: all-reduce ``2(p-1)/p``, all-gather / reduce-scatter
+    ``(p-1)/p``, send/recv 1), or the measured fit when ``measured`` has one."""
+    if group <= 1 or nbytes <= 0:
+        return 0.0
+    if measured is not None:
+        t = measured.collective_time(op, nbytes, group)
+        if t is not None:
+            return t
+    return link.latency + _bus_factor(op, group) * nbytes / link.bw(group, adjacent)
+
+
+# --- the model ------------------------------------------------------------------------------
+
+
+def _dtype(point: dict) -> str:
+    p = str(point.get("train", {}).get("precision", "fp32")).lower()
+    if p.startswith("bf16"):
+        return "bf16"
+    if p.startswith("fp16") or p.startswith("16"):
+        return "fp16"
+    return "fp32"
+
+
+def layer_forward_flops(model: dict, s: int, b: int) -> float:
+    """Forward FLOPs of one transformer layer on ``b`` sequences of ``s`` tokens."""
+    h, f = int(model["hidden"]), memory.ffn_width(model)
+    k = 3 if model.get("mlp", "gelu") == "swiglu" else 2
+    return 2.0 * (4 * h * h + k * h * f) * s * b + 4.0 * s * s * h * b
+
+
+def model_flops_per_step(point: dict, recompute: bool = False) -> float:
+    """Megatron-convention FLOPs of one optimizer step over the global batch (3 × forward;
+    with ``recompute`` and full checkpointing one more forward of the layers, i.e. SC21
+    Eq. 3's 96-form; selective adds the attention core)."""
+    model = point["model"]
+    s = int(point.get("seq_len") or model["seq_len"])
+    B = int(point["global_batch"])
+    l, h, V = int(model["layers"]), int(model["hidden"]), int(model["vocab"])
+    fwd = l * layer_forward_flops(model, s, B) + 2.0 * s * B * h * V
+    total = 3.0 * fwd
+    if recompute:
+        ckpt = point.get("parallel", {}).get("activation_checkpointing", "none") or "none"
+        if ckpt == "full":
+            total += l * layer_forward_flops(model, s, B)
+        elif ckpt == "selective":
+            total += l * 4.0 * s * s * h * B
+    return total
+
+
+def predict_step_time(point: dict, hw: HardwareSpec, measured: Measured | None = None,
+                      dp_overlap: float | None = None) -> dict:
+    """Predicted seconds per optimizer step of ``point`` on ``hw`` and its components
+    (module doc). Returns seconds (``*_s``), FLOPs, ``mfu`` / ``hfu`` (fractions of the
+    dtype's spec peak), ``tokens_per_s`` and the assumptions used."""
+    model, par = point["model"], point.get("parallel", {})
+    tp, pp, dp = int(point.get("tp", 1)), int(point.get("pp", 1)), int(point.get("dp", 1))
+    n = int(point.get("n", tp * pp * dp))
+    b = int(point["micro_batch"])
+    m = int(point.get("grad_accum", 1) or 1)
+    s = int(point.get("seq_len") or model["seq_len"])
+    l, h, V = int(model["layers"]), int(model["hidden"]), int(model["vocab"])
+    v = int(par.get("virtual_stages", 1) or 1) if pp > 1 else 1
+    ckpt = par.get("activation_checkpointing", "none") or "none"
+    dp_mode = par.get("dp_mode", "ddp")
+    sp = bool(par.get("sequence_parallel", False)) and tp > 1
+    dtype = _dtype(point)
+    half = dtype != "fp32"
+    ab = ACT_BYTES[half]
+    dpn = hw.devices_per_node
+    if tp > dpn:
+        raise ValueError(f"tp={tp} exceeds devices_per_node={dpn} of hardware {hw.name!r}")
+
+    # 1. compute per micro-batch on the bottleneck (last) stage
+    lps = l / pp
+    layer_fwd = layer_forward_flops(model, s, b) / tp
+    head_fwd = 2.0 * s * b * h * V / tp
+    recompute = {"full": layer_fwd, "selective": 4.0 * s * s * h * b / tp}.get(ckpt, 0.0)
+    stage_flops = lps * (3 * layer_fwd + recompute) + 3 * head_fwd
+    first_flops = lps * (3 * layer_fwd + recompute)
+    mm_shape = (b * s, h * 4 / tp, h)  # the MLP up-projection: a representative GEMM
+    rate = None
+    if measured is not None:
+        rate = measured.matmul_rate(dtype, *mm_shape)
+    rate_source = "measured" if rate else "declared"
+    if not rate:
+        rate = hw.peak(dtype) * hw.matmul_efficiency
+    t_comp = max(stage_flops, first_flops) / rate
+    t_bwd_mb = t_comp * 2 / 3  # backward of one micro-batch (no recompute share)
+
+    # 2. tensor parallel
+    act_msg = b * s * h * ab
+    n_ar = 4 + (2 if ckpt == "full" else 0)
+    if sp:
+        per = (collective_time("all_gather", act_msg, tp, hw.intra, measured)
+               + collective_time("reduce_scatter", act_msg, tp, hw.intra, measured))
+    else:
+        per = collective_time("all_reduce", act_msg, tp, hw.intra, measured)
+    t_tp = n_ar * lps * per if tp > 1 else 0.0
+
+    # 3. pipeline
+    multi_node = n > dpn
+    p2p_link = hw.inter if (multi_node and hw.inter) else hw.intra
+    p2p_msg = act_msg / (tp if sp else 1)
+    t_p2p = 0.0
+    if pp > 1:
+        t_p2p = 2 * v * collective_time("send_recv", p2p_msg, 2, p2p_link,
+                                        measured if not multi_node else None)
+    t_slot = t_comp + t_tp + t_p2p
+    slots = m + (pp - 1) / v if pp > 1 else m
+    t_pipe = slots * t_slot
+    t_bubble = (slots - m) * t_slot
+
+    # 4. data parallel
+    params_dev = memory.estimate(point)["params_per_device"]
+    grad_bytes = params_dev * ab
+    dp_inter = tp * dp > dpn and hw.inter is not None
+    dp_link = hw.inter if dp_inter else hw.intra
+    dp_meas = None if dp_inter else measured
+    adj = tp == 1
+    t_dp_step = t_dp_mb = 0.0
+    if dp > 1:
+        if dp_mode == "ddp":
+            t_dp_step = collective_time("all_reduce", grad_bytes, dp, dp_link, dp_meas, adj)
+        elif dp_mode == "zero1":
+            t_dp_step = (collective_time("reduce_scatter", grad_bytes, dp, dp_link, dp_meas, adj)
+                         + collective_time("all_gather", grad_bytes, dp, dp_link, dp_meas, adj))
+        elif dp_mode in ("fsdp_grad_op", "fsdp"):
+            t_dp_step = collective_time("reduce_scatter", grad_bytes, dp, dp_link, dp_meas, adj)
+            gathers = 2 if dp_mode == "fsdp" else 1
+            t_dp_mb = gathers * collective_time("all_gather", grad_bytes, dp, dp_link, dp_meas, adj)
+        else:
+            raise ValueError(f"parallel.dp_mode={dp_mode!r} is not supported; use one of "
+                             f"{', '.join(memory.DP_MODES)}")
+    ov = (1.0 if pp == 1 else 0.0) if dp_overlap is None else float(dp_overlap)
+    exposed_step = max(0.0, t_dp_step - ov * t_bwd_mb)
+    exposed_mb = max(0.0, t_dp_mb - ov * t_comp) * m
+    t_dp_exposed = exposed_step + exposed_mb
+
+    # 5. optimizer
+    opt_params = params_dev / (dp if dp_mode != "ddp" else 1)
+    t_opt = OPT_BYTES_TOUCHED * opt_params / hw.mem_bw
+
+    step = t_pipe + t_dp_exposed + t_opt
+    gb = int(point.get("global_batch", dp * b * m))
+    tokens = gb * s
+    pt = {**point, "global_batch": gb}
+    mflops = model_flops_per_step(pt)
+    hflops = model_flops_per_step(pt, recompute=True)
+    peak = hw.peak(dtype)
+    return {
+        "step_time_s": step,
+        "compute_s": m * t_comp,
+        "tp_comm_s": m * t_tp,
+        "pp_p2p_s": m * t_p2p,
+        "pp_bubble_s": t_bubble,
+        "bubble_fraction": (slots - m) / m,
+        "dp_comm_s": t_dp_step + m * t_dp_mb,
+        "dp_comm_exposed_s": t_dp_exposed,
+        "optimizer_s": t_opt,
+        "micro_batch_slot_s": t_slot,
+        "tokens_per_step": tokens,
+        "tokens_per_s": tokens / step,
+        "model_flops_per_step": mflops,
+        "hardware_flops_per_step": hflops,
+        "mfu": mflops / (step * n * peak),
+        "hfu": hflops / (step * n * peak),
+        "tflops_per_device": hflops / (step * n) / 1e12,
+        "matmul_rate_flops_per_s": rate,
+        "matmul_rate_source": rate_source,
+        "dp_overlap": ov,
+        "dp_link": "inter" if dp_inter else "intra",
+        "pp_link": "inter" if (pp > 1 and multi_node) else "intra",
+        "hardware": hw.name,
+    }
+
+
+__all__ = [
+    "HardwareSpec", "Link", "Measured", "collective_time", "layer_forward_flops",
+    "model_flops_per_step", "predict_step_time", "presets",
+]

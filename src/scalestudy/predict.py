@@ -1,0 +1,297 @@
+"""``scalestudy predict``: predicted MFU and weak/strong scaling efficiency at real scale,
+next to published results, with the relative error of each.
+
+    scalestudy predict [STUDY.yaml] --hardware frontier [--out DIR]
+        [--matmul-csv M.csv] [--collectives-csv C.csv] [--dp-overlap F]
+
+The points at scale are the Frontier study's configurations (reference data
+``frontier_dash2024_configs``; per model the launch script with the published sequence
+length, preferring FlashAttention-2): the model-parallel shape (tp, pp, micro-batch, ZeRO
+stage, checkpointing) is kept and data parallelism grows from the script's GCD count to the
+paper's largest (weak: global batch ∝ dp; strong: global batch fixed, rounded to a multiple
+of every dp × micro-batch of the series). A study file may instead list the points under
+``predict: {points: [...]}`` (resolved points, docs/architecture.md).
+
+Published "% of peak" was logged by Megatron-DeepSpeed's counter, which counts the
+checkpointing recompute; it is compared with the predicted *HFU* (recompute counted) when
+the configuration checkpoints, with MFU otherwise. Efficiencies are relative to the smallest
+N of the series: weak ``T(N0)/T(N)``, strong ``T(N0)·N0/(T(N)·N)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from scalestudy import perfmodel
+
+MODELS = ("gpt-22b", "gpt-175b", "gpt-1t")
+
+
+def reference(name: str):
+    """A published reference table as a DataFrame (``scalestudy.references.load`` when
+    available, else the package data file, else the shared reference folder)."""
+    import pandas as pd
+
+    try:
+        from scalestudy.references import load  # type: ignore
+
+        return load(name)
+    except ImportError:
+        pass
+    from importlib import resources
+
+    res = resources.files("scalestudy") / "data" / f"{name}.csv"
+    if res.is_file():
+        with res.open() as f:
+            return pd.read_csv(f)
+    p = Path("/work/shared/reference") / f"{name}.csv"
+    if p.exists():
+        return pd.read_csv(p)
+    raise FileNotFoundError(f"reference table {name!r} not found (package data or {p})")
+
+
+def config_point(row, dp: int, global_batch: int) -> dict:
+    """A resolved point from a row of ``frontier_dash2024_configs`` at data parallelism
+    ``dp`` and ``global_batch``."""
+    tp, pp, mb = int(row["tp"]), int(row["pp"]), int(row["micro_batch"])
+    if global_batch % (dp * mb):
+        raise ValueError(f"global_batch={global_batch} is not a multiple of dp·micro_batch={dp * mb}")
+    zs = row.get("zero_stage")
+    zs = 0 if zs is None or (isinstance(zs, float) and math.isnan(zs)) else int(zs)
+    ckpt = str(row["activation_checkpointing"]).lower() in ("true", "1", "yes")
+    s = int(row["seq_len"])
+    n = tp * pp * dp
+    return {
+        "study": "frontier-predict", "series": str(row["model"]), "mode": "predict",
+        "n": n, "dp": dp, "tp": tp, "pp": pp, "nodes": math.ceil(n / 8), "procs_per_node": 8,
+        "micro_batch": mb, "grad_accum": global_batch // (dp * mb), "global_batch": global_batch,
+        "seq_len": s, "tokens_per_step": global_batch * s,
+        "model": {"name": str(row["model"]), "vocab": int(row["vocab"]), "seq_len": s,
+                  "layers": int(row["layers"]), "hidden": int(row["hidden"]),
+                  "heads": int(row["heads"]), "ffn_hidden": None, "mlp": "gelu",
+                  "tied_embeddings": True, "bias": True,
+                  "attention": "math" if str(row["flash_attention"]) == "none" else "fused"},
+        "parallel": {"dp_mode": {0: "ddp", 1: "zero1", 2: "fsdp_grad_op", 3: "fsdp"}[zs],
+                     "pp_schedule": "1f1b", "virtual_stages": 1, "sequence_parallel": False,
+                     "activation_checkpointing": "full" if ckpt else "none"},
+        "train": {"precision": "bf16"},
+        "platform": {"device": "cuda", "hardware": "MI250X-GCD", "devices_per_node": 8},
+        "flops_convention": "megatron",
+    }
+
+
+def pick_configs(configs, published) -> dict:
+    """Per model, the launch-script row whose sequence length matches the published one,
+    preferring FlashAttention-2, then the later script (the later row of the table)."""
+    out = {}
+    for model in MODELS:
+        pub = published[published["model"] == model]
+        rows = configs[configs["model"] == model]
+        if rows.empty or pub.empty:
+            continue
+        s = int(pub.iloc[0]["seq_len"])
+        same = rows[rows["seq_len"] == s]
+        rows = same if not same.empty else rows
+        fa2 = rows[rows["flash_attention"].astype(str) == "v2"]
+        out[model] = (fa2 if not fa2.empty else rows).iloc[-1]
+    return out
+
+
+def series_points(row, n_max: int | None) -> dict[str, list[dict]]:
+    """``{"mfu": [point], "weak": [...], "strong": [...]}`` for one configuration row."""
+    tp, pp, dp0, mb = int(row["tp"]), int(row["pp"]), int(row["dp"]), int(row["micro_batch"])
+    gb0 = int(row["global_batch"])
+    n0 = tp * pp * dp0
+    out = {"mfu": [config_point(row, dp0, gb0)], "weak": [], "strong": []}
+    if not n_max or n_max <= n0:
+        return out
+    # dp grows by doubling while it fits, and the published maximum is always included
+    dps, d = [], dp0
+    while tp * pp * d < n_max:
+        dps.append(d)
+        d *= 2
+    dps = [x for x in dps if tp * pp * x < n_max] + [n_max // (tp * pp)]
+    if len(dps) < 2:
+        return out
+    lcm = mb
+    for x in dps:
+        lcm = lcm * x * mb // math.gcd(lcm, x * mb)
+    gb_strong = max(lcm, round(gb0 / lcm) * lcm)
+    out["weak"] = [config_point(row, x, gb0 * x // dp0) for x in dps if (gb0 * x) % dp0 == 0]
+    out["strong"] = [config_point(row, x, gb_strong) for x in dps]
+    return out
+
+
+def run(hw: perfmodel.HardwareSpec, measured: perfmodel.Measured | None = None,
+        dp_overlap: float | None = None, points: list[dict] | None = None):
+    """Predictions for every series point and the comparison table. Returns
+    ``(points_df, comparison_df)``."""
+    import pandas as pd
+
+    published = reference("frontier_dash2024")
+    rows = []
+    if points is None:
+        configs = reference("frontier_dash2024_configs")
+        chosen = pick_configs(configs, published)
+        series = {}
+        for model, row in chosen.items():
+            pub = published[published["model"] == model].iloc[0]
+            n_max = None if pd.isna(pub["gpus_max"]) else int(pub["gpus_max"])
+            series[model] = series_points(row, n_max)
+    else:
+        series = {}
+        for p in points:
+            series.setdefault(p["model"]["name"], {}).setdefault(p.get("mode", "mfu"), []).append(p)
+    for model, by_kind in series.items():
+        for kind, pts in by_kind.items():
+            base = None
+            for p in sorted(pts, key=lambda q: q["n"]):
+                r = perfmodel.predict_step_time(p, hw, measured, dp_overlap)
+                if base is None:
+                    base = (p["n"], r["step_time_s"])
+                n0, t0 = base
+                eff = t0 / r["step_time_s"] if kind == "weak" else t0 * n0 / (r["step_time_s"] * p["n"])
+                ckpt = p["parallel"]["activation_checkpointing"]
+                rows.append({
+                    "model": model, "series": kind, "n": p["n"], "tp": p["tp"], "pp": p["pp"],
+                    "dp": p["dp"], "micro_batch": p["micro_batch"], "grad_accum": p["grad_accum"],
+                    "global_batch": p["global_batch"], "seq_len": p["seq_len"],
+                    "dp_mode": p["parallel"]["dp_mode"], "activation_checkpointing": ckpt,
+                    **{k: v for k, v in r.items() if isinstance(v, (int, float, str))},
+                    "pct_of_peak_logged": 100 * (r["hfu"] if ckpt != "none" else r["mfu"]),
+                    "efficiency": eff,
+                })
+    df = pd.DataFrame(rows)
+    comp = []
+    for _, pub in published.iterrows():
+        model = pub["model"]
+        sub = df[df["model"] == model]
+        if sub.empty:
+            continue
+        m = sub[sub["series"] == "mfu"].iloc[0]
+        comp.append(_cmp(model, "% of peak (logged, HFU)", m["n"], m["pct_of_peak_logged"], pub["pct_of_peak"]))
+        comp.append(_cmp(model, "TFLOPS per GCD", m["n"], m["tflops_per_device"], pub["tflops_per_device"]))
+        for kind, col in (("weak", "weak_scaling_efficiency"), ("strong", "strong_scaling_efficiency")):
+            s = sub[sub["series"] == kind]
+            if s.empty or pd.isna(pub[col]):
+                continue
+            last = s.sort_values("n").iloc[-1]
+            first = s.sort_values("n").iloc[0]
+            comp.append(_cmp(model, f"{kind} scaling efficiency (%), N0={first['n']}", last["n"],
+                             100 * last["efficiency"], 100 * float(pub[col])))
+    return df, pd.DataFrame(comp)
+
+
+def _cmp(model, metric, n, pred, pub) -> dict:
+    pred, pub = float(pred), float(pub)
+    return {"model": model, "metric": metric, "n": int(n), "predicted": pred, "published": pub,
+            "rel_error": (pred - pub) / pub}
+
+
+def markdown(comp, hw: perfmodel.HardwareSpec) -> str:
+    lines = [
+        f"# Predicted vs published (Dash et al. 2024, Frontier) on hardware `{hw.name}`",
+        "",
+        "| model | metric | N (GCDs) | predicted | published | rel. error |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in comp.itertuples():
+        lines.append(f"| {r.model} | {r.metric} | {r.n} | {r.predicted:.2f} | {r.published:.2f} "
+                     f"| {r.rel_error:+.1%} |")
+    lines += ["", f"Matmul efficiency {hw.matmul_efficiency:.2f} of peak ({hw.source}); "
+              "no parameter is fitted to the published results."]
+    return "\n".join(lines) + "\n"
+
+
+def figures(df, comp, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from scalestudy.io import atomic_path
+
+    paths = []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    c = comp[comp["metric"].str.startswith("% of peak")]
+    x = range(len(c))
+    ax.bar([i - 0.2 for i in x], c["predicted"], width=0.4, label="predicted")
+    ax.bar([i + 0.2 for i in x], c["published"], width=0.4, label="published")
+    ax.set_xticks(list(x), c["model"])
+    ax.set_ylabel("% of 191.5 TFLOPS (recompute counted)")
+    ax.set_title("Per-GCD utilisation: model vs Dash et al. 2024")
+    ax.legend()
+    fig.tight_layout()
+    p = out / "predict_mfu.png"
+    with atomic_path(p) as tmp:
+        fig.savefig(tmp)
+    plt.close(fig)
+    paths.append(p)
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, kind in zip(axes, ("weak", "strong")):
+        s = df[df["series"] == kind]
+        for model, g in s.groupby("model"):
+            line, = ax.plot(g["n"], 100 * g["efficiency"], marker="o", label=f"{model} predicted")
+            pub = comp[(comp["model"] == model) & comp["metric"].str.startswith(kind)]
+            if not pub.empty:
+                ax.scatter(pub["n"], pub["published"], marker="*", s=150, color=line.get_color(),
+                           label=f"{model} published")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("GCDs")
+        ax.set_title(f"{kind} scaling")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("efficiency (%)")
+    fig.tight_layout()
+    p = out / "predict_scaling.png"
+    with atomic_path(p) as tmp:
+        fig.savefig(tmp)
+    plt.close(fig)
+    paths.append(p)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="scalestudy predict", description=__doc__.splitlines()[0])
+    ap.add_argument("study", nargs="?", help="study YAML (optional: predict.points at scale)")
+    ap.add_argument("--hardware", default="frontier", help="preset name or YAML path")
+    ap.add_argument("--out", default=None, help="output folder (default results/<study>/predict)")
+    ap.add_argument("--matmul-csv", help="microbench matmul CSV measured on that hardware")
+    ap.add_argument("--collectives-csv", help="microbench collectives CSV measured on that hardware")
+    ap.add_argument("--dp-overlap", type=float, default=None)
+    a = ap.parse_args(argv)
+
+    from scalestudy.io import atomic_path, write_text
+
+    hw = perfmodel.HardwareSpec.load(a.hardware)
+    measured = None
+    if a.matmul_csv or a.collectives_csv:
+        measured = perfmodel.Measured.from_csv(a.matmul_csv, a.collectives_csv)
+    points, name = None, "frontier"
+    if a.study:
+        import yaml
+
+        with open(a.study) as f:
+            study = yaml.safe_load(f) or {}
+        name = study.get("name", Path(a.study).stem)
+        points = (study.get("predict") or {}).get("points")
+    out = Path(a.out or f"results/{name}/predict")
+    df, comp = run(hw, measured, a.dp_overlap, points)
+    with atomic_path(out / "predict_points.csv") as tmp:
+        df.to_csv(tmp, index=False)
+    with atomic_path(out / "predict_vs_published.csv") as tmp:
+        comp.to_csv(tmp, index=False)
+    md = markdown(comp, hw)
+    write_text(out / "predict_vs_published.md", md)
+    figures(df, comp, out)
+    print(md)
+    print(f"-> {out}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

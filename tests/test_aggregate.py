@@ -1,0 +1,202 @@
+"""aggregate on a synthetic study directory with known answers (ok, failed, infeasible and
+not-run points; two repeats)."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from scalestudy import aggregate, flops
+from scalestudy.io import write_json, write_text
+from scalestudy.model import GPTConfig
+from scalestudy.planner import PLAN_COLUMNS
+
+MODEL = {"name": "tiny", "vocab": 256, "seq_len": 64, "layers": 2, "hidden": 64, "heads": 4,
+         "ffn_hidden": None, "mlp": "gelu", "tied_embeddings": False, "bias": True}
+# steady-state multipliers with median exactly 1 (so the median step time is the base time)
+NOISE = [1.0, 0.99, 1.01, 0.98, 1.02, 1.0, 0.97, 1.03]
+CEILING = 5e10  # measured matmul ceiling, FLOP/s
+
+# (series, mode, n, global_batch, base step time s, state per repeat (None = no status.json))
+# weak: E = 1, 1, 0.8 then OOM at 8; strong: E = 1, 1, 0.8 and N=8 infeasible in the plan.
+POINTS = [
+    ("weak-dp", "weak", 1, 4, 0.10, ["ok", "ok"]),
+    ("weak-dp", "weak", 2, 8, 0.10, ["ok", "ok"]),
+    ("weak-dp", "weak", 4, 16, 0.125, ["ok", None]),
+    ("weak-dp", "weak", 8, 32, 0.0, ["oom", "oom"]),
+    ("strong-dp", "strong", 1, 16, 0.8, ["ok", "ok"]),
+    ("strong-dp", "strong", 2, 16, 0.4, ["ok", "ok"]),
+    ("strong-dp", "strong", 4, 16, 0.25, ["ok", "timeout"]),
+    ("strong-dp", "strong", 8, 16, 0.0, ["infeasible", "infeasible"]),
+]
+
+
+def make_study(root: Path, references=("frontier_dash2024",), break_invariant=False,
+               calibration=True, peak=None) -> Path:
+    """Write plan.tsv, study.json, calibration.json and run dirs like the pipeline does.
+    ``peak``: ``(key, FLOP/s, source)`` a GPU run would record (default: CPU, no peak)."""
+    key, peak_flops, source = peak or (None, None, None)
+    study_dir = root / "synth"
+    cfg = GPTConfig.from_dict(MODEL)
+    plan = []
+    for series, mode, n, gb, t, states in POINTS:
+        if break_invariant and series == "strong-dp" and n == 4:
+            gb = 32
+        for r, state in enumerate(states):
+            pid = f"{series}_n{n}_dp{n}-tp1-pp1_gb{gb}_abcd{n:04d}_r{r}"
+            row = dict(point_id=pid, config_hash=f"abcd{n:04d}", series=series, mode=mode,
+                       model="tiny", n=n, dp=n, tp=1, pp=1, nodes=1, procs_per_node=n,
+                       micro_batch=gb // n if mode == "weak" else 2,
+                       grad_accum=1 if mode == "weak" else max(gb // (2 * n), 1),
+                       global_batch=gb, seq_len=64, tokens_per_step=gb * 64,
+                       tokens_per_device_step=gb * 64 / n, dp_mode="ddp", pp_schedule="1f1b",
+                       virtual_stages=1, activation_checkpointing="none", precision="fp32",
+                       repeat=r, baseline_n=1, feasible=state != "infeasible",
+                       reason="needs 9.9 GB per device > 8 GB" if state == "infeasible" else "",
+                       mem_estimate_gb=0.01)
+            plan.append(row)
+            if state == "infeasible":
+                continue
+            d = study_dir / "runs" / pid
+            point = dict(row, study="synth", model=MODEL, flops_convention="megatron",
+                         parallel={"activation_checkpointing": "none"},
+                         platform={"device": "cuda" if key else "cpu", "hardware": None})
+            write_json(d / "point.json", point)
+            if state is None:
+                continue  # planned, never ran: no status.json
+            status = {"state": state, "reason": "" if state == "ok" else f"{state} at step 3",
+                      "evidence": [], "exit_code": 0 if state == "ok" else 1,
+                      "started": "2026-01-01T00:00:00", "finished": "2026-01-01T00:00:09",
+                      "wall_s": 9.0}
+            write_json(d / "status.json", status)
+            if state != "ok":
+                continue
+            steps = [t * 5, t * 3] + [t * m for m in NOISE]
+            lines = [json.dumps({"step": i, "loss": 5.5 - 0.3 * i, "step_time_s": x,
+                                 "warmup": i < 2, "tokens": gb * 64}) for i, x in enumerate(steps)]
+            write_text(d / "steps.jsonl", "\n".join(lines) + "\n")
+            write_json(d / "summary.json", {
+                "point_id": pid, "n_params": flops.gpt_params(cfg), "steps": 10, "warmup_steps": 2,
+                "loss_first": 5.5, "loss_last": 2.8, "tokens_per_step": gb * 64,
+                "step_time_median_s": t, "tokens_per_s": gb * 64 / t,
+                "model_flops_per_step": {c: flops.model_flops_per_step(cfg, gb, c) for c in flops.CONVENTIONS},
+                "hardware_flops_per_step": {c: flops.hardware_flops_per_step(cfg, gb, c) for c in flops.CONVENTIONS},
+                "device_type": "cuda" if key else "cpu", "device_name": key or "AMD EPYC",
+                "hardware": key, "dtype": "fp32",
+                "peak_flops_per_device": peak_flops, "peak_source": source,
+                "peak_memory_bytes": 3.4e8, "memory_kind": "cpu_max_rss", "train_wall_s": 2.0})
+    lines = ["\t".join(PLAN_COLUMNS)] + ["\t".join(str(p[c]) for c in PLAN_COLUMNS) for p in plan]
+    write_text(study_dir / "plan.tsv", "\n".join(lines) + "\n")
+    write_json(study_dir / "study.json", {"name": "synth", "flops_convention": "megatron",
+                                          "references": list(references),
+                                          "series": [{"name": "weak-dp"}, {"name": "strong-dp"}]})
+    if calibration:
+        write_json(study_dir / "calibration.json", {
+            "device_name": "AMD EPYC", "device_type": "cpu", "host": "h", "dtype": "fp32",
+            "m": 512, "n": 512, "k": 512, "flops_per_s": CEILING,
+            "samples_flops_per_s": [CEILING] * 3})
+    return study_dir
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    d = make_study(tmp_path_factory.mktemp("agg"))
+    aggregate.run(d)
+    return d
+
+
+def test_runs_table_one_row_per_planned_run(study):
+    runs = pd.read_csv(study / "runs.csv")
+    assert len(runs) == sum(len(p[5]) for p in POINTS)
+    assert pd.read_parquet(study / "runs.parquet").shape == runs.shape
+    assert runs["status"].value_counts().to_dict() == {"ok": 10, "oom": 2, "infeasible": 2,
+                                                       "not_run": 1, "timeout": 1}
+    assert set(aggregate.RUN_COLUMNS) <= set(runs.columns)
+    inf = runs[runs["status"] == "infeasible"]
+    assert inf["reason"].str.contains("9.9 GB").all()
+    assert runs.loc[runs["status"] == "not_run", "reason"].str.contains("status.json").all()
+    assert (runs["study"] == "synth").all()
+
+
+def test_runs_numbers(study):
+    runs = pd.read_csv(study / "runs.csv").set_index("point_id")
+    r = runs.loc["strong-dp_n2_dp2-tp1-pp1_gb16_abcd0002_r0"]
+    assert r["step_time_median_s"] == pytest.approx(0.4)  # warm-up steps (2.0, 1.2) dropped
+    assert r["n_steady_steps"] == 8
+    assert r["step_time_ci_lo_s"] <= 0.4 <= r["step_time_ci_hi_s"]
+    assert r["step_time_q25_s"] < 0.4 < r["step_time_q75_s"]
+    assert r["tokens_per_s"] == pytest.approx(16 * 64 / 0.4)
+    assert r["tokens_per_s_per_device"] == pytest.approx(16 * 64 / 0.4 / 2)
+    mf = flops.model_flops_per_step(GPTConfig.from_dict(MODEL), 16, "megatron")
+    assert r["model_tflops_per_device"] == pytest.approx(mf / 0.4 / 2 / 1e12, rel=1e-5)
+    assert r["flops_convention"] == "megatron"
+    # CPU: no spec peak -> no MFU; utilisation against the measured ceiling instead
+    assert np.isnan(r["mfu"]) and np.isnan(r["peak_tflops"])
+    assert r["util_vs_measured_ceiling"] == pytest.approx(mf / 0.4 / 2 / CEILING, rel=1e-5)
+    assert r["loss_first"] == 5.5 and r["loss_last"] == 2.8
+    oom = runs[runs["status"] == "oom"].iloc[0]
+    assert np.isnan(oom["step_time_median_s"]) and oom["reason"] == "oom at step 3"
+    # FLOPs are known from the config even for a run that failed
+    assert oom["model_flops_per_step"] > 0
+
+
+def test_efficiency_known_answers(study):
+    e = pd.read_csv(study / "efficiency.csv")
+    weak = e[e["series"] == "weak-dp"].set_index("n")
+    strong = e[e["series"] == "strong-dp"].set_index("n")
+    assert weak.loc[[1, 2, 4], "efficiency"].tolist() == pytest.approx([1, 1, 0.8])
+    assert strong.loc[[1, 2, 4], "efficiency"].tolist() == pytest.approx([1, 1, 0.8])
+    assert strong.loc[[1, 2, 4], "speedup"].tolist() == pytest.approx([1, 2, 3.2])
+    assert weak.loc[8, "status"] == "oom" and np.isnan(weak.loc[8, "efficiency"])
+    assert strong.loc[8, "status"] == "infeasible"
+    assert (e.loc[e["n"] == 1, "efficiency"] == 1).all()  # efficiency at N0 is 1
+    ok = e[e["status"] == "ok"]
+    assert (ok["efficiency_ci_lo"] <= ok["efficiency"] + 1e-12).all()
+    assert (ok["efficiency"] <= ok["efficiency_ci_hi"] + 1e-12).all()
+    assert weak.loc[4, "n_ok"] == 1 and weak.loc[4, "n_repeats"] == 2
+    assert strong.loc[4, "n_ok"] == 1 and "timeout" in strong.loc[4, "reason"]
+
+
+def test_summary_markdown(study):
+    text = (study / "summary.md").read_text()
+    assert "| series | mode | N |" in text
+    assert "CPU/gloo runs test correctness and communication volume, not cluster communication time" in text
+    assert "megatron" in text and "measured matmul ceiling" in text
+    assert "No spec peak" in text
+    assert "oom" in text and "infeasible" in text
+
+
+def test_broken_invariant_gets_no_curve(tmp_path, capsys):
+    d = make_study(tmp_path, break_invariant=True, calibration=False)
+    aggregate.run(d)
+    e = pd.read_csv(d / "efficiency.csv")
+    strong = e[e["series"] == "strong-dp"]
+    assert strong["efficiency"].isna().all()
+    assert strong["note"].str.contains("invariant broken").all()
+    assert e.loc[e["series"] == "weak-dp", "efficiency"].notna().sum() == 3
+    err = capsys.readouterr().err
+    assert "strong-dp" in err and "tokens per step" in err
+    assert "no efficiency curve" in (d / "summary.md").read_text()
+    runs = pd.read_csv(d / "runs.csv")
+    assert runs["util_vs_measured_ceiling"].isna().all()  # no calibration.json
+
+
+def test_missing_plan_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="plan.tsv"):
+        aggregate.run(tmp_path)
+
+
+def test_spec_peak_gives_mfu(tmp_path):
+    peak = ("H200-SXM", 1e12, "test peak")
+    d = make_study(tmp_path, peak=peak)
+    aggregate.run(d)
+    runs = pd.read_csv(d / "runs.csv").set_index("point_id")
+    r = runs.loc["strong-dp_n2_dp2-tp1-pp1_gb16_abcd0002_r0"]
+    mf = flops.model_flops_per_step(GPTConfig.from_dict(MODEL), 16, "megatron")
+    assert r["mfu"] == pytest.approx(mf / 0.4 / 2 / 1e12, rel=1e-5)
+    assert r["hfu"] == pytest.approx(r["mfu"], rel=1e-12)  # no recompute
+    assert r["peak_tflops"] == 1.0 and r["peak_source"] == "test peak"
+    text = (d / "summary.md").read_text()
+    assert "| MFU |" in text and "H200-SXM" in text and "CPU/gloo" not in text

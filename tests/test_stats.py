@@ -1,0 +1,60 @@
+import numpy as np
+import pytest
+
+from scalestudy import stats
+
+
+def test_steady_state_drops_declared_warmup_and_nonfinite():
+    assert stats.steady_state([9, 8, 1, 2, float("nan"), 3], warmup_steps=2).tolist() == [1, 2, 3]
+    assert stats.steady_state([1, 2], warmup_steps=5).size == 0
+
+
+def test_steady_state_detects_a_slow_start():
+    times = [5.0, 3.0, 1.3, 1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0]
+    # declared warm-up 1 misses the slow second step; detection drops 3.0 and 1.3 (>1.15)
+    assert stats.steady_state(times, 1, detect=False)[0] == 3.0
+    assert stats.steady_state(times, 1, detect=True).tolist() == times[3:]
+    # a flat series loses nothing, and detection keeps at least min_keep steps
+    assert stats.steady_state([1.0] * 6, 0, detect=True).size == 6
+    assert stats.steady_state([9, 9, 9, 1, 1, 1], 0, detect=True, min_keep=3).tolist() == [1, 1, 1]
+
+
+def test_median_iqr_by_hand():
+    s = stats.summarize([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert s["median"] == 3.0 and (s["q25"], s["q75"]) == (2.0, 4.0) and s["iqr"] == 2.0
+    assert s["n_steps"] == 5 and s["n_repeats"] == 1
+    assert s["ci_lo"] <= 3.0 <= s["ci_hi"]
+
+
+def test_bootstrap_is_deterministic_and_degenerate_for_constant_data():
+    x = np.random.default_rng(3).normal(1.0, 0.1, 40)
+    assert stats.bootstrap_median_ci(x) == stats.bootstrap_median_ci(x)
+    assert stats.bootstrap_median_ci(x, seed=1) != stats.bootstrap_median_ci(x, seed=2)
+    assert stats.bootstrap_median_ci([2.0] * 10) == (2.0, 2.0)
+    assert np.isnan(stats.summarize([])["median"])
+
+
+def test_bootstrap_ci_coverage():
+    # 95% CI of the median of N(0,1) samples of 41 should cover 0 about 95% of the time;
+    # 200 trials: accept 0.88..0.995 (binomial sd ~1.5% plus bootstrap's small-sample bias).
+    rng = np.random.default_rng(0)
+    hits = 0
+    for i in range(200):
+        lo, hi = stats.bootstrap_median_ci(rng.normal(0, 1, 41), n_boot=500, seed=i)
+        hits += lo <= 0.0 <= hi
+    assert 0.88 <= hits / 200 <= 0.995
+
+
+def test_hierarchical_bootstrap_widens_with_repeat_to_repeat_spread():
+    rng = np.random.default_rng(1)
+    reps = [rng.normal(m, 0.01, 30) for m in (1.0, 1.1, 0.9)]
+    pooled_lo, pooled_hi = stats.bootstrap_median_ci(np.concatenate(reps))  # ignores repeats
+    lo, hi = stats.bootstrap_median_ci(reps)
+    assert (hi - lo) > 2 * (pooled_hi - pooled_lo)
+    assert lo < 1.0 < hi
+    d = stats.bootstrap_medians(reps, n_boot=300)
+    assert d.shape == (300,) and np.all((d > 0.85) & (d < 1.15))
+    # unequal repeat sizes: a replicate's median is over exactly the steps it drew
+    d2 = stats.bootstrap_medians([[1.0], [2.0, 2.0, 2.0]], n_boot=200)
+    assert set(np.unique(d2)) <= {1.0, 1.5, 2.0}
+    assert stats.summarize(reps)["n_repeats"] == 3
