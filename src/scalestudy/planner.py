@@ -54,7 +54,7 @@ def config_hash(point: dict) -> str:
     keep = {k: v for k, v in point.items()
             if k not in ("study", "series", "point_id", "config_hash", "repeat", "baseline_n",
                          "feasible", "reason", "mem_estimate_gb", "sweep_parent",
-                         "flops_convention", "references")}
+                         "flops_convention", "references", "retries")}
     keep["platform"] = {k: v for k, v in point["platform"].items() if k not in _UNHASHED_PLATFORM}
     blob = json.dumps(keep, sort_keys=True, default=str).encode()
     return hashlib.sha1(blob).hexdigest()[:8]
@@ -175,6 +175,7 @@ def plan_points(study: dict) -> list[dict]:
                     "model": model, "parallel": parallel, "train": dict(study["train"]),
                     "platform": dict(platform), "flops_convention": study["flops_convention"],
                     "references": list(study["references"]),
+                    "retries": study["retries"],
                 }
                 reason = _constraints(p, model, platform)
                 nodes = max(1, -(-n // platform["devices_per_node"]))
