@@ -331,7 +331,11 @@ def run(study_dir: Path, detect_warmup: bool = False) -> None:
     runs, efficiency, context = collect(study_dir, detect_warmup)
     _write_csv(study_dir / "runs.csv", runs)
     with atomic_path(study_dir / "runs.parquet") as tmp:
-        runs.to_parquet(tmp, index=False)
+        try:
+            runs.to_parquet(tmp, index=False)
+        except (TypeError, ValueError, ImportError):  # mixed-type object column: store as text
+            obj = runs.select_dtypes(include="object").columns
+            runs.astype({c: "string" for c in obj}).to_parquet(tmp, index=False)
     _write_csv(study_dir / "efficiency.csv", efficiency)
     write_text(study_dir / "summary.md", report.summary_markdown(runs, efficiency, context))
     for msg in context["messages"]:

@@ -216,12 +216,15 @@ def mfu_figure(eff, runs, out_dir, references: list[str]) -> list[Path]:
 
 
 def _study_references(study_dir: Path) -> list[str]:
-    path = study_dir / "study.json"
-    if path.exists():
+    """``references`` of ``study.json``, else of the first ``runs/*/point.json`` that has it."""
+    candidates = [study_dir / "study.json"] + sorted((study_dir / "runs").glob("*/point.json"))[:1]
+    for path in candidates:
         try:
-            return list(read_json(path).get("references") or [])
-        except (OSError, ValueError):
-            return []
+            refs_named = read_json(path).get("references")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if refs_named is not None:
+            return list(refs_named)
     return []
 
 
