@@ -57,8 +57,10 @@ def cmd_plan(args) -> int:
 
 
 def snakemake_argv(study: str, results: str, profile: str | None, extra: list[str]) -> list[str]:
+    # Snakemake's metadata and locks live beside the results (one .snakemake per results root)
+    Path(results).mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
-            "--directory", str(REPO)]
+            "--directory", str(Path(results).resolve())]
     if profile:
         argv += ["--profile", profile]
     argv += ["--config", f"study={Path(study).resolve()}", f"results={Path(results).resolve()}"]

@@ -181,7 +181,7 @@ def estimate(point: dict) -> dict:
         CHECKPOINTING,
     )
     schedule = par.get("pp_schedule", "1f1b")
-    virtual = int(par.get("virtual_stages", 1) or 1)
+    virtual = int(par.get("virtual_stages", 1) or 1) if pp > 1 else 1
     layers = int(model["layers"])
     if layers % (pp * virtual):
         raise ValueError(

@@ -1,0 +1,150 @@
+"""End to end through Snakemake (subprocess): a tiny study produces every output, consistent;
+running again does nothing; extending the grid runs only the new points."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import yaml
+
+from scalestudy.cli import snakemake_argv
+
+pytestmark = pytest.mark.workflow
+
+TINY = {
+    "name": "tiny",
+    "models": {"m": {"layers": 2, "hidden": 32, "heads": 2, "seq_len": 16, "vocab": 64}},
+    "train": {"steps": 6, "warmup_steps": 2},
+    "platform": {"device": "cpu", "devices_per_node": 4},
+    "series": [
+        {"name": "weak", "mode": "weak", "model": "m", "gpus": [1, 2], "micro_batch": 2},
+        # N=3 cannot split a global batch of 4 (infeasible, listed with its reason)
+        {"name": "strong", "mode": "strong", "model": "m", "gpus": [1, 2, 3], "micro_batch": 1,
+         "global_batch": 4},
+    ],
+}
+FIGURES = ["efficiency_weak", "efficiency_strong", "throughput", "mfu"]
+
+
+def snakemake(study_file, results, *extra, timeout=600):
+    argv = snakemake_argv(str(study_file), str(results),
+                          str(_repo() / "workflow/profiles/local"), list(extra))
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+
+def _repo():
+    from scalestudy.cli import REPO
+
+    return REPO
+
+
+def trained(out: str) -> int:
+    """How many training jobs a Snakemake run executed."""
+    return out.count("rule train:")
+
+
+@pytest.fixture(scope="module")
+def study_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wf")
+    study_file = root / "tiny.yaml"
+    study_file.write_text(yaml.safe_dump(TINY))
+    results = root / "results"
+    first = snakemake(study_file, results)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    return study_file, results, first
+
+
+def test_every_output_exists_and_is_consistent(study_run):
+    study_file, results, first = study_run
+    out = results / "tiny"
+    assert trained(first.stderr + first.stdout) == 4
+    plan = pd.read_csv(out / "plan.tsv", sep="\t")
+    assert len(plan) == 5 and plan["feasible"].sum() == 4
+    bad = plan[~plan["feasible"]].iloc[0]
+    assert bad["n"] == 3 and "not divisible" in bad["reason"]
+
+    for pid in plan.loc[plan["feasible"], "point_id"]:
+        run = out / "runs" / pid
+        for name in ("point.json", "steps.jsonl", "summary.json", "status.json", "env.json",
+                     "stdout.log"):
+            assert (run / name).is_file(), run / name
+        status = json.loads((run / "status.json").read_text())
+        assert status["state"] == "ok", status
+        steps = [json.loads(ln) for ln in (run / "steps.jsonl").read_text().splitlines()]
+        assert len(steps) == 6 and sum(s["warmup"] for s in steps) == 2
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["loss_last"] < summary["loss_first"]
+        env = json.loads((run / "env.json").read_text())
+        assert env["backend"] == "gloo" and env["world_size"] == json.loads(
+            (run / "point.json").read_text())["n"]
+
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == len(plan)  # rows = points x repeats, infeasible ones included
+    assert set(runs["status"]) == {"ok", "infeasible"}
+    ok = runs[runs["status"] == "ok"]
+    assert (ok["flops_convention"] == "megatron").all()
+    assert ok["mfu"].isna().all()  # CPU: no spec peak, never a guess
+    assert (ok["tokens_per_s_per_device"] > 0).all()
+
+    eff = pd.read_csv(out / "efficiency.csv")
+    base = eff[eff["n"] == eff["baseline_n"]]
+    assert set(base["series"]) == {"weak", "strong"}
+    assert (base["efficiency"] - 1).abs().max() < 1e-12
+    weak2 = eff[(eff["series"] == "weak") & (eff["n"] == 2)].iloc[0]
+    assert weak2["efficiency_ci_lo"] <= weak2["efficiency"] <= weak2["efficiency_ci_hi"]
+
+    for fig in FIGURES:
+        for ext in ("png", "pdf", "csv"):
+            assert (out / "figures" / f"{fig}.{ext}").stat().st_size > 0
+    summary_md = (out / "summary.md").read_text()
+    assert "| weak |" in summary_md and "efficiency" in summary_md
+
+
+def test_rerun_is_a_noop(study_run):
+    study_file, results, _ = study_run
+    again = snakemake(study_file, results, "--dry-run")
+    assert again.returncode == 0
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_report_html(study_run):
+    study_file, results, _ = study_run
+    report = results / "tiny" / "report.html"
+    r = snakemake(study_file, results, "--report", str(report))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert report.stat().st_size > 10_000
+
+
+def test_extending_the_grid_runs_only_new_points(study_run):
+    study_file, results, _ = study_run
+    runs_dir = results / "tiny" / "runs"
+    before = {p.parent.name: p.stat().st_mtime_ns for p in runs_dir.glob("*/status.json")}
+    extended = dict(TINY)
+    extended["series"] = [dict(TINY["series"][0], gpus=[1, 2, 4]), TINY["series"][1]]
+    study_file.write_text(yaml.safe_dump(extended))
+    r = snakemake(study_file, results)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert trained(r.stderr + r.stdout) == 1
+    after = {p.parent.name: p.stat().st_mtime_ns for p in runs_dir.glob("*/status.json")}
+    assert {k: after[k] for k in before} == before  # old points untouched
+    new = set(after) - set(before)
+    assert len(new) == 1 and "_n4_" in new.pop()
+    eff = pd.read_csv(results / "tiny" / "efficiency.csv")
+    assert 4 in set(eff.loc[eff["series"] == "weak", "n"])
+
+
+def test_bad_study_fails_before_any_job(tmp_path):
+    bad = dict(TINY, series=[dict(TINY["series"][0], mode="sideways")])
+    study_file = tmp_path / "bad.yaml"
+    study_file.write_text(yaml.safe_dump(bad))
+    r = subprocess.run([sys.executable, "-m", "scalestudy.cli", "run", str(study_file),
+                        "--results", str(tmp_path / "results")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].startswith("scalestudy: error:")
+    assert "series[0].mode: 'sideways' is not allowed" in r.stderr
+    assert not (tmp_path / "results" / "tiny").exists()
