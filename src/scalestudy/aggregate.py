@@ -47,7 +47,8 @@ RUN_COLUMNS = [
 EFFICIENCY_COLUMNS = [
     "series", "mode", "model", "n", "dp", "tp", "pp", "global_batch", "tokens_per_step",
     "baseline_n", "n_repeats", "n_ok", "step_time_s", "step_time_ci_lo_s", "step_time_ci_hi_s",
-    "tokens_per_s_per_device", "efficiency", "efficiency_ci_lo", "efficiency_ci_hi",
+    "tokens_per_s_per_device", "tokens_per_s_per_device_ci_lo", "tokens_per_s_per_device_ci_hi",
+    "efficiency", "efficiency_ci_lo", "efficiency_ci_hi",
     "speedup", "speedup_ci_lo", "speedup_ci_hi", "ideal_speedup",
     "mfu", "hfu", "util_vs_measured_ceiling", "status", "reason", "note",
 ]
@@ -283,6 +284,9 @@ def efficiency_rows(runs: pd.DataFrame, times: dict[str, list[float]],
                       "speedup_ci_hi", "ideal_speedup"):
                 r[c] = cols[c][i]
             r["note"] = text
+            # a longer step means fewer tokens/s: the CI bounds swap
+            r["tokens_per_s_per_device_ci_lo"] = r["tokens_per_step"] / (r["step_time_ci_hi_s"] * r["n"])
+            r["tokens_per_s_per_device_ci_hi"] = r["tokens_per_step"] / (r["step_time_ci_lo_s"] * r["n"])
             rows.append(r)
     return pd.DataFrame(rows, columns=EFFICIENCY_COLUMNS), messages
 
