@@ -16,7 +16,7 @@
   (emulated nodes: same ranks and collectives, so the same point runs on a laptop and a
   cluster; only the network differs).
 - :func:`job_resources` gives the Snakemake resources of a point's training job under the
-  ``slurm`` executor plugin (sbatch flags), :func:`launch_env` the environment of the ranks,
+  ``slurm`` executor plugin (sbatch flags), :func:`launch_env` the environment of the launch,
   :func:`slurm_env_record` what the ranks see of Slurm (for ``env.json``).
 
 Site settings (partition, account, GPUs per node, NCCL/RCCL environment, ...) come from a
@@ -263,9 +263,9 @@ def _available_cpus(environ: Mapping) -> int:
         return os.cpu_count() or 1
 
 
-def launch_env(point: Mapping, environ: Mapping = os.environ,
-               site: Mapping | None = None) -> dict:
-    """Environment additions for the launch of ``point`` (merge them over ``environ``).
+def env_additions(point: Mapping, environ: Mapping = os.environ,
+                  site: Mapping | None = None) -> dict:
+    """What :func:`launch_env` adds to ``environ`` for the launch of ``point``.
 
     ``OMP_NUM_THREADS`` = cores per process (an explicit value in ``environ`` wins; several
     processes on few cores get 1, DESIGN §6); ``GLOO_SOCKET_IFNAME=lo`` for CPU points that run
@@ -284,6 +284,14 @@ def launch_env(point: Mapping, environ: Mapping = os.environ,
         env["GLOO_SOCKET_IFNAME"] = "lo"
     env.update(site["env"])
     return env
+
+
+def launch_env(point: Mapping, environ: Mapping = os.environ,
+               site: Mapping | None = None) -> dict:
+    """The full environment to launch ``point`` with: ``environ`` (PATH, PYTHONPATH and, under
+    Slurm, SLURM_JOB_ID, which srun needs to start a step inside the job's allocation instead
+    of asking for a new one) plus :func:`env_additions`."""
+    return {**environ, **env_additions(point, environ, site)}
 
 
 def slurm_env_record(environ: Mapping = os.environ) -> dict | None:

@@ -39,15 +39,6 @@ _DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEV
                 "OMP_NUM_THREADS", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
 
-def resolve_device_type(requested: str) -> str:
-    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu`` (ROCm builds report cuda)."""
-    if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("platform.device is cuda but no GPU is visible to this process")
-    return requested
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -98,7 +89,7 @@ def _env_record(point: dict, device: torch.device, backend: str, ranks: list[dic
 def run(point: dict, run_dir: Path) -> None:
     t_start = time.perf_counter()
     plat, tr = point["platform"], point["train"]
-    device_type = resolve_device_type(plat["device"])
+    device_type = hardware.resolve_device_type(plat["device"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if device_type == "cuda":
         torch.cuda.set_device(local_rank)
