@@ -128,12 +128,22 @@ def test_presets_load_with_sources():
         fr.peak("int8")
 
 
+def test_layer_selective_recomputes_every_other_layer():
+    hw = ideal_hw()
+    none = predict_step_time(point(tp=2, mb=2), hw)
+    full = predict_step_time(point(tp=2, mb=2, ckpt="full"), hw)
+    sel = predict_step_time(point(tp=2, mb=2, ckpt="selective"), hw)
+    # 8 layers: 4 recomputed -> half the extra compute and half the extra all-reduces of full
+    assert sel["compute_s"] - none["compute_s"] == pytest.approx((full["compute_s"] - none["compute_s"]) / 2)
+    assert sel["tp_comm_s"] - none["tp_comm_s"] == pytest.approx((full["tp_comm_s"] - none["tp_comm_s"]) / 2)
+
+
 def test_tp_larger_than_node_is_rejected():
     with pytest.raises(ValueError, match="devices_per_node"):
         predict_step_time(point(tp=16, mb=2), ideal_hw())
 
 
-@pytest.mark.parametrize("ckpt", ["none", "full", "selective"])
+@pytest.mark.parametrize("ckpt", ["none", "full", "selective", "selective_attention"])
 @pytest.mark.parametrize("mlp", ["gelu", "swiglu"])
 def test_flops_agree_with_flops_module(ckpt, mlp):
     from scalestudy import flops
