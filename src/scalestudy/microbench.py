@@ -16,7 +16,8 @@ slowest rank's time per call (one-way for send/recv, half a round trip). Bus ban
 follows nccl-tests: all-reduce ``2(p-1)/p``, all-gather and reduce-scatter ``(p-1)/p``,
 send/recv 1 times the algorithmic bandwidth ``bytes / seconds``.
 
-``memory`` runs a few tiny fp32 GPT training steps in fresh subprocesses and compares the
+``memory [--trainer]`` runs a few tiny fp32 GPT training steps in fresh subprocesses (with
+``--trainer`` also ``scalestudy.train`` under torchrun for ddp / zero1 / fsdp) and compares the
 peak resident memory above a baseline (``VmHWM`` after resetting it through
 ``/proc/self/clear_refs``; glibc is told to serve every allocation over 64 KiB by ``mmap``
 so freed tensors leave the resident set) with ``scalestudy.memory.estimate``.
@@ -31,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "tf32": "float32"}
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
@@ -529,6 +531,53 @@ def plot(kind: str, csv: str | os.PathLike, out: str | os.PathLike) -> None:
     plt.close(fig)
 
 
+def bench_memory_trainer(dp_modes=("ddp", "zero1", "fsdp"), nproc: int = 2,
+                         timeout_s: float = 300) -> list[dict]:
+    """The trainer's own peak (``summary.json`` ``peak_memory_bytes``, max RSS over ranks)
+    under each ``dp_mode`` at dp = ``nproc``, minus that of a degenerate model run the same
+    way (torch, gloo and the data: the baseline), against ``memory.estimate``. glibc is told
+    to ``mmap`` allocations over 64 KiB so freed tensors leave the resident set."""
+    import tempfile
+
+    from scalestudy import memory
+
+    big = dict(vocab=8192, seq_len=64, layers=4, hidden=256, heads=4, ffn_hidden=None,
+               mlp="gelu", tied_embeddings=False, bias=True, name="mem")
+    degenerate = dict(big, vocab=16, layers=1, hidden=8, heads=2, name="baseline")
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536",
+           "OMP_NUM_THREADS": "1"}
+    peaks, points = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, model, mode in [("baseline", degenerate, "ddp")] + [(m, big, m) for m in dp_modes]:
+            p = memory_point(model, 2, "none")
+            p.update(study="memcheck", series="memcheck", mode="weak", n=nproc, dp=nproc,
+                     global_batch=2 * nproc, nodes=1, procs_per_node=nproc, repeat=0,
+                     point_id=f"mem-{name}", config_hash=name, tokens_per_step=2 * nproc * 64,
+                     flops_convention="megatron")
+            p["parallel"].update(dp_mode=mode, sequence_parallel=False)
+            p["train"].update(steps=3, warmup_steps=1, lr=1e-3, weight_decay=0.0, grad_clip=1.0, seed=0)
+            p["platform"] = {"device": "cpu", "hardware": None, "devices_per_node": 8,
+                             "timeout_s": timeout_s, "collective_timeout_s": 120}
+            d = Path(tmp) / name
+            d.mkdir()
+            (d / "point.json").write_text(json.dumps(p))
+            subprocess.run(["timeout", str(int(timeout_s)), sys.executable, "-m",
+                            "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+                            "-m", "scalestudy.train", str(d / "point.json"), str(d)],
+                           env=env, capture_output=True, text=True, check=True)
+            peaks[name] = json.loads((d / "summary.json").read_text())["peak_memory_bytes"]
+            points[name] = p
+    rows = []
+    for mode in dp_modes:
+        est = memory.estimate(points[mode])
+        meas = peaks[mode] - peaks["baseline"]
+        row = {"case": f"trainer-{mode}", "dp": nproc, **{f"est_{k}": est[k] for k in memory.COMPONENTS}}
+        row.update(est_total_bytes=est["total_bytes"], measured_bytes=meas,
+                   baseline_bytes=peaks["baseline"], rel_error=(est["total_bytes"] - meas) / meas)
+        rows.append(row)
+    return rows
+
+
 # --- CLI ------------------------------------------------------------------------------------
 
 
@@ -560,6 +609,8 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--out", required=True)
     r = sub.add_parser("memory", help="memory estimate vs measured peak on CPU")
     r.add_argument("--out", required=True)
+    r.add_argument("--trainer", action="store_true",
+                   help="also the trainer under ddp/zero1/fsdp at dp=2 (torchrun, minutes)")
     pl = sub.add_parser("plot", help="figure of a matmul or collectives CSV")
     pl.add_argument("kind", choices=["matmul", "collectives"])
     pl.add_argument("csv")
@@ -606,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['optimizer_s'] * 1e3:.1f}), measured {r['measured_s'] * 1e3:.1f} ms, "
                   f"error {r['rel_error']:+.1%}")
     elif a.cmd == "memory":
-        rows = bench_memory()
+        rows = bench_memory() + (bench_memory_trainer() if a.trainer else [])
         _write_rows(a.out, rows)
         for r in rows:
             print(f"{r['case']}: estimate {r['est_total_bytes'] / 2**20:.1f} MiB, measured "
