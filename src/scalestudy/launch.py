@@ -71,7 +71,8 @@ DEFAULT_RUNTIME_MARGIN_MIN = 5
 
 
 def resolve_site(*layers: Mapping | None) -> dict:
-    """Merge site mappings (later layers win; ``env`` merges key by key) and coerce types.
+    """Merge site mappings (later layers win, except with null; ``env`` merges key by key) and
+    coerce types.
 
     Snakemake passes profile ``config:`` values as strings (YAML BaseLoader), so numbers and
     booleans are converted here. Unknown keys raise: a typo must not silently do nothing."""
@@ -81,7 +82,9 @@ def resolve_site(*layers: Mapping | None) -> dict:
         for key, value in (layer or {}).items():
             if key not in SITE_KEYS:
                 raise ValueError(f"site: unknown key {key!r}; known keys: {', '.join(SITE_KEYS)}")
-            if key == "env":
+            if value is None:  # null: not set in this layer (an earlier layer's value stays)
+                site.setdefault(key, None)
+            elif key == "env":
                 env.update({str(k): str(v) for k, v in (value or {}).items()})
             else:
                 site[key] = value
