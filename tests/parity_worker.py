@@ -29,7 +29,8 @@ CFG = GPTConfig(vocab=64, seq_len=16, layers=4, hidden=32, heads=4, mlp="gelu",
                 tied_embeddings=False, bias=True)
 STEPS = 5
 GLOBAL_BATCH = 8
-OPT = dict(seed=0, lr=3e-3, weight_decay=0.01, betas=(0.9, 0.95), grad_clip=1.0)
+OPT = dict(seed=0, lr=3e-3, weight_decay=0.01, betas=(0.9, 0.95),
+           grad_clip=float(os.environ.get("PARITY_GRAD_CLIP", "1.0")) or None)
 
 
 def L(**kw) -> Layout:
@@ -92,7 +93,8 @@ def reference(cfg: GPTConfig) -> tuple[list[float], dict[str, torch.Tensor]]:
         logits = model(tok[:, :-1])
         loss = F.cross_entropy(logits.flatten(0, 1), tok[:, 1:].flatten())
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), OPT["grad_clip"])
+        if OPT["grad_clip"]:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), OPT["grad_clip"])
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
@@ -163,11 +165,12 @@ def main() -> None:
                 if missing:
                     row["error"] = f"state keys differ: {missing[:6]}"
                 else:
-                    row["max_param_diff"] = max(
-                        (state[k] - ref_state[k]).abs().max().item() for k in ref_state)
+                    diffs = {k: (state[k] - ref_state[k]).abs().max().item() for k in ref_state}
+                    row["worst_param"] = max(diffs, key=diffs.get)
+                    row["max_param_diff"] = diffs[row["worst_param"]]
             results.append(row)
             print(f"[parity] {name}: loss diff {row['max_loss_diff']} param diff "
-                  f"{row['max_param_diff']} {seconds:.1f}s"
+                  f"{row['max_param_diff']} ({row.get('worst_param')}) {seconds:.1f}s"
                   + (f"\n{row['error']}" if row["error"] else ""), flush=True)
         dist.barrier()
     if rank == 0:

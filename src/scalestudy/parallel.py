@@ -364,12 +364,21 @@ class Engine:
         group = self.pp_mesh.get_group()
         self.stages = [PipelineStage(m, s, L.stages, self.device, group=group)
                        for m, s in zip(self.chunks, self.stage_ids)]
+        # The loss is divided by the micro-batch count here rather than by the schedule's
+        # scale_grads, which walks submod.parameters() and so misses the TP shards that
+        # TP+DDP (zero1 with tp > 1) keeps outside the module's parameter list.
+        ga = L.grad_accum
+
+        def loss_fn(logits, targets):
+            return _loss_fn(logits, targets) / ga
+
         if L.pp_schedule == "interleaved1f1b":
-            self.schedule = ScheduleInterleaved1F1B(self.stages, n_microbatches=L.grad_accum,
-                                                    loss_fn=_loss_fn)
+            self.schedule = ScheduleInterleaved1F1B(self.stages, n_microbatches=ga,
+                                                    loss_fn=loss_fn, scale_grads=False)
         else:
             cls = ScheduleGPipe if L.pp_schedule == "gpipe" else Schedule1F1B
-            self.schedule = cls(self.stages[0], n_microbatches=L.grad_accum, loss_fn=_loss_fn)
+            self.schedule = cls(self.stages[0], n_microbatches=ga, loss_fn=loss_fn,
+                                scale_grads=False)
         self.has_first = 0 in self.stage_ids
         self.has_last = (L.stages - 1) in self.stage_ids
 
@@ -430,7 +439,7 @@ class Engine:
             else:
                 self.schedule.step()
         if self.has_last:
-            return torch.stack([l.detach().float() for l in losses]).mean()
+            return torch.stack([l.detach().float() for l in losses]).sum()  # each is /ga
         return None
 
     @torch.no_grad()
