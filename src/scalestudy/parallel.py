@@ -240,6 +240,7 @@ class Engine:
             probe = GPT(self.cfg)
         big = sum(p.numel() for p in probe.parameters()) > CPU_INIT_MAX_PARAMS
         self._meta_init = big and self.device.type != "cpu"
+        self._seed = seed
         if self._meta_init:
             return probe
         torch.manual_seed(seed)
@@ -273,8 +274,11 @@ class Engine:
         if L.compile:
             for key in list(model.layers.keys()):
                 model.layers[key] = torch.compile(model.layers[key])
-        if self._meta_init:
+        if self._meta_init:  # big model on an accelerator: materialise shards, init there
             model.to_empty(device=self.device)
+            if self.cfg.tied_embeddings and model.output is not None:
+                model.output.weight = model.tok_embeddings.weight
+            torch.manual_seed(self._seed)  # DTensor random init needs one seed on all ranks
             with torch.no_grad():
                 model.init_weights()
         else:
