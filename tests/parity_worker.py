@@ -25,8 +25,9 @@ from scalestudy.io import write_json
 from scalestudy.model import GPT, GPTConfig
 from scalestudy.parallel import Engine, Layout, build_mesh
 
-CFG = GPTConfig(vocab=64, seq_len=16, layers=4, hidden=32, heads=4, mlp="gelu",
+CFG = GPTConfig(vocab=64, seq_len=16, layers=2, hidden=32, heads=4, mlp="gelu",
                 tied_embeddings=False, bias=True)
+CFG4 = GPTConfig(**{**CFG.to_dict(), "layers": 4})  # for 4 pipeline stages
 STEPS = 5
 GLOBAL_BATCH = 8
 OPT = dict(seed=0, lr=3e-3, weight_decay=0.01, betas=(0.9, 0.95),
@@ -57,24 +58,24 @@ LAYOUTS: dict[str, tuple[GPTConfig, Layout]] = {
     "tp2-tied-swiglu-acsel": (TIED_SWIGLU, L(tp=2, activation_checkpointing="selective")),
     "pp2-gpipe": (CFG, L(pp=2, pp_schedule="gpipe")),
     "pp2-1f1b-ga4": (CFG, L(pp=2, pp_schedule="1f1b", grad_accum=4)),
-    "pp2v2-interleaved1f1b": (CFG, L(pp=2, pp_schedule="interleaved1f1b", virtual_stages=2)),
+    "pp2v2-interleaved1f1b": (CFG4, L(pp=2, pp_schedule="interleaved1f1b", virtual_stages=2)),
     "pp2-1f1b-bf16-acsel": (CFG, L(pp=2, precision="bf16", activation_checkpointing="selective")),
     # world 4
     "dp2xtp2-ddp": (CFG, L(dp=2, tp=2)),
     "dp2xtp2-zero1-sp": (CFG, L(dp=2, tp=2, dp_mode="zero1", sequence_parallel=True)),
     "dp2xtp2-fsdp": (CFG, L(dp=2, tp=2, dp_mode="fsdp")),
     "tp2xpp2-1f1b": (CFG, L(tp=2, pp=2, pp_schedule="1f1b")),
-    "tp2xpp2v2-interleaved-sp": (CFG, L(tp=2, pp=2, pp_schedule="interleaved1f1b",
+    "tp2xpp2v2-interleaved-sp": (CFG4, L(tp=2, pp=2, pp_schedule="interleaved1f1b",
                                         virtual_stages=2, sequence_parallel=True)),
     "dp2xpp2-gpipe-ddp": (CFG, L(dp=2, pp=2, pp_schedule="gpipe")),
     "dp2xpp2-1f1b-zero1": (CFG, L(dp=2, pp=2, dp_mode="zero1")),
     "dp2xpp2-1f1b-fsdp_grad_op": (CFG, L(dp=2, pp=2, dp_mode="fsdp_grad_op")),
     "dp4-fsdp": (CFG, L(dp=4, dp_mode="fsdp")),
     "tp4": (CFG, L(tp=4)),
-    "pp4-1f1b": (CFG, L(pp=4, pp_schedule="1f1b")),
+    "pp4-1f1b": (CFG4, L(pp=4, pp_schedule="1f1b")),
     # world 8
     "dp2xtp2xpp2-zero1-1f1b": (CFG, L(dp=2, tp=2, pp=2, dp_mode="zero1")),
-    "dp2xtp2xpp2-fsdp-interleaved": (CFG, L(dp=2, tp=2, pp=2, dp_mode="fsdp",
+    "dp2xtp2xpp2-fsdp-interleaved": (CFG4, L(dp=2, tp=2, pp=2, dp_mode="fsdp",
                                             pp_schedule="interleaved1f1b", virtual_stages=2)),
     "dp2xtp2xpp2-ddp-gpipe-sp-acfull": (CFG, L(dp=2, tp=2, pp=2, pp_schedule="gpipe",
                                                sequence_parallel=True,

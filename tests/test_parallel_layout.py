@@ -54,6 +54,8 @@ CFG = GPTConfig(vocab=64, seq_len=16, layers=4, hidden=32, heads=4)
     (CFG, Layout(pp=4, virtual_stages=2, pp_schedule="interleaved1f1b", grad_accum=4),
      "every stage needs at least one layer"),
     (CFG, Layout(pp=2, grad_accum=1), "grad_accum"),
+    (GPTConfig(vocab=64, seq_len=16, layers=4, hidden=32, heads=4, tied_embeddings=True),
+     Layout(dp=2, tp=2, dp_mode="zero1"), "zero1 with tp > 1"),
     (CFG, Layout(pp=2, grad_accum=2, virtual_stages=2, pp_schedule="1f1b"), "virtual_stages"),
     (CFG, Layout(virtual_stages=2), "needs pp > 1"),
     (CFG, Layout(pp=2, grad_accum=5, virtual_stages=2, pp_schedule="interleaved1f1b"),

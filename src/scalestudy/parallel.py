@@ -115,6 +115,9 @@ def check_layout(cfg: GPTConfig, layout: Layout) -> None:
                 raise ValueError(f"tp={L.tp} must divide model.{name}={v}")
         if L.sequence_parallel and cfg.seq_len % L.tp:
             raise ValueError(f"sequence_parallel: tp={L.tp} must divide seq_len={cfg.seq_len}")
+    if L.dp_mode == "zero1" and L.dp > 1 and L.tp > 1 and cfg.tied_embeddings:
+        raise ValueError("dp_mode=zero1 with tp > 1 needs model.tied_embeddings=false (TP+DDP "
+                         "cannot localise a tied weight); use fsdp_grad_op or untie")
     if L.pp == 1 and L.virtual_stages != 1:
         raise ValueError(f"virtual_stages={L.virtual_stages} needs pp > 1; set it to 1")
     if L.pp > 1:
