@@ -74,13 +74,26 @@ def test_checkpointing():
     big = dict(vocab=1024, seq_len=512, layers=4, hidden=256, heads=8, attention="math")
     s, b, h = 512, 1, 256
     none = memory.estimate(point(big, mb=b, precision="bf16"))
+    sel_att = memory.estimate(point(big, mb=b, precision="bf16", ckpt="selective_attention"))
     sel = memory.estimate(point(big, mb=b, precision="bf16", ckpt="selective"))
     full = memory.estimate(point(big, mb=b, precision="bf16", ckpt="full"))
     per_layer = s * b * h * (34 + 5 * 8 * s / h)
     emb = s * b * h * 2
     assert none["activations"] == pytest.approx(4 * per_layer + emb)
-    assert sel["activations"] == pytest.approx(4 * s * b * h * 34 + emb)
+    assert sel_att["activations"] == pytest.approx(4 * s * b * h * 34 + emb)
     assert full["activations"] == pytest.approx(4 * 2 * s * b * h + per_layer + emb)
+    # layer-selective (scalestudy.parallel): layers 0 and 2 checkpointed, 1 and 3 kept
+    assert sel["activations"] == pytest.approx(2 * 2 * s * b * h + 2 * per_layer + per_layer + emb)
+
+
+def test_checkpointed_layers_follow_global_index():
+    assert memory.checkpointed_layers(8, 1, 0, 1, "selective") == 4
+    assert memory.checkpointed_layers(6, 2, 0, 1, "selective") == 2  # layers 0, 1, 2
+    assert memory.checkpointed_layers(6, 2, 1, 1, "selective") == 1  # layers 3, 4, 5
+    # interleaved: rank 1 of pp=2, v=2, 8 layers holds chunks 1 and 3 = layers 2,3 and 6,7
+    assert memory.checkpointed_layers(8, 2, 1, 2, "selective") == 2
+    assert memory.checkpointed_layers(8, 2, 1, 2, "full") == 4
+    assert memory.checkpointed_layers(8, 2, 1, 2, "none") == 0
 
 
 def test_in_flight_micro_batches():

@@ -128,6 +128,45 @@ def test_presets_load_with_sources():
         fr.peak("int8")
 
 
+def test_layer_selective_recomputes_every_other_layer():
+    hw = ideal_hw()
+    none = predict_step_time(point(tp=2, mb=2), hw)
+    full = predict_step_time(point(tp=2, mb=2, ckpt="full"), hw)
+    sel = predict_step_time(point(tp=2, mb=2, ckpt="selective"), hw)
+    # 8 layers: 4 recomputed -> half the extra compute and half the extra all-reduces of full
+    assert sel["compute_s"] - none["compute_s"] == pytest.approx((full["compute_s"] - none["compute_s"]) / 2)
+    assert sel["tp_comm_s"] - none["tp_comm_s"] == pytest.approx((full["tp_comm_s"] - none["tp_comm_s"]) / 2)
+
+
 def test_tp_larger_than_node_is_rejected():
     with pytest.raises(ValueError, match="devices_per_node"):
         predict_step_time(point(tp=16, mb=2), ideal_hw())
+
+
+@pytest.mark.parametrize("ckpt", ["none", "full", "selective", "selective_attention"])
+@pytest.mark.parametrize("mlp", ["gelu", "swiglu"])
+def test_flops_agree_with_flops_module(ckpt, mlp):
+    from scalestudy import flops
+    from scalestudy.model import GPTConfig
+
+    p = point(mb=2, m=3, ckpt=ckpt)
+    p["model"]["mlp"] = mlp
+    cfg = GPTConfig.from_dict(p["model"])
+    rows = p["global_batch"]
+    assert perfmodel.model_flops_per_step(p) == pytest.approx(
+        flops.model_flops_per_step(cfg, rows, "megatron"))
+    assert perfmodel.model_flops_per_step(p, recompute=True) == pytest.approx(
+        flops.hardware_flops_per_step(cfg, rows, "megatron", ckpt))
+
+
+def test_calibration_as_matmul_ceiling(tmp_path):
+    import json
+
+    cal = tmp_path / "calibration.json"
+    cal.write_text(json.dumps({"device_name": "x", "device_type": "cpu", "dtype": "fp32", "m": 256,
+                               "n": 256, "k": 256, "flops_per_s": 2e9}))
+    m = Measured.from_calibration(cal)
+    assert m.matmul_rate("fp32", 64, 64, 64) == 2e9
+    r = predict_step_time(point(mb=2), ideal_hw(), m)
+    assert r["matmul_rate_source"] == "measured"
+    assert r["compute_s"] == pytest.approx(3 * fwd_flops(2) / 2e9, rel=1e-6)

@@ -47,3 +47,30 @@ def test_measured_matmul_changes_compute(tmp_path):
     a, b = a["compute_s"] - a["elementwise_s"], b["compute_s"] - b["elementwise_s"]
     # 0.5 of peak measured vs 0.69 declared: the matmul time grows by 0.69 / 0.5
     assert (b / a).round(6).tolist() == pytest.approx([0.69 / 0.5] * 3, rel=1e-3)
+
+
+def test_study_points_and_residuals(tmp_path):
+    """A study's own points: predicted on cpu-local, set against a runs.csv."""
+    from pathlib import Path
+
+    study = Path(__file__).resolve().parents[1] / "workflow" / "config" / "default.yaml"
+    out = tmp_path / "out"
+    assert predict.main([str(study), "--results", str(tmp_path), "--out", str(out)]) == 0
+    pred = pd.read_csv(out / "study_predictions.csv")
+    assert len(pred) == pred["config_hash"].nunique() > 0
+    assert (pred["hardware"] == "cpu-local").all()
+    base = pred[pred["n"] == pred["baseline_n"]]
+    assert (base["predicted_efficiency"] == 1.0).all()
+    # a runs.csv whose measured times are 10% above the predictions, two ok repeats each,
+    # plus a crashed repeat that must be ignored
+    runs = pd.concat([
+        pred.assign(status="ok", step_time_median_s=pred["step_time_s"] * 1.1),
+        pred.assign(status="ok", step_time_median_s=pred["step_time_s"] * 1.1),
+        pred.assign(status="crashed", step_time_median_s=pred["step_time_s"] * 100),
+    ])[["config_hash", "status", "step_time_median_s"]]
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    assert predict.main([str(study), "--results", str(tmp_path), "--out", str(out),
+                         "--runs", str(tmp_path / "runs.csv")]) == 0
+    vm = pd.read_csv(out / "predict_vs_measured.csv")
+    assert vm["residual"].round(6).eq(round(1 / 1.1 - 1, 6)).all()
+    assert (out / "predict_vs_measured.png").stat().st_size > 0

@@ -6,8 +6,10 @@ of ``s`` tokens (hidden ``h``, ``a`` heads, MLP width ``f``, vocabulary ``V``):
 
 1. **Compute.** Forward FLOPs per layer ``2·(4h² + k·h·f)·s·b + 4·s²·h·b`` (``k`` = 2 MLP
    matrices for GELU, 3 for SwiGLU), the output head ``2·s·b·h·V`` on the last stage, all
-   divided by ``tp``; training = 3 × forward, plus one more layer forward under full
-   checkpointing (``4·s²·h·b`` under selective). Time = FLOPs / rate, where the rate is the
+   divided by ``tp``; training = 3 × forward, plus one more forward of every recomputed
+   layer (``full``: all; ``selective``: those with an even global index, as
+   ``scalestudy.parallel`` runs it; ``selective_attention``: the attention core,
+   ``4·s²·h·b``). Time = FLOPs / rate, where the rate is the
    *measured* matmul throughput of the device for the dtype at the nearest measured shape
    (per product: projections, MLP, attention ``Q K^T``/``A V``, head) when ``measured`` has
    it, else ``peak × matmul_efficiency`` declared by the hardware preset. Framework overhead
@@ -15,8 +17,8 @@ of ``s`` tokens (hidden ``h``, ``a`` heads, MLP width ``f``, vocabulary ``V``):
    measured (``microbench overhead``) or declared (``overhead:`` in the preset; 0 for GPUs,
    whose asynchronous launches hide it behind large kernels).
 2. **Tensor-parallel collectives.** Megatron TP does 2 all-reduces of ``b·s·h`` activations
-   per layer in the forward pass and 2 in the backward (2 more when full checkpointing
-   re-runs the forward); sequence parallelism swaps each for an all-gather + reduce-scatter
+   per layer in the forward pass and 2 in the backward (2 more for every layer whose
+   forward is re-run); sequence parallelism swaps each for an all-gather + reduce-scatter
    of the same total volume. Ring cost ``α + 2(p-1)/p · n/β`` with the intra-node link (TP
    stays in a node). Not overlapped with compute.
 3. **Pipeline.** Each micro-batch sends its ``b·s·h`` activations forward and their
@@ -223,6 +225,16 @@ class Measured:
         return a + f * nbytes / b
 
     @classmethod
+    def from_calibration(cls, path: str | Path) -> "Measured":
+        """The matmul ceiling a study measured during its run (``calibration.json`` of
+        ``scalestudy.calibrate``: dtype, m, n, k, flops_per_s)."""
+        import json
+
+        with open(path) as f:
+            c = json.load(f)
+        return cls(matmul={c["dtype"]: [(int(c["m"]), int(c["n"]), int(c["k"]), float(c["flops_per_s"]))]})
+
+    @classmethod
     def from_csv(cls, matmul_csv: str | None = None, collectives_csv: str | None = None,
                  overhead_csv: str | None = None) -> "Measured":
         import pandas as pd
@@ -364,7 +376,9 @@ def model_flops_per_step(point: dict, recompute: bool = False) -> float:
         ckpt = point.get("parallel", {}).get("activation_checkpointing", "none") or "none"
         if ckpt == "full":
             total += l * layer_forward_flops(model, s, B)
-        elif ckpt == "selective":
+        elif ckpt == "selective":  # every other layer, as scalestudy.parallel runs it
+            total += ((l + 1) // 2) * layer_forward_flops(model, s, B)
+        elif ckpt == "selective_attention":
             total += l * 4.0 * s * s * h * B
     return total
 
@@ -418,26 +432,30 @@ def predict_step_time(point: dict, hw: HardwareSpec, measured: Measured | None =
     bw = (measured.mem_bw if measured is not None and measured.mem_bw else None) or hw.mem_bw
     ew_layer = elementwise_bytes(model, s, b, ab, tp, sp) / bw
     ew_head = 5.0 * b * s * V / tp * 4 / bw  # fp32 log-softmax + its backward
-    recompute_t = {"full": layer_t,
-                   "selective": fwd_time(layer_gemms(model, s, b, tp, attention_only=True))
-                   }.get(ckpt, 0.0)
-    ew_recompute = ew_layer / 3 if ckpt == "full" else 0.0
-    t_first = lps * (3 * layer_t + recompute_t + ew_layer + ew_recompute)
-    t_last = t_first + 3 * head_t + ew_head
-    t_comp = max(t_first, t_last)
-    t_bwd_mb = t_comp * 2 / 3  # backward of one micro-batch (no recompute share)
+    ckpts = [memory.checkpointed_layers(l, pp, r, v, ckpt) for r in range(pp)]
+    att_re = attn_t if ckpt == "selective_attention" else 0.0  # attention core recompute
+
+    def stage_compute(r: int) -> float:
+        t_r = lps * (3 * layer_t + ew_layer + att_re) + ckpts[r] * (layer_t + ew_layer / 3)
+        return t_r + ((3 * head_t + ew_head) if r == pp - 1 else 0.0)
+
     ovh = hw.overhead if measured is None or not measured.overhead else measured.overhead
     t_ovh_mb = ovh.get("fwd_bwd_fixed_s", 0.0) + ovh.get("fwd_bwd_per_layer_s", 0.0) * lps
 
-    # 2. tensor parallel
+    # 2. tensor parallel: 4 per layer, 2 more per fully recomputed layer
     act_msg = b * s * h * ab
-    n_ar = 4 + (2 if ckpt == "full" else 0)
     if sp:
         per = (collective_time("all_gather", act_msg, tp, hw.intra, measured)
                + collective_time("reduce_scatter", act_msg, tp, hw.intra, measured))
     else:
         per = collective_time("all_reduce", act_msg, tp, hw.intra, measured)
-    t_tp = n_ar * lps * per if tp > 1 else 0.0
+
+    def stage_tp(r: int) -> float:
+        return (4 * lps + 2 * ckpts[r]) * per if tp > 1 else 0.0
+
+    worst = max(range(pp), key=lambda r: stage_compute(r) + stage_tp(r))  # the bottleneck
+    t_comp, t_tp = stage_compute(worst), stage_tp(worst)
+    t_bwd_mb = t_comp * 2 / 3  # backward of one micro-batch (no recompute share)
 
     # 3. pipeline
     multi_node = n > dpn
@@ -503,8 +521,10 @@ def predict_step_time(point: dict, hw: HardwareSpec, measured: Measured | None =
         "compute_s": m * t_comp * slow,
         "core_sharing_slowdown": slow,
         "overhead_s": m * t_ovh_mb,
-        "attention_s": m * lps * (3 * attn_t + (attn_t if ckpt != "none" else 0.0)),
-        "elementwise_s": m * (lps * (ew_layer + ew_recompute) + (ew_head if t_last >= t_first else 0.0)),
+        "attention_s": m * slow * (lps * (3 * attn_t + att_re) + ckpts[worst] * attn_t),
+        "elementwise_s": m * slow * (lps * ew_layer + ckpts[worst] * ew_layer / 3
+                                     + (ew_head if worst == pp - 1 else 0.0)),
+        "bottleneck_stage": worst,
         "tp_comm_s": m * t_tp,
         "pp_p2p_s": m * t_p2p,
         "pp_bubble_s": t_bubble,

@@ -6,7 +6,8 @@ next to published results, with the relative error of each.
 
 With a study file, every feasible point of the study is predicted on ``--hardware``
 (default: ``cpu-local`` for a CPU study; building blocks measured by the study's
-``microbench`` jobs are used when present and no ``--hardware`` is named) and, where the
+``microbench`` jobs, else the matmul ceiling of its ``calibration.json``, are used when
+present and no ``--hardware`` is named) and, where the
 study has been run (``results/<study>/runs.csv``), set against the measured step time with
 the residual ``(predicted - measured) / measured``: ``study_predictions.csv``,
 ``predict_vs_measured.csv`` and ``predict_vs_measured.png``.
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from scalestudy import perfmodel
@@ -367,6 +369,10 @@ def main(argv: list[str] | None = None) -> int:
             measured = explicit or perfmodel.Measured.from_csv(
                 *(str(mb / f) if (mb / f).exists() else None
                   for f in ("matmul.csv", "collectives.csv")))
+            cal = Path(a.results) / name / "calibration.json"
+            if not measured.matmul and cal.exists():
+                # the ceiling measured during the study's own run: the host's load then
+                measured = replace(measured, matmul=perfmodel.Measured.from_calibration(cal).matmul)
         else:
             print("scalestudy predict: --hardware is required for a GPU study (a preset such as "
                   f"{', '.join(perfmodel.presets())} or a YAML path)", file=sys.stderr)
