@@ -28,7 +28,8 @@ PLAN_COLUMNS = [
     "mem_estimate_gb",
 ]
 # settings that do not change what is measured: changing them must not rerun a point
-_UNHASHED_PLATFORM = ("timeout_s", "collective_timeout_s", "site", "max_nodes")
+_UNHASHED_PLATFORM = ("timeout_s", "collective_timeout_s", "site", "max_nodes",
+                      "memory_limit_mb")
 
 
 def expand_series(series: dict) -> list[dict]:
@@ -53,7 +54,7 @@ def config_hash(point: dict) -> str:
     keep = {k: v for k, v in point.items()
             if k not in ("study", "series", "point_id", "config_hash", "repeat", "baseline_n",
                          "feasible", "reason", "mem_estimate_gb", "sweep_parent",
-                         "flops_convention", "references")}
+                         "flops_convention", "references", "retries")}
     keep["platform"] = {k: v for k, v in point["platform"].items() if k not in _UNHASHED_PLATFORM}
     blob = json.dumps(keep, sort_keys=True, default=str).encode()
     return hashlib.sha1(blob).hexdigest()[:8]
@@ -171,7 +172,7 @@ def plan_points(study: dict) -> list[dict]:
                     "global_batch": d["global_batch"], "seq_len": model["seq_len"],
                     "model": model, "parallel": parallel, "train": dict(study["train"]),
                     "platform": dict(platform), "flops_convention": study["flops_convention"],
-                    "references": list(study["references"]),
+                    "references": list(study["references"]), "retries": study["retries"],
                 }
                 reason = _constraints(p, model, platform)
                 nodes = max(1, -(-n // platform["devices_per_node"]))

@@ -141,6 +141,10 @@ def _check_semantics(study: dict, source: str) -> None:
     if t["warmup_steps"] >= t["steps"]:
         raise StudyError(f"{source}: train.warmup_steps: {t['warmup_steps']} leaves no timed "
                          f"step of {t['steps']}; make it smaller than train.steps")
+    if study["platform"]["memory_limit_mb"] and study["platform"]["device"] != "cpu":
+        raise StudyError(f"{source}: platform.memory_limit_mb: only for platform.device cpu "
+                         "(an address-space limit breaks GPU runtimes); remove it or set "
+                         "device: cpu")
     if study["platform"]["hardware"] is not None:
         from scalestudy import hardware
 
