@@ -200,16 +200,18 @@ def classify(exit_code: int | None, timed_out: bool, log_lines: list[str],
     return "crashed", (first or f"exit code {exit_code}")[:300]
 
 
-def _evidence(log_lines: list[str]) -> list[str]:
-    key = [ln for ln in log_lines
-           if re.search("|".join(OOM_PATTERNS + COLLECTIVE_TIMEOUT_PATTERNS) +
-                        r"|Error|Exception|Signal|signal|exitcode|fault injection|rank\s+:", ln)]
-    seen, out = set(), []
-    for ln in key[-8:] + log_lines[-15:]:
-        if ln not in seen:
-            seen.add(ln)
-            out.append(ln[:500])
-    return out
+def _evidence(log_lines: list[str], n_tail: int = 12) -> list[str]:
+    """The lines a reader needs, in log order: injected faults, out-of-memory and collective
+    timeout errors, the ranks' first exceptions, torchrun's root-cause record, the log's end."""
+    key = re.compile("|".join(OOM_PATTERNS + COLLECTIVE_TIMEOUT_PATTERNS) +
+                     r"|fault injection|^\[rank\d+\]: \w+(Error|Exception)\b|exitcode")
+    keep = {i for i, ln in enumerate(log_lines) if key.search(ln)}
+    keep = set(sorted(keep)[:12])
+    starts = [i for i, ln in enumerate(log_lines) if "Root Cause (first observed failure)" in ln]
+    for i in starts[-1:]:
+        keep.update(range(i, min(i + 8, len(log_lines))))
+    keep.update(range(max(0, len(log_lines) - n_tail), len(log_lines)))
+    return [log_lines[i][:500] for i in sorted(keep)]
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
