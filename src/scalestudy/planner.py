@@ -189,8 +189,9 @@ def plan_points(study: dict) -> list[dict]:
                 key = (s["mode"], p["config_hash"])
                 if key in seen:
                     raise StudyError(
-                        f"series {s['name']!r}: point N={n} duplicates series {seen[key]!r} "
-                        "(same mode and resolved config); remove one or change a setting")
+                        f"series {s['name']!r}.gpus: point N={n} duplicates a point of series "
+                        f"{seen[key]!r} (same mode and resolved config); remove N={n} from one "
+                        "of them or change a setting")
                 seen[key] = s["name"]
                 series_points.append(p)
             feasible_n = [p["n"] for p in series_points if p["feasible"]]
@@ -206,8 +207,9 @@ def plan_points(study: dict) -> list[dict]:
                     points.append(q)
     if not any(p["feasible"] for p in points):
         first = points[0]
-        raise StudyError(f"series {first['series']!r}: no feasible point in the study "
-                         f"(first reason: {first['reason']}); fix the grid")
+        raise StudyError(f"series {first['series']!r}: no feasible point in the study (N="
+                         f"{first['n']}: {first['reason']}); change the series' gpus, tp, pp, "
+                         "micro_batch or global_batch so that at least one point fits")
     return points
 
 
