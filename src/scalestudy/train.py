@@ -26,7 +26,7 @@ from statistics import median
 import torch
 import torch.distributed as dist
 
-from scalestudy import flops, hardware
+from scalestudy import flops, hardware, runner
 from scalestudy.data import SyntheticTokens
 from scalestudy.io import read_json, write_json, write_text
 from scalestudy.model import GPTConfig
@@ -111,8 +111,10 @@ def run(point: dict, run_dir: Path) -> None:
     rows = point["micro_batch"] * point["grad_accum"]
     batches = [data.rows(s, engine.dp_rank * rows, rows).to(device) for s in range(tr["steps"])]
 
+    fault = runner.fault_for(point, rank)  # test hook: None unless SCALESTUDY_FAULT is set
     losses, times = [], []
-    for batch in batches:
+    for step, batch in enumerate(batches):
+        runner.inject_fault(fault, step)
         _sync(device)
         t0 = time.perf_counter()
         loss = engine.train_step(batch)
