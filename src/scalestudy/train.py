@@ -86,6 +86,24 @@ def _env_record(point: dict, device: torch.device, backend: str, ranks: list[dic
     }
 
 
+def timed_steps(engine: Engine, batches: list[torch.Tensor], device: torch.device,
+                before_step=None) -> tuple[list, list[float]]:
+    """The timed loop: one ``engine.train_step`` per batch, the device synchronised before
+    each clock read. Returns (losses as returned by the engine, step times in seconds); no
+    host sync or collective beyond that inside the loop. ``before_step(i)`` runs untimed."""
+    losses, times = [], []
+    for i, batch in enumerate(batches):
+        if before_step is not None:
+            before_step(i)
+        _sync(device)
+        t0 = time.perf_counter()
+        loss = engine.train_step(batch)
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+        losses.append(loss)
+    return losses, times
+
+
 def run(point: dict, run_dir: Path) -> None:
     t_start = time.perf_counter()
     plat, tr = point["platform"], point["train"]
@@ -112,15 +130,8 @@ def run(point: dict, run_dir: Path) -> None:
     batches = [data.rows(s, engine.dp_rank * rows, rows).to(device) for s in range(tr["steps"])]
 
     fault = runner.fault_for(point, rank)  # test hook: None unless SCALESTUDY_FAULT is set
-    losses, times = [], []
-    for step, batch in enumerate(batches):
-        runner.inject_fault(fault, step)
-        _sync(device)
-        t0 = time.perf_counter()
-        loss = engine.train_step(batch)
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-        losses.append(loss)
+    losses, times = timed_steps(engine, batches, device,
+                                before_step=(lambda s: runner.inject_fault(fault, s)) if fault else None)
 
     # One gather at the end: no host sync or collective inside the timed loop.
     have_loss = losses[0] is not None
