@@ -193,7 +193,7 @@ def plan_points(study: dict) -> list[dict]:
                 key = (s["mode"], p["config_hash"])
                 if key in seen:
                     raise StudyError(
-                        f"series {s['name']!r}.gpus: point N={n} duplicates a point of series "
+                        f"series {s['name']!r}.gpus: point N={n} duplicates series "
                         f"{seen[key]!r} (same mode and resolved config); remove N={n} from one "
                         "of them or change a setting")
                 seen[key] = s["name"]
