@@ -173,6 +173,7 @@ def test_resolve_site_coerces_profile_strings_and_rejects_typos():
                              "account": ""})
     assert s["gpus_per_node"] == 8 and s["exclusive"] is True and s["account"] is None
     assert s["env"] == {"X": "1", "Y": "2"} and s["partition"] == "a"
+    assert launch.resolve_site({"account": "abc"}, {"account": None})["account"] == "abc"
     with pytest.raises(ValueError, match="unknown key 'partiton'"):
         launch.resolve_site({"partiton": "x"})
     with pytest.raises(ValueError, match="gpus_per_node"):
@@ -321,3 +322,26 @@ def test_two_emulated_nodes_all_reduce(tmp_path):
     proc = subprocess.run(["timeout", "200", *argv], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     check_probe(run_dir, 2, 2)
+
+
+@pytest.mark.parametrize("profile", ["slurm", "frontier", "slurm-ci"])
+def test_profile_site_files(repo, profile):
+    """Each shipped profile's site.yaml resolves and yields a valid sbatch line."""
+    import yaml
+    site = launch.resolve_site(yaml.safe_load(
+        (repo / "workflow" / "profiles" / profile / "site.yaml").read_text())["site"])
+    gpu = profile != "slurm-ci"
+    procs = site["gpus_per_node"] if gpu else 2
+    point = make_point(2, procs, "cuda" if gpu else "cpu", timeout_s=900)
+    argv = sbatch_line(launch.job_resources(point, site))
+    assert flag(argv, "--nodes") == "2" and flag(argv, "--ntasks") == "2"
+    assert flag(argv, "-p") == site["partition"]
+    if gpu:
+        per_node = flag(argv, "--gres") if site["gpu_request"] == "gres" else \
+            "gpu:" + flag(argv, "--gpus-per-node")
+        assert per_node == f"gpu:{procs}"
+        assert flag(argv, "--cpus-per-task") == str(site["cpus_per_node"])
+        assert "--exclusive" in argv
+    if profile == "frontier":
+        assert site["gpus_per_node"] == 8 and site["env"]["NCCL_NET_GDR_LEVEL"] == "3"
+        assert flag(argv, "--gpus-per-node") == "8"

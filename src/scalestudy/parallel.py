@@ -115,6 +115,9 @@ def check_layout(cfg: GPTConfig, layout: Layout) -> None:
                 raise ValueError(f"tp={L.tp} must divide model.{name}={v}")
         if L.sequence_parallel and cfg.seq_len % L.tp:
             raise ValueError(f"sequence_parallel: tp={L.tp} must divide seq_len={cfg.seq_len}")
+    if L.dp_mode == "zero1" and L.dp > 1 and L.tp > 1 and cfg.tied_embeddings:
+        raise ValueError("dp_mode=zero1 with tp > 1 needs model.tied_embeddings=false (TP+DDP "
+                         "cannot localise a tied weight); use fsdp_grad_op or untie")
     if L.pp == 1 and L.virtual_stages != 1:
         raise ValueError(f"virtual_stages={L.virtual_stages} needs pp > 1; set it to 1")
     if L.pp > 1:
@@ -240,6 +243,7 @@ class Engine:
             probe = GPT(self.cfg)
         big = sum(p.numel() for p in probe.parameters()) > CPU_INIT_MAX_PARAMS
         self._meta_init = big and self.device.type != "cpu"
+        self._seed = seed
         if self._meta_init:
             return probe
         torch.manual_seed(seed)
@@ -273,8 +277,11 @@ class Engine:
         if L.compile:
             for key in list(model.layers.keys()):
                 model.layers[key] = torch.compile(model.layers[key])
-        if self._meta_init:
+        if self._meta_init:  # big model on an accelerator: materialise shards, init there
             model.to_empty(device=self.device)
+            if self.cfg.tied_embeddings and model.output is not None:
+                model.output.weight = model.tok_embeddings.weight
+            torch.manual_seed(self._seed)  # DTensor random init needs one seed on all ranks
             with torch.no_grad():
                 model.init_weights()
         else:
@@ -364,12 +371,21 @@ class Engine:
         group = self.pp_mesh.get_group()
         self.stages = [PipelineStage(m, s, L.stages, self.device, group=group)
                        for m, s in zip(self.chunks, self.stage_ids)]
+        # The loss is divided by the micro-batch count here rather than by the schedule's
+        # scale_grads, which walks submod.parameters() and so misses the TP shards that
+        # TP+DDP (zero1 with tp > 1) keeps outside the module's parameter list.
+        ga = L.grad_accum
+
+        def loss_fn(logits, targets):
+            return _loss_fn(logits, targets) / ga
+
         if L.pp_schedule == "interleaved1f1b":
-            self.schedule = ScheduleInterleaved1F1B(self.stages, n_microbatches=L.grad_accum,
-                                                    loss_fn=_loss_fn)
+            self.schedule = ScheduleInterleaved1F1B(self.stages, n_microbatches=ga,
+                                                    loss_fn=loss_fn, scale_grads=False)
         else:
             cls = ScheduleGPipe if L.pp_schedule == "gpipe" else Schedule1F1B
-            self.schedule = cls(self.stages[0], n_microbatches=L.grad_accum, loss_fn=_loss_fn)
+            self.schedule = cls(self.stages[0], n_microbatches=ga, loss_fn=loss_fn,
+                                scale_grads=False)
         self.has_first = 0 in self.stage_ids
         self.has_last = (L.stages - 1) in self.stage_ids
 
@@ -430,7 +446,7 @@ class Engine:
             else:
                 self.schedule.step()
         if self.has_last:
-            return torch.stack([l.detach().float() for l in losses]).mean()
+            return torch.stack([l.detach().float() for l in losses]).sum()  # each is /ga
         return None
 
     @torch.no_grad()

@@ -29,7 +29,8 @@ PLAN_COLUMNS = [
     "mem_estimate_gb",
 ]
 # settings that do not change what is measured: changing them must not rerun a point
-_UNHASHED_PLATFORM = ("timeout_s", "collective_timeout_s", "site", "max_nodes")
+_UNHASHED_PLATFORM = ("timeout_s", "collective_timeout_s", "site", "max_nodes",
+                      "memory_limit_mb")
 
 
 def expand_series(series: dict) -> list[dict]:
@@ -111,6 +112,9 @@ def _constraints(p: dict, model: dict, platform: dict) -> str | None:
         return "pp_schedule=interleaved1f1b needs virtual_stages >= 2 (use 1f1b for one stage per rank)"
     if par["pp_schedule"] != "interleaved1f1b" and v > 1:
         return f"virtual_stages={v} needs pp_schedule=interleaved1f1b"
+    if par["dp_mode"] == "zero1" and dp > 1 and tp > 1 and model["tied_embeddings"]:
+        return ("dp_mode=zero1 with tp>1 needs tied_embeddings=false (use fsdp_grad_op for a "
+                "tied model)")
     if pp > 1:
         if model["tied_embeddings"]:
             return "pp>1 needs tied_embeddings=false (first and last stage would share a weight)"
@@ -192,8 +196,9 @@ def plan_points(study: dict) -> list[dict]:
                 key = (s["mode"], p["config_hash"])
                 if key in seen:
                     raise StudyError(
-                        f"series {s['name']!r}: point N={n} duplicates series {seen[key]!r} "
-                        "(same mode and resolved config); remove one or change a setting")
+                        f"series {s['name']!r}.gpus: point N={n} duplicates series "
+                        f"{seen[key]!r} (same mode and resolved config); remove N={n} from one "
+                        "of them or change a setting")
                 seen[key] = s["name"]
                 series_points.append(p)
             feasible_n = [p["n"] for p in series_points if p["feasible"]]
@@ -209,8 +214,9 @@ def plan_points(study: dict) -> list[dict]:
                     points.append(q)
     if not any(p["feasible"] for p in points):
         first = points[0]
-        raise StudyError(f"series {first['series']!r}: no feasible point in the study "
-                         f"(first reason: {first['reason']}); fix the grid")
+        raise StudyError(f"series {first['series']!r}: no feasible point in the study (N="
+                         f"{first['n']}: {first['reason']}); change the series' gpus, tp, pp, "
+                         "micro_batch or global_batch so that at least one point fits")
     return points
 
 

@@ -26,7 +26,7 @@ from statistics import median
 import torch
 import torch.distributed as dist
 
-from scalestudy import flops, hardware
+from scalestudy import flops, hardware, runner
 from scalestudy.data import SyntheticTokens
 from scalestudy.io import read_json, write_json, write_text
 from scalestudy.model import GPTConfig
@@ -86,6 +86,24 @@ def _env_record(point: dict, device: torch.device, backend: str, ranks: list[dic
     }
 
 
+def timed_steps(engine: Engine, batches: list[torch.Tensor], device: torch.device,
+                before_step=None) -> tuple[list, list[float]]:
+    """The timed loop: one ``engine.train_step`` per batch, the device synchronised before
+    each clock read. Returns (losses as returned by the engine, step times in seconds); no
+    host sync or collective beyond that inside the loop. ``before_step(i)`` runs untimed."""
+    losses, times = [], []
+    for i, batch in enumerate(batches):
+        if before_step is not None:
+            before_step(i)
+        _sync(device)
+        t0 = time.perf_counter()
+        loss = engine.train_step(batch)
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+        losses.append(loss)
+    return losses, times
+
+
 def run(point: dict, run_dir: Path) -> None:
     t_start = time.perf_counter()
     plat, tr = point["platform"], point["train"]
@@ -111,14 +129,9 @@ def run(point: dict, run_dir: Path) -> None:
     rows = point["micro_batch"] * point["grad_accum"]
     batches = [data.rows(s, engine.dp_rank * rows, rows).to(device) for s in range(tr["steps"])]
 
-    losses, times = [], []
-    for batch in batches:
-        _sync(device)
-        t0 = time.perf_counter()
-        loss = engine.train_step(batch)
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-        losses.append(loss)
+    fault = runner.fault_for(point, rank)  # test hook: None unless SCALESTUDY_FAULT is set
+    losses, times = timed_steps(engine, batches, device,
+                                before_step=(lambda s: runner.inject_fault(fault, s)) if fault else None)
 
     # One gather at the end: no host sync or collective inside the timed loop.
     have_loss = losses[0] is not None
