@@ -78,7 +78,7 @@ def _derive(series: dict, n: int) -> dict:
     return {"dp": dp, "grad_accum": ga, "global_batch": gb}
 
 
-def _constraints(p: dict, model: dict, platform: dict) -> str | None:
+def constraint_violation(p: dict, model: dict, platform: dict) -> str | None:
     """The first constraint the point breaks, as a sentence with the numbers; None if fine."""
     n, tp, pp, dp = p["n"], p["tp"], p["pp"], p["dp"]
     mb, ga, gb = p["micro_batch"], p["grad_accum"], p["global_batch"]
@@ -181,7 +181,7 @@ def plan_points(study: dict) -> list[dict]:
                     "references": list(study["references"]),
                     "retries": study["retries"],
                 }
-                reason = _constraints(p, model, platform)
+                reason = constraint_violation(p, model, platform)
                 nodes = max(1, -(-n // platform["devices_per_node"]))
                 p.update(nodes=nodes, procs_per_node=-(-n // nodes))
                 for k in ("dp", "grad_accum", "global_batch"):

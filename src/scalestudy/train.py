@@ -44,10 +44,20 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _peak_memory_bytes(device: torch.device) -> tuple[int, str]:
+def _cpu_rss_bytes() -> int:
+    """Current resident set size of this process (bytes)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _peak_memory_bytes(device: torch.device, cpu_baseline: int) -> tuple[int, str]:
+    """Peak memory of training on this rank: CUDA's allocator peak, or on CPU the peak RSS
+    above the process's RSS before the model was built (torch itself, ~350 MB, excluded), so
+    it compares with the memory model's estimate."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device)), "cuda_max_allocated"
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, "cpu_max_rss"
+    peak = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    return max(0, peak - cpu_baseline), "cpu_max_rss_above_baseline"
 
 
 def _git_commit() -> str | None:
@@ -119,6 +129,7 @@ def run(point: dict, run_dir: Path) -> None:
                             device_id=device if device_type == "cuda" else None)
     rank = dist.get_rank()
 
+    cpu_baseline = _cpu_rss_bytes() if device_type == "cpu" else 0
     layout = Layout.from_point(point)
     cfg = GPTConfig.from_dict(point["model"])
     mesh = build_mesh(layout, device_type)
@@ -136,7 +147,7 @@ def run(point: dict, run_dir: Path) -> None:
     # One gather at the end: no host sync or collective inside the timed loop.
     have_loss = losses[0] is not None
     local = {"times": times, "losses": [float(x) for x in losses] if have_loss else None,
-             "memory": _peak_memory_bytes(device), "view": _rank_view(device)}
+             "memory": _peak_memory_bytes(device, cpu_baseline), "view": _rank_view(device)}
     gathered: list[dict] = [None] * dist.get_world_size()  # type: ignore[list-item]
     dist.all_gather_object(gathered, local)
 

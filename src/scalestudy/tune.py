@@ -58,7 +58,7 @@ def candidates(model: dict, n: int, global_batch: int, hw: perfmodel.HardwareSpe
                headroom: float = 0.9):
     """Yield ``(point, feasible, reason)`` for every shape of ``model`` on ``n`` devices
     that passes the planner's constraints (``feasible``: the memory estimate fits)."""
-    from scalestudy.planner import _constraints
+    from scalestudy.planner import constraint_violation
 
     platform = {"devices_per_node": hw.devices_per_node, "max_nodes": 10**9}
     s, layers, heads, h = int(model["seq_len"]), int(model["layers"]), int(model["heads"]), int(model["hidden"])
@@ -94,7 +94,7 @@ def candidates(model: dict, n: int, global_batch: int, hw: perfmodel.HardwareSpe
                             }
                             point["mode"] = "strong"
                             model_full = {"tied_embeddings": False, **point["model"]}
-                            if _constraints(point, model_full, platform):
+                            if constraint_violation(point, model_full, platform):
                                 continue
                             ok, reason = memory.fits(point, hw.memory_bytes, headroom)
                             yield point, ok, reason
