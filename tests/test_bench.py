@@ -53,6 +53,8 @@ def test_trainer_loops_do_the_same_work_and_record_is_complete():
     assert rec["trainer_step_s"] > 0 and rec["bare_step_s"] > 0
     assert math.isclose(rec["overhead"] + 1, sorted(r["ratio"] for r in rec["rounds_detail"])[0]
                         / 2 + sorted(r["ratio"] for r in rec["rounds_detail"])[1] / 2)
+    assert rec["trainer_step_cpu_s"] > 0 and rec["bare_step_cpu_s"] > 0
+    assert len(rec["figures"]) == 2
     _well_formed(rec["figures"], "trainer")
 
 

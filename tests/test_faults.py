@@ -201,14 +201,10 @@ def test_watchdog_kills_the_whole_process_group(tmp_path, fake_launch):
     status = runner.run_point(run_dir / "point.json", run_dir)
     assert status["state"] == "timeout" and status["reason"].startswith("watchdog"), status
     assert status["exit_code"] is not None and status["exit_code"] < 0
-    child = int((run_dir / "child.pid").read_text())
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)  # the grandchild may stay a zombie briefly until init reaps it
-        if Path(f"/proc/{child}/stat").exists() and " Z " in Path(f"/proc/{child}/stat").read_text():
-            break
-    alive = Path(f"/proc/{child}/stat").exists() and " Z " not in Path(f"/proc/{child}/stat").read_text()
-    assert not alive, "the hung rank outlived the watchdog"
+    stat = Path(f"/proc/{int((run_dir / 'child.pid').read_text())}/stat")
+    # gone, or a zombie waiting to be reaped: either way it no longer runs
+    assert not stat.exists() or stat.read_text().split(") ")[1].startswith("Z"), \
+        "the hung rank outlived the watchdog"
     saved = json.loads((run_dir / "status.json").read_text())
     assert saved["state"] == "timeout" and "training..." in "\n".join(saved["evidence"])
 
@@ -260,10 +256,10 @@ FAULTY = {
                "huge": {"layers": 2, "hidden": 32, "heads": 2, "seq_len": 16,
                         "vocab": 31_250_000}},
     "train": {"steps": 4, "warmup_steps": 1},
-    "platform": {"device": "cpu", "devices_per_node": 4, "collective_timeout_s": 12,
-                 "timeout_s": 400, "memory_limit_mb": 2500},
+    "platform": {"device": "cpu", "devices_per_node": 4, "collective_timeout_s": 10,
+                 "timeout_s": 300, "memory_limit_mb": 2500},
     "series": [
-        {"name": "good", "mode": "weak", "model": "m", "gpus": [1, 2], "micro_batch": 2},
+        {"name": "good", "mode": "weak", "model": "m", "gpus": [1], "micro_batch": 2},
         {"name": "kill", "mode": "weak", "model": "m", "gpus": [2], "micro_batch": 1},
         {"name": "hang", "mode": "weak", "model": "m", "gpus": [2], "micro_batch": 1,
          "grad_accum": 2},
@@ -273,6 +269,7 @@ FAULTY = {
     ],
 }
 FAULTS = "kill:rank=1:step=2:match=kill_;hang:rank=1:step=1:match=hang_"
+N_JOBS = 4  # training jobs: good/1, kill/2, hang/2, big/1 (big/3 is infeasible)
 EXPECTED = {"good": "ok", "kill": "crashed", "hang": "timeout", "big": "oom"}
 FIGURES = ["efficiency_weak", "efficiency_strong", "throughput", "mfu"]
 
@@ -319,9 +316,9 @@ def uninterrupted(faulty):
 @pytest.mark.workflow
 def test_faulty_points_carry_their_state_and_the_rest_is_intact(uninterrupted):
     out, r = uninterrupted
-    assert _trained(r.stdout + r.stderr) == 5
+    assert _trained(r.stdout + r.stderr) == N_JOBS
     statuses = _statuses(out)
-    assert len(statuses) == 5
+    assert len(statuses) == N_JOBS
     for pid, st in statuses.items():
         series = pid.split("_")[0]
         assert st["state"] == EXPECTED[series], (pid, st)
@@ -331,12 +328,12 @@ def test_faulty_points_carry_their_state_and_the_rest_is_intact(uninterrupted):
     by = {pid.split("_")[0]: st for pid, st in statuses.items() if "_n2_" in pid or "big" in pid}
     assert by["kill"]["reason"].startswith("rank 1 was killed by SIGKILL")
     assert by["hang"]["reason"].startswith("collective timeout")
-    assert "Timed out waiting 12000ms" in by["hang"]["reason"]
+    assert "Timed out waiting 10000ms" in by["hang"]["reason"]
     assert "DefaultCPUAllocator: can't allocate memory" in by["big"]["reason"]
 
     runs = pd.read_csv(out / "runs.csv")
     got = dict(zip(runs["series"] + "/" + runs["n"].astype(str), runs["status"]))
-    assert got == {"good/1": "ok", "good/2": "ok", "kill/2": "crashed", "hang/2": "timeout",
+    assert got == {"good/1": "ok", "kill/2": "crashed", "hang/2": "timeout",
                    "big/1": "oom", "big/3": "infeasible"}
     assert runs.loc[runs["status"] == "ok", "tokens_per_s_per_device"].gt(0).all()
     for pid in runs.loc[runs["series"] == "good", "point_id"]:  # intact records
@@ -347,7 +344,6 @@ def test_faulty_points_carry_their_state_and_the_rest_is_intact(uninterrupted):
     eff = pd.read_csv(out / "efficiency.csv")
     good = eff[eff["series"] == "good"].set_index("n")
     assert good.loc[1, "efficiency"] == pytest.approx(1.0, abs=1e-12)
-    assert good.loc[2, "efficiency"] > 0
     assert set(eff["status"]) >= {"ok", "crashed", "timeout", "oom", "infeasible"}
 
     for fig in FIGURES:
@@ -393,7 +389,7 @@ def test_interrupted_sweep_resumes_and_a_second_invocation_is_refused(faulty, un
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     finished = {pid: st["finished"] for pid, st in _statuses(out).items()}
-    assert 0 < len(finished) < 5, finished
+    assert 0 < len(finished) < N_JOBS, finished
     assert not list((results / ".snakemake" / "locks").glob("*"))  # the lock was released
     left = [p for p in (out / "runs").rglob(".*") if p.is_file()]
     assert not left, left  # no temp files of cut writes
@@ -401,7 +397,7 @@ def test_interrupted_sweep_resumes_and_a_second_invocation_is_refused(faulty, un
     r = subprocess.run(_argv(study_file, results), capture_output=True, text=True,
                        timeout=900, env=_env())
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert _trained(r.stdout + r.stderr) == 5 - len(finished)  # only the unfinished ones
+    assert _trained(r.stdout + r.stderr) == N_JOBS - len(finished)  # only the unfinished ones
     after = _statuses(out)
     assert {pid: after[pid]["finished"] for pid in finished} == finished  # untouched
 

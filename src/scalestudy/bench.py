@@ -99,23 +99,25 @@ def run_one(name: str, args, workdir: Path) -> dict:
     if name == "trainer":
         from scalestudy.benchmarks import trainer
 
-        rounds, block = (5, 6) if args.quick else (11, 10)
+        rounds, block = (5, 4) if args.quick else (21, 4)
         base = trainer.default_point()
         recs = [trainer.measure(base, rounds=rounds, block=block, label="default study N=1")]
         if not args.quick:  # a model where Python overhead is a smaller share of a step
             big = trainer.scaled_point(base, hidden=256, layers=4, heads=4, seq_len=128)
-            recs.append(trainer.measure(big, rounds=7, block=4, label="d256 l4 s128"))
+            recs.append(trainer.measure(big, rounds=11, block=2, label="d256 l4 s128"))
         return {"runs": recs, "figures": [f for r in recs for f in r["figures"]]}
     if name == "harness":
         from scalestudy.benchmarks import harness
 
-        return harness.measure(args.study, workdir / "harness", timeout=args.timeout)
+        return harness.measure(args.study, workdir / "harness", timeout=args.timeout,
+                               snakemake_args=args.snakemake_args.split() or None)
     if name == "scale":
         from scalestudy.benchmarks import scale
 
         n = args.points or (2000 if args.quick else 10_000)
         return scale.measure(n, workdir / "scale", dry_run=not args.no_dry_run,
-                             profile=args.profile)
+                             profile=args.profile, aggregate_timeout=args.scale_timeout,
+                             dry_run_timeout=args.scale_timeout)
     if name == "gpu":
         from scalestudy.benchmarks import gpu
 
@@ -140,8 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="fewer rounds, 2000-point scale study")
     p.add_argument("--study", default=None, help="harness: study file (default: default.yaml)")
     p.add_argument("--timeout", type=float, default=1800, help="harness: sweep timeout (s)")
+    p.add_argument("--snakemake-args", default="",
+                   help="harness: extra snakemake arguments, e.g. '--force-use-threads'")
     p.add_argument("--points", type=int, default=None, help="scale: planned runs (default 10000)")
     p.add_argument("--no-dry-run", action="store_true", help="scale: skip snakemake -n")
+    p.add_argument("--scale-timeout", type=float, default=300,
+                   help="scale: bound on aggregation and on snakemake -n (s); past it the "
+                        "figure is reported as not finished")
     p.add_argument("--profile", action="store_true", help="scale: cProfile plan and aggregate")
     p.add_argument("--smoke", action="store_true", help="gpu: tiny model on the CPU")
     p.add_argument("--gpu-configs", default=None,

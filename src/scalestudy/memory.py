@@ -9,7 +9,9 @@ pipeline stage with the largest total), split by component:
   when training in 16-bit: the usual mixed-precision total is 2 + 2 + 12 = 16 B/param
   (Rajbhandari et al. 2020, ZeRO §3), the same 16 B/param as plain fp32 (4 + 4 + 8).
 - ``comm_buffers`` — DDP's gradient buckets (a second copy of the gradients: PyTorch DDP's
-  default ``gradient_as_bucket_view=False``), only for ``dp_mode: ddp`` with dp > 1.
+  default ``gradient_as_bucket_view=False``) for ``ddp`` and ``zero1`` (which is DDP's
+  all-reduce + ``ZeroRedundancyOptimizer`` in ``scalestudy.parallel``) with dp > 1.
+  Megatron's contiguous gradient buffer does not have this copy.
 - ``activations`` — what the forward pass keeps for the backward pass, times the
   micro-batches the pipeline schedule holds in flight (below).
 - ``logits`` — the output head's logits and the fp32 log-softmax of the loss (last stage).
@@ -18,15 +20,17 @@ Sharding over the data-parallel group (``dp_mode``):
 
 | dp_mode        | weights            | gradients | optimizer |
 |----------------|--------------------|-----------|-----------|
-| ddp            | full               | full      | full      |
-| zero1          | full               | full      | / dp      |
-| fsdp_grad_op   | full + shard / dp  | / dp      | / dp      |
-| fsdp           | / dp + 2 layers    | / dp      | / dp      |
+| ddp            | full               | full                | full      |
+| zero1          | full               | full                | / dp      |
+| fsdp_grad_op   | full + shard / dp  | / dp + 2 units      | / dp      |
+| fsdp           | / dp + root + 2 layers | / dp + 2 units  | / dp      |
 
-(``fsdp_grad_op`` is FSDP2 with ``reshard_after_forward=False``: the gathered weights stay
-resident between forward and backward on top of the persistent shard; ``fsdp`` (ZeRO-3)
-holds the shard plus the gathered weights of the layer being computed and the prefetched
-next one.) Tensor parallelism divides the layers' matrices, the vocabulary-parallel
+(FSDP2 units are the layers and the root, i.e. what a stage holds besides its layers:
+embeddings, final norm, head. ``fsdp_grad_op`` is ``reshard_after_forward=False``: the
+gathered weights stay resident between forward and backward on top of the persistent shard;
+``fsdp`` (ZeRO-3) holds the shard plus the gathered root and the layer being computed and
+the prefetched next one. Gradients: the shard plus the unsharded gradient of the largest
+unit and its reduce-scatter input.) Tensor parallelism divides the layers' matrices, the vocabulary-parallel
 embedding and the output head by ``tp``; norms and the row-parallel biases are replicated.
 Pipeline parallelism gives each stage ``layers / pp`` layers, the embeddings to the first and
 the final norm + output head to the last (with tied embeddings and pp > 1 the last stage
@@ -225,15 +229,21 @@ def estimate(point: dict) -> dict:
     for r in range(pp):
         n = stage_params(model, tp, pp, r)
         shard = n / dp
+        # FSDP units: each layer, and the root (what the stage holds besides its layers)
+        root = n - (layers / pp) * one_layer
+        unit = max(one_layer, root)
         if dp_mode == "fsdp":
-            weights = wb * (shard + min(2, layers // pp) * one_layer)
+            weights = wb * min(n, shard + root + 2 * one_layer)
         elif dp_mode == "fsdp_grad_op":
             weights = wb * (n + shard)
         else:
             weights = wb * n
-        grads = wb * (n if dp_mode in ("ddp", "zero1") else shard)
+        if dp_mode in ("ddp", "zero1"):
+            grads = wb * n
+        else:  # the shard + an unsharded unit's gradient and its reduce-scatter input
+            grads = wb * min(n, shard + 2 * unit) if dp > 1 else wb * n
         opt = ob * (n if dp_mode == "ddp" else shard)
-        comm = wb * n if (dp_mode == "ddp" and dp > 1) else 0.0
+        comm = wb * n if (dp_mode in ("ddp", "zero1") and dp > 1) else 0.0
         flight = in_flight(schedule, pp, m, r, virtual)
         n_ck = checkpointed_layers(layers, pp, r, virtual, ckpt)
         act = flight * (n_ck * ckpt_layer + (layers / pp - n_ck) * kept)

@@ -112,6 +112,9 @@ def _constraints(p: dict, model: dict, platform: dict) -> str | None:
         return "pp_schedule=interleaved1f1b needs virtual_stages >= 2 (use 1f1b for one stage per rank)"
     if par["pp_schedule"] != "interleaved1f1b" and v > 1:
         return f"virtual_stages={v} needs pp_schedule=interleaved1f1b"
+    if par["dp_mode"] == "zero1" and dp > 1 and tp > 1 and model["tied_embeddings"]:
+        return ("dp_mode=zero1 with tp>1 needs tied_embeddings=false (use fsdp_grad_op for a "
+                "tied model)")
     if pp > 1:
         if model["tied_embeddings"]:
             return "pp>1 needs tied_embeddings=false (first and last stage would share a weight)"
@@ -193,7 +196,7 @@ def plan_points(study: dict) -> list[dict]:
                 key = (s["mode"], p["config_hash"])
                 if key in seen:
                     raise StudyError(
-                        f"series {s['name']!r}.gpus: point N={n} duplicates a point of series "
+                        f"series {s['name']!r}.gpus: point N={n} duplicates series "
                         f"{seen[key]!r} (same mode and resolved config); remove N={n} from one "
                         "of them or change a setting")
                 seen[key] = s["name"]

@@ -42,7 +42,7 @@ def _allowed(sch: dict, root: dict) -> str:
     if "pattern" in sch:
         return sch.get("description", f"a string matching {sch['pattern']}")
     if sch.get("type") == "array":
-        return "a list (each: " + _allowed(sch.get("items", {}), root) + ")"
+        return "a list of " + _allowed(sch.get("items", {}), root)
     t = sch.get("type")
     if t in ("integer", "number") or (isinstance(t, list) and {"integer", "number"} & set(t)):
         word = "an integer" if t == "integer" or (isinstance(t, list) and "integer" in t) \

@@ -154,9 +154,12 @@ def _timed(argv: list[str], log: Path, timeout: float, cwd: Path | None = None) 
 
 
 def measure(study_file: str | Path | None = None, workdir: str | Path | None = None, *,
-            timeout: float = 1800, floor: bool = True) -> dict:
+            timeout: float = 1800, floor: bool = True,
+            snakemake_args: list[str] | None = None) -> dict:
     """Run the sweep of ``study_file`` (default: workflow/config/default.yaml) into
-    ``workdir``/results and account for its wall time. Returns the record (seconds)."""
+    ``workdir``/results and account for its wall time. Returns the record (seconds).
+    ``snakemake_args`` are added to the sweep's command line (e.g. ``--force-use-threads``
+    to try a fix)."""
     import tempfile
 
     from scalestudy.cli import REPO, snakemake_argv
@@ -169,7 +172,8 @@ def measure(study_file: str | Path | None = None, workdir: str | Path | None = N
     workdir.mkdir(parents=True, exist_ok=True)
     results = workdir / "results"
     profile = str(REPO / "workflow" / "profiles" / "local")
-    sweep_s, rc = _timed(snakemake_argv(str(study_file), str(results), profile, []),
+    extra = list(snakemake_args or [])
+    sweep_s, rc = _timed(snakemake_argv(str(study_file), str(results), profile, extra),
                          workdir / "sweep.log", timeout)
     if rc != 0:
         raise RuntimeError(f"the sweep failed (exit {rc}); see {workdir / 'sweep.log'}")
@@ -182,6 +186,7 @@ def measure(study_file: str | Path | None = None, workdir: str | Path | None = N
     runs = run_records(study_dir)
     rec = split(sweep_s, runs, jobs)
     rec.update(study=str(study_file), workdir=str(workdir), report_s=report_s,
+               snakemake_args=extra,
                report_ok=rc_report == 0, jobs=jobs, runs=runs)
 
     # Re-time the cheap steps precisely (the log has 1 s resolution); both are idempotent.
@@ -205,7 +210,8 @@ def measure(study_file: str | Path | None = None, workdir: str | Path | None = N
 
     p, n = rec["parts_s"], max(rec["n_runs"], 1)
     rec["figures"] = [
-        figure("harness", "sweep wall time", sweep_s, "s",
+        figure("harness", "sweep wall time" + (f" ({' '.join(extra)})" if extra else ""),
+               sweep_s, "s",
                note=f"{rec['n_ok']}/{rec['n_runs']} runs ok; report.html {report_s:.1f} s more"),
         figure("harness", "harness overhead (sweep wall - training processes' own time)",
                rec["overhead_s"], "s",
