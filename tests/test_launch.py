@@ -278,9 +278,11 @@ dist.init_process_group("gloo")
 t = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(t)
 rec = {"rank": dist.get_rank(), "world": dist.get_world_size(), "sum": t.item(),
-       "local_world": int(os.environ["LOCAL_WORLD_SIZE"]), "group_rank": int(os.environ["GROUP_RANK"]),
+       "local_world": int(os.environ["LOCAL_WORLD_SIZE"]),
+       "group_rank": int(os.environ["GROUP_RANK"]),
        "omp": os.environ.get("OMP_NUM_THREADS"), "job": os.environ.get("SLURM_JOB_ID"),
-       "node": os.environ.get("SLURMD_NODENAME")}
+       "node": os.environ.get("SLURMD_NODENAME"),
+       "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
 with open(os.path.join(sys.argv[2], f"rank{rec['rank']}.json"), "w") as f:
     json.dump(rec, f)
 dist.barrier()
