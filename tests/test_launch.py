@@ -78,7 +78,8 @@ def test_multi_node_gpu_requests_gpus_per_node():
     assert flag(argv, "--cpus-per-task") == "64"
     assert flag(argv, "--port") == "6000"
     fr = launch.launch_argv(make_point(2, 8, "rocm"), RUN, environ={"SLURM_JOB_ID": "7"},
-                            site={"gpu_request": "gpus-per-node", "srun_extra": "--gpu-bind=closest"})
+                            site={"gpu_request": "gpus-per-node",
+                                  "srun_extra": "--gpu-bind=closest"})
     assert flag(fr, "--gpus-per-node") == "8"
     assert "--gpu-bind=closest" in fr and not any(a.startswith("--gres") for a in fr)
 
@@ -278,9 +279,11 @@ dist.init_process_group("gloo")
 t = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(t)
 rec = {"rank": dist.get_rank(), "world": dist.get_world_size(), "sum": t.item(),
-       "local_world": int(os.environ["LOCAL_WORLD_SIZE"]), "group_rank": int(os.environ["GROUP_RANK"]),
+       "local_world": int(os.environ["LOCAL_WORLD_SIZE"]),
+       "group_rank": int(os.environ["GROUP_RANK"]),
        "omp": os.environ.get("OMP_NUM_THREADS"), "job": os.environ.get("SLURM_JOB_ID"),
-       "node": os.environ.get("SLURMD_NODENAME")}
+       "node": os.environ.get("SLURMD_NODENAME"),
+       "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
 with open(os.path.join(sys.argv[2], f"rank{rec['rank']}.json"), "w") as f:
     json.dump(rec, f)
 dist.barrier()
@@ -318,7 +321,8 @@ def test_two_emulated_nodes_all_reduce(tmp_path):
     environ = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     argv = launch.launch_argv(point, run_dir, environ=environ, module=module)
     env = {**launch.launch_env(point, environ),
-           "PYTHONPATH": os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])}
+           "PYTHONPATH": os.pathsep.join([str(tmp_path),
+                                          *filter(None, [os.environ.get("PYTHONPATH")])])}
     proc = subprocess.run(["timeout", "200", *argv], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     check_probe(run_dir, 2, 2)

@@ -1,7 +1,8 @@
 """Against a real Slurm on this machine (scripts/slurm-local.sh: two emulated nodes).
 
 1. A hand-written sbatch job runs a 2-node x 2-process all-reduce through ``launch_argv``
-   (srun, one torchrun per node, c10d rendezvous on the first node).
+   (srun, one torchrun per node, c10d rendezvous on the first node), as a GPU point: the job
+   asks for the fake GPUs per node (--gres=gpu:2) and every rank must see both of its node's.
 2. A tiny study through ``snakemake --profile workflow/profiles/slurm-ci`` end to end, with a
    point on 2 nodes x 2 processes, gives the same points, statuses and tables as a local run.
 
@@ -117,8 +118,10 @@ def _wait_job(job_id: str, env: dict, limit_s: float) -> str:
 DRIVER = """
 import os, subprocess, sys
 from scalestudy import launch
+# a GPU point on the fake GPUs (the probe itself only uses gloo)
 point = {"point_id": "probe-2x2", "nodes": 2, "procs_per_node": 2,
-         "platform": {"device": "cpu", "timeout_s": 200}}
+         "platform": {"device": "cuda", "timeout_s": 200,
+                      "site": {"gpus_per_node": 2, "cpus_per_proc": 1}}}
 # what Snakemake's jobstep wrapper leaves of SLURM_* in a rule's shell
 env = {k: v for k, v in os.environ.items()
        if not k.startswith("SLURM_") or k in ("SLURM_JOB_ID", "SLURM_JOBID")}
@@ -139,7 +142,7 @@ def test_sbatch_two_nodes_two_procs_all_reduce(slurm, tmp_path):
     log = tmp_path / "job.log"
     sub = subprocess.run(
         ["sbatch", "--parsable", "--nodes", "2", "--ntasks", "2", "--cpus-per-task", "2",
-         "--mem", "2500", "-t", "5", "-o", str(log), "-J", "ss-probe",
+         "--gres=gpu:2", "--mem", "2500", "-t", "5", "-o", str(log), "-J", "ss-probe",
          "--wrap", f"{sys.executable} {tmp_path / 'driver.py'} {run_dir}"],
         capture_output=True, text=True, env=env, timeout=60)
     assert sub.returncode == 0, sub.stderr
@@ -148,9 +151,11 @@ def test_sbatch_two_nodes_two_procs_all_reduce(slurm, tmp_path):
     text = log.read_text() if log.exists() else "(no log)"
     assert state == "COMPLETED", text[-3000:]
     assert text.startswith("srun --nodes 2 --ntasks 2 --ntasks-per-node 1"), text[:500]
+    assert "--gres=gpu:2" in text.splitlines()[0]
     recs = check_probe(run_dir, nodes=2, procs=2)
     assert {r["job"] for r in recs} == {job_id}
     assert sorted(r["node"] for r in recs) == ["n1", "n1", "n2", "n2"]  # 2 ranks per node
+    assert {r["gpus"] for r in recs} == {"0,1"}  # each rank sees its node's two GPUs
 
 
 def _snakemake(study: Path, results: Path, profile: Path, env: dict) -> subprocess.Popen:

@@ -3,14 +3,16 @@
 - One node (``point["nodes"] == 1``): ``python -m torch.distributed.run --nnodes 1
   --nproc-per-node P`` with a c10d rendezvous on ``127.0.0.1:0`` (the rendezvous store binds a
   free port chosen by the kernel at bind time, so concurrent points never race for a port; this
-  is what ``torchrun --standalone`` does, but pinned to the loopback address) and
-  ``--local-addr 127.0.0.1`` so the workers' store address is loopback too.
-- Several nodes inside a Slurm allocation (``SLURM_JOB_ID`` set): ``srun --nodes K --ntasks K --ntasks-per-node 1
-  --cpus-per-task C --kill-on-bad-exit=1 python -m scalestudy.launch node ...``. Each srun task
-  reads the allocation's node list *inside the task* (Snakemake's Slurm jobstep wrapper strips
-  the ``SLURM_*`` layout variables from the rule's shell), takes the first node as the c10d
-  rendezvous host and replaces itself with ``torchrun --nnodes K --nproc-per-node P
-  --rdzv-backend c10d --rdzv-endpoint <first node>:<port> --rdzv-id <SLURM_JOB_ID>-<point_id>``.
+  is what ``torchrun --standalone`` does, with the loopback address) and ``--local-addr
+  127.0.0.1`` so the workers are told a loopback address too. (torch's TCPStore server itself
+  listens on every interface, whatever the address it is given.)
+- Several nodes inside a Slurm allocation (``SLURM_JOB_ID`` set): ``srun --nodes K --ntasks K
+  --ntasks-per-node 1 --cpus-per-task C --kill-on-bad-exit=1 python -m scalestudy.launch node``.
+  Each srun task reads the allocation's node list *inside the task* (Snakemake's Slurm jobstep
+  wrapper strips the ``SLURM_*`` layout variables from the rule's shell), takes the first node
+  as the c10d rendezvous host and replaces itself with ``torchrun --nnodes K
+  --nproc-per-node P --rdzv-backend c10d --rdzv-endpoint <first node>:<port>
+  --rdzv-id <SLURM_JOB_ID>-<point_id>``.
 - Several nodes outside Slurm (a laptop, CI): ``python -m scalestudy.launch local-nodes`` starts
   K torchrun launchers on this host with the same multi-node c10d rendezvous over loopback
   (emulated nodes: same ranks and collectives, so the same point runs on a laptop and a
