@@ -381,6 +381,9 @@ def test_interrupted_sweep_resumes_and_a_second_invocation_is_refused(faulty, un
              str(results)], capture_output=True, text=True, timeout=300, env=_env())
         assert second.returncode != 0
         assert "cannot be locked" in second.stdout + second.stderr
+        assert second.stderr.strip().splitlines()[-1].startswith(
+            "scalestudy: error: another run of a study in")  # and how to unlock a stale one
+        print("second invocation:", second.stderr.strip().splitlines()[-1])
 
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal: the whole group
         proc.communicate(timeout=120)
