@@ -24,6 +24,7 @@ include: "workflow/rules/plan.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/plots.smk"
+include: "workflow/rules/microbench.smk"
 
 
 rule all:
@@ -33,3 +34,4 @@ rule all:
         f"{OUT}/efficiency.csv",
         f"{OUT}/summary.md",
         expand(f"{OUT}/figures/{{fig}}.{{ext}}", fig=FIGURES, ext=["png", "pdf", "csv"]),
+        MICROBENCH_OUTPUTS,

@@ -319,6 +319,174 @@ def bench_memory(cases: dict | None = None, timeout_s: float = 120) -> list[dict
     return rows
 
 
+# --- framework overhead ---------------------------------------------------------------------
+
+
+def bench_overhead(layers=(1, 4), samples: int = 15, warmup: int = 3) -> list[dict]:
+    """Per-operation framework overhead, measured on a degenerate GPT (hidden 8, seq 8,
+    vocab 16, one sequence: its arithmetic is negligible, so the time is dispatch, autograd
+    and optimizer bookkeeping). Rows ``phase (fwd_bwd | optimizer), layers, sample,
+    seconds``; a linear fit over ``layers`` gives a fixed and a per-layer cost."""
+    import torch
+
+    from scalestudy.model import GPT, GPTConfig
+
+    rows = []
+    for L in layers:
+        torch.manual_seed(0)
+        cfg = GPTConfig(vocab=16, seq_len=8, layers=L, hidden=8, heads=2)
+        model = GPT(cfg)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        x = torch.randint(16, (1, 9))
+        for i in range(warmup + samples):
+            t0 = time.perf_counter()
+            logits = model(x[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 16), x[:, 1:].reshape(-1))
+            loss.backward()
+            t1 = time.perf_counter()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            t2 = time.perf_counter()
+            if i >= warmup:
+                rows.append({"phase": "fwd_bwd", "layers": L, "sample": i - warmup, "seconds": t1 - t0})
+                rows.append({"phase": "optimizer", "layers": L, "sample": i - warmup, "seconds": t2 - t1})
+    return rows
+
+
+# --- attention kernel and memory bandwidth --------------------------------------------------
+
+
+def bench_attention(shapes: list[tuple[int, int, int, int]], dtypes: list[str], device=None,
+                    warmup: int = 2, samples: int = 3, min_time_s: float = 0.02) -> list[dict]:
+    """Forward + backward of causal ``scaled_dot_product_attention`` (the kernel PyTorch
+    picks) for ``(batch, heads, seq, head_dim)`` shapes. ``flops_per_s`` counts the full
+    ``s × s`` products, ``3 · 4·s²·head_dim`` per batch·head (Megatron's convention), so it
+    is directly comparable with matmul rates."""
+    import torch
+    import torch.nn.functional as F
+
+    device = _device(device)
+    rows = []
+    for dt in dtypes:
+        if dt == "fp16" and device.type == "cpu":
+            continue
+        dtype = getattr(torch, DTYPES[dt])
+        for b, a, s, hd in shapes:
+            q, k, v = (torch.randn(b, a, s, hd, device=device, dtype=dtype, requires_grad=True)
+                       for _ in range(3))
+            g = torch.ones(b, a, s, hd, device=device, dtype=dtype)
+
+            def call():
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                y.backward(g)
+
+            for _ in range(warmup):
+                call()
+            _sync(device)
+            t0 = time.perf_counter()
+            call()
+            _sync(device)
+            reps = max(1, int(min_time_s / max(time.perf_counter() - t0, 1e-7)))
+            for i in range(samples):
+                _sync(device)
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    call()
+                _sync(device)
+                sec = (time.perf_counter() - t0) / reps
+                rows.append({"device": device.type, "dtype": dt, "batch_heads": b * a, "seq": s,
+                             "head_dim": hd, "sample": i, "seconds": sec,
+                             "flops_per_s": 3 * 4.0 * s * s * hd * b * a / sec})
+    return rows
+
+
+def bench_bandwidth(nbytes: int = 64 * 2**20, device=None, samples: int = 5) -> list[dict]:
+    """Device memory bandwidth of a tensor copy: ``2 · nbytes`` (read + write) per copy."""
+    import torch
+
+    device = _device(device)
+    x = torch.ones(nbytes // 4, device=device)
+    y = torch.empty_like(x)
+    y.copy_(x)
+    rows = []
+    for i in range(samples):
+        _sync(device)
+        t0 = time.perf_counter()
+        y.copy_(x)
+        _sync(device)
+        sec = time.perf_counter() - t0
+        rows.append({"device": device.type, "bytes": nbytes, "sample": i, "seconds": sec,
+                     "bytes_per_s": 2 * nbytes / sec})
+    return rows
+
+
+# --- predicted vs measured step time (CPU, one process) -------------------------------------
+
+VALIDATE_CASES = {
+    # name: (model, micro_batch): fp32, one process, plain training loop of scalestudy.model.GPT
+    "tiny-b2": (dict(vocab=256, seq_len=64, layers=2, hidden=64, heads=4), 2),
+    "tiny-b8": (dict(vocab=256, seq_len=64, layers=2, hidden=64, heads=4), 8),
+    "small-h128": (dict(vocab=512, seq_len=128, layers=4, hidden=128, heads=4), 8),
+    "small-h256": (dict(vocab=1024, seq_len=128, layers=4, hidden=256, heads=4), 4),
+}
+
+
+def time_training_step(model_cfg: dict, micro_batch: int, steps: int = 10, warmup: int = 3,
+                       stat: str = "best") -> float:
+    """Seconds of one AdamW step (forward, backward, step) of ``GPT(model_cfg)`` in this
+    process (fp32), warm-up steps dropped; ``best`` (fastest) or ``median`` step."""
+    import torch
+
+    from scalestudy.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(**model_cfg)
+    model = GPT(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randint(cfg.vocab, (micro_batch, cfg.seq_len + 1))
+    times = []
+    for i in range(steps):
+        t0 = time.perf_counter()
+        logits = model(x[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab), x[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return min(times) if stat == "best" else statistics.median(times)
+
+
+def bench_validate(cases: dict | None = None) -> list[dict]:
+    """For each case: measure its matmul shapes and the framework overhead, predict the
+    step time with ``perfmodel`` from those building blocks, then time the real step; the
+    measurements are interleaved so that they share the host's load, and every figure is
+    the fastest sample (contention on a shared host only ever adds time)."""
+    from scalestudy import perfmodel
+
+    hw = perfmodel.HardwareSpec.load("cpu-local")
+    rows = []
+    for name, (model, mb) in (cases or VALIDATE_CASES).items():
+        point = memory_point(model, mb, "none")
+        point.update(global_batch=mb, n=1)
+        s, h, V = model["seq_len"], model["hidden"], model["vocab"]
+        shapes = {(int(M), int(N), int(K)) for M, N, K, _ in perfmodel.layer_gemms(model, s, mb)}
+        shapes.add((mb * s, V, h))
+        mm = bench_matmul(sorted(shapes), ["fp32"], "cpu", samples=3, min_time_s=0.02)
+        att = bench_attention([(mb, model["heads"], s, h // model["heads"])], ["fp32"], "cpu")
+        ovh = bench_overhead(samples=5)
+        bw = bench_bandwidth(16 * 2**20, "cpu")
+        measured = perfmodel.Measured.from_frames(mm, None, ovh, att, bw, stat="best")
+        pred = perfmodel.predict_step_time(point, hw, measured)
+        t = time_training_step(model, mb)
+        rows.append({"case": name, "micro_batch": mb, **model,
+                     "predicted_s": pred["step_time_s"], "compute_s": pred["compute_s"],
+                     "attention_s": pred["attention_s"], "elementwise_s": pred["elementwise_s"],
+                     "overhead_s": pred["overhead_s"], "optimizer_s": pred["optimizer_s"],
+                     "measured_s": t, "rel_error": (pred["step_time_s"] - t) / t})
+    return rows
+
+
 # --- plots ----------------------------------------------------------------------------------
 
 
@@ -386,6 +554,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--ops", nargs="+", default=list(OPS))
     c.add_argument("--samples", type=int, default=5)
     c.add_argument("--budget-s", type=float, default=25.0)
+    o = sub.add_parser("overhead", help="framework overhead per micro-batch and per layer")
+    o.add_argument("--out", required=True)
+    v = sub.add_parser("validate", help="predicted vs measured step time, one CPU process")
+    v.add_argument("--out", required=True)
     r = sub.add_parser("memory", help="memory estimate vs measured peak on CPU")
     r.add_argument("--out", required=True)
     pl = sub.add_parser("plot", help="figure of a matmul or collectives CSV")
@@ -419,6 +591,20 @@ def main(argv: list[str] | None = None) -> int:
             dist.barrier()
         finally:
             dist.destroy_process_group()
+    elif a.cmd == "overhead":
+        rows = bench_overhead()
+        _write_rows(a.out, rows)
+        for s in summarize(rows, ["phase", "layers"]):
+            print(f"{s['phase']} layers={s['layers']}: {s['seconds'] * 1e3:.2f} ms")
+    elif a.cmd == "validate":
+        rows = bench_validate()
+        _write_rows(a.out, rows)
+        for r in rows:
+            print(f"{r['case']}: predicted {r['predicted_s'] * 1e3:.1f} ms (compute "
+                  f"{r['compute_s'] * 1e3:.1f} of which attention {r['attention_s'] * 1e3:.1f}, "
+                  f"elementwise {r['elementwise_s'] * 1e3:.1f}, overhead {r['overhead_s'] * 1e3:.1f}, optimizer "
+                  f"{r['optimizer_s'] * 1e3:.1f}), measured {r['measured_s'] * 1e3:.1f} ms, "
+                  f"error {r['rel_error']:+.1%}")
     elif a.cmd == "memory":
         rows = bench_memory()
         _write_rows(a.out, rows)

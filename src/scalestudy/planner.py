@@ -17,6 +17,7 @@ import itertools
 import json
 from pathlib import Path
 
+from scalestudy.memory import ffn_width
 from scalestudy.study import StudyError
 
 SWEEPABLE = ("tp", "pp", "micro_batch", "dp_mode", "pp_schedule", "activation_checkpointing")
@@ -88,9 +89,15 @@ def _constraints(p: dict, model: dict, platform: dict) -> str | None:
     if tp > platform["devices_per_node"]:
         return (f"tp={tp} exceeds devices_per_node={platform['devices_per_node']} "
                 "(tensor parallelism stays inside a node)")
-    for what, size in (("heads", model["heads"]), ("hidden", model["hidden"])):
+    ffn = ffn_width(model)
+    for what, size in (("heads", model["heads"]), ("hidden", model["hidden"]), ("ffn", ffn),
+                       ("vocab", model["vocab"])):
         if size % tp:
             return f"tp={tp} does not divide {what}={size}"
+    if par["sequence_parallel"] and model["seq_len"] % tp:
+        return f"sequence_parallel needs tp={tp} to divide seq_len={model['seq_len']}"
+    if v > 1 and pp == 1:
+        return f"virtual_stages={v} needs pp > 1"
     if model["layers"] % (pp * v):
         return (f"layers={model['layers']} do not split into pp*virtual_stages={pp * v} "
                 "equal stages")
@@ -105,6 +112,9 @@ def _constraints(p: dict, model: dict, platform: dict) -> str | None:
         return "pp_schedule=interleaved1f1b needs virtual_stages >= 2 (use 1f1b for one stage per rank)"
     if par["pp_schedule"] != "interleaved1f1b" and v > 1:
         return f"virtual_stages={v} needs pp_schedule=interleaved1f1b"
+    if par["dp_mode"] == "zero1" and dp > 1 and tp > 1 and model["tied_embeddings"]:
+        return ("dp_mode=zero1 with tp>1 needs tied_embeddings=false (use fsdp_grad_op for a "
+                "tied model)")
     if pp > 1:
         if model["tied_embeddings"]:
             return "pp>1 needs tied_embeddings=false (first and last stage would share a weight)"
@@ -124,19 +134,15 @@ def _constraints(p: dict, model: dict, platform: dict) -> str | None:
     return None
 
 
-def _memory_check(point: dict, capacity_gb: float | None) -> tuple[float | None, str | None]:
-    try:
-        from scalestudy import memory
-    except ImportError:  # pragma: no cover - memory model not installed
-        return None, None
-    est = memory.estimate(point)
-    gb = est["total_bytes"] / 1e9
-    if capacity_gb is not None and gb > capacity_gb:
-        parts = ", ".join(f"{k.removesuffix('_bytes')} {v / 1e9:.1f}" for k, v in est.items()
-                          if k.endswith("_bytes") and k != "total_bytes" and v)
-        return gb, (f"needs {gb:.1f} GB per device > {capacity_gb:g} GB available "
-                    f"({parts} GB)")
-    return gb, None
+def _memory_check(point: dict, capacity_gb: float | None) -> tuple[float, str | None]:
+    """(estimated GB per device, reason if it does not fit in 90% of the capacity)."""
+    from scalestudy import memory
+
+    gb = memory.estimate(point)["total_bytes"] / 1e9
+    if capacity_gb is None:
+        return gb, None
+    ok, reason = memory.fits(point, capacity_gb * 1e9, headroom=0.9)
+    return gb, None if ok else reason
 
 
 def memory_capacity_gb(platform: dict) -> float | None:
@@ -172,7 +178,8 @@ def plan_points(study: dict) -> list[dict]:
                     "global_batch": d["global_batch"], "seq_len": model["seq_len"],
                     "model": model, "parallel": parallel, "train": dict(study["train"]),
                     "platform": dict(platform), "flops_convention": study["flops_convention"],
-                    "references": list(study["references"]), "retries": study["retries"],
+                    "references": list(study["references"]),
+                    "retries": study["retries"],
                 }
                 reason = _constraints(p, model, platform)
                 nodes = max(1, -(-n // platform["devices_per_node"]))

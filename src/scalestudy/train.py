@@ -39,15 +39,6 @@ _DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEV
                 "OMP_NUM_THREADS", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
 
-def resolve_device_type(requested: str) -> str:
-    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu`` (ROCm builds report cuda)."""
-    if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("platform.device is cuda but no GPU is visible to this process")
-    return requested
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -95,10 +86,28 @@ def _env_record(point: dict, device: torch.device, backend: str, ranks: list[dic
     }
 
 
+def timed_steps(engine: Engine, batches: list[torch.Tensor], device: torch.device,
+                before_step=None) -> tuple[list, list[float]]:
+    """The timed loop: one ``engine.train_step`` per batch, the device synchronised before
+    each clock read. Returns (losses as returned by the engine, step times in seconds); no
+    host sync or collective beyond that inside the loop. ``before_step(i)`` runs untimed."""
+    losses, times = [], []
+    for i, batch in enumerate(batches):
+        if before_step is not None:
+            before_step(i)
+        _sync(device)
+        t0 = time.perf_counter()
+        loss = engine.train_step(batch)
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+        losses.append(loss)
+    return losses, times
+
+
 def run(point: dict, run_dir: Path) -> None:
     t_start = time.perf_counter()
     plat, tr = point["platform"], point["train"]
-    device_type = resolve_device_type(plat["device"])
+    device_type = hardware.resolve_device_type(plat["device"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if device_type == "cuda":
         torch.cuda.set_device(local_rank)
@@ -121,15 +130,8 @@ def run(point: dict, run_dir: Path) -> None:
     batches = [data.rows(s, engine.dp_rank * rows, rows).to(device) for s in range(tr["steps"])]
 
     fault = runner.fault_for(point, rank)  # test hook: None unless SCALESTUDY_FAULT is set
-    losses, times = [], []
-    for step, batch in enumerate(batches):
-        runner.inject_fault(fault, step)
-        _sync(device)
-        t0 = time.perf_counter()
-        loss = engine.train_step(batch)
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-        losses.append(loss)
+    losses, times = timed_steps(engine, batches, device,
+                                before_step=(lambda s: runner.inject_fault(fault, s)) if fault else None)
 
     # One gather at the end: no host sync or collective inside the timed loop.
     have_loss = losses[0] is not None

@@ -1,0 +1,23 @@
+"""The benchmarks behind ``make bench`` (``scalestudy bench``); see ``scalestudy.bench``.
+
+Each module measures one thing and returns a plain dict with a ``figures`` list: rows of
+``{benchmark, figure, value, unit, target, op, met, note}`` (``op`` is how ``value`` compares
+with ``target``: ``<=`` or ``>=``; ``met`` is None without a target).
+
+- ``trainer`` -- the trainer's step time vs a bare PyTorch loop, side by side in one process.
+- ``harness`` -- a real sweep of a study: wall time minus the training processes' own time.
+- ``scale``   -- planning, aggregating and ``snakemake -n`` at 10,000 points.
+- ``gpu``     -- MFU, tokens/s and peak memory of a ~1B GPT on one GPU (``--smoke``: tiny, CPU).
+"""
+
+from __future__ import annotations
+
+
+def figure(benchmark: str, name: str, value, unit: str, target=None, op: str | None = None,
+           note: str = "") -> dict:
+    """One row of ``figures.csv``. ``met`` compares ``value`` with ``target`` by ``op``."""
+    met = None
+    if target is not None and value is not None and op in ("<=", ">="):
+        met = bool(value <= target) if op == "<=" else bool(value >= target)
+    return {"benchmark": benchmark, "figure": name, "value": value, "unit": unit,
+            "target": target, "op": op, "met": met, "note": note}
