@@ -246,6 +246,21 @@ def test_stale_records_and_temp_files_are_cleared_before_an_attempt(tmp_path, fa
     assert "['point.json', 'stdout.log']" in log  # nothing of the old attempt was left
 
 
+def test_a_runner_error_is_still_a_status(tmp_path, monkeypatch):
+    def broken(point, run_dir):
+        raise ValueError("site.gpu_request: 'x'; use one of ('gres',)")
+    monkeypatch.setattr(runner.launch, "launch_argv", broken)
+    run_dir = _fake_point(tmp_path)
+    assert runner.main([str(run_dir / "point.json"), str(run_dir)]) == 0
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "crashed"
+    assert status["reason"].startswith("runner error: ValueError: site.gpu_request")
+    bad = tmp_path / "nope"
+    assert runner.main([str(bad / "point.json"), str(bad)]) == 0  # unreadable point.json
+    assert json.loads((bad / "status.json").read_text())["reason"].startswith(
+        "runner error: FileNotFoundError")
+
+
 # --------------------------------------------------------------------------------------------
 # Real runs through Snakemake.
 
