@@ -246,6 +246,21 @@ def test_stale_records_and_temp_files_are_cleared_before_an_attempt(tmp_path, fa
     assert "['point.json', 'stdout.log']" in log  # nothing of the old attempt was left
 
 
+def test_a_runner_error_is_still_a_status(tmp_path, monkeypatch):
+    def broken(point, run_dir):
+        raise ValueError("site.gpu_request: 'x'; use one of ('gres',)")
+    monkeypatch.setattr(runner.launch, "launch_argv", broken)
+    run_dir = _fake_point(tmp_path)
+    assert runner.main([str(run_dir / "point.json"), str(run_dir)]) == 0
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "crashed"
+    assert status["reason"].startswith("runner error: ValueError: site.gpu_request")
+    bad = tmp_path / "nope"
+    assert runner.main([str(bad / "point.json"), str(bad)]) == 0  # unreadable point.json
+    assert json.loads((bad / "status.json").read_text())["reason"].startswith(
+        "runner error: FileNotFoundError")
+
+
 # --------------------------------------------------------------------------------------------
 # Real runs through Snakemake.
 
@@ -381,6 +396,9 @@ def test_interrupted_sweep_resumes_and_a_second_invocation_is_refused(faulty, un
              str(results)], capture_output=True, text=True, timeout=300, env=_env())
         assert second.returncode != 0
         assert "cannot be locked" in second.stdout + second.stderr
+        assert second.stderr.strip().splitlines()[-1].startswith(
+            "scalestudy: error: another run of a study in")  # and how to unlock a stale one
+        print("second invocation:", second.stderr.strip().splitlines()[-1])
 
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal: the whole group
         proc.communicate(timeout=120)

@@ -266,18 +266,36 @@ def attempt(point: dict, run_dir: Path) -> dict:
             "wall_s": round(time.monotonic() - t0, 3)}
 
 
+def _runner_error(exc: Exception, started: str, t0: float) -> dict:
+    """The status of an attempt the runner itself could not make (bad point.json, launch
+    error): still a record, so the sweep and its tables go on."""
+    import traceback
+    lines = traceback.format_exception_only(type(exc), exc)
+    return {"state": "crashed", "reason": f"runner error: {lines[-1].strip()}"[:300],
+            "evidence": [ln.rstrip() for ln in traceback.format_exc().splitlines()][-15:],
+            "exit_code": None, "started": started, "finished": _now(),
+            "wall_s": round(time.monotonic() - t0, 3)}
+
+
 def run_point(point_json: Path, run_dir: Path) -> dict:
     """Run a point with ``point['retries']`` extra tries for crashes and timeouts (an OOM is
-    deterministic and not retried); write ``status.json`` last, atomically."""
-    point = read_json(point_json)
+    deterministic and not retried); write ``status.json`` last, atomically. Any error of the
+    runner itself becomes a ``crashed`` status too; only an interrupt leaves none."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    tries = 1 + int(point.get("retries", 0))
-    history = []
-    for i in range(tries):
-        status = attempt(point, run_dir)
+    history: list[dict] = []
+    started, t0 = _now(), time.monotonic()
+    try:
+        point = read_json(point_json)
+        tries = 1 + int(point.get("retries", 0))
+        for _ in range(tries):
+            started, t0 = _now(), time.monotonic()
+            status = attempt(point, run_dir)
+            history.append({k: status[k] for k in ("state", "reason", "wall_s")})
+            if status["state"] not in ("crashed", "timeout"):
+                break
+    except Exception as exc:  # noqa: BLE001 - recorded, not swallowed
+        status = _runner_error(exc, started, t0)
         history.append({k: status[k] for k in ("state", "reason", "wall_s")})
-        if status["state"] not in ("crashed", "timeout"):
-            break
     status["attempts"] = history
     write_json(run_dir / "status.json", status)
     return status
