@@ -81,6 +81,28 @@ def _device_name(device) -> str:
 # --- matmul ---------------------------------------------------------------------------------
 
 
+def _timed_samples(call, device, warmup: int, samples: int, min_time_s: float) -> list[float]:
+    """Seconds per ``call()``: ``samples`` measurements, each repeating the call until
+    ``min_time_s`` has passed, after ``warmup`` untimed calls; the device is synchronised
+    before every clock read."""
+    for _ in range(warmup):
+        call()
+    _sync(device)
+    t0 = time.perf_counter()
+    call()
+    _sync(device)
+    reps = max(1, int(min_time_s / max(time.perf_counter() - t0, 1e-7)))
+    out = []
+    for _ in range(samples):
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            call()
+        _sync(device)
+        out.append((time.perf_counter() - t0) / reps)
+    return out
+
+
 def bench_matmul(
     shapes: list[tuple[int, int, int]], dtypes: list[str], device=None, warmup: int = 2,
     samples: int = 5, min_time_s: float = 0.05, budget_s: float = 25.0,
@@ -103,20 +125,8 @@ def bench_matmul(
         for m, n, k in shapes:
             a = torch.randn(m, k, device=device, dtype=dtype)
             b = torch.randn(k, n, device=device, dtype=dtype)
-            for _ in range(warmup):
-                torch.mm(a, b)
-            _sync(device)
-            t0 = time.perf_counter()
-            torch.mm(a, b)
-            _sync(device)
-            reps = max(1, int(min_time_s / max(time.perf_counter() - t0, 1e-7)))
-            for i in range(samples):
-                _sync(device)
-                t0 = time.perf_counter()
-                for _ in range(reps):
-                    torch.mm(a, b)
-                _sync(device)
-                dt_s = (time.perf_counter() - t0) / reps
+            secs = _timed_samples(lambda: torch.mm(a, b), device, warmup, samples, min_time_s)
+            for i, dt_s in enumerate(secs):
                 rows.append({
                     "device": device.type, "device_name": _device_name(device), "dtype": dt,
                     "m": m, "n": n, "k": k, "sample": i, "seconds": dt_s,
@@ -382,20 +392,7 @@ def bench_attention(shapes: list[tuple[int, int, int, int]], dtypes: list[str], 
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
                 y.backward(g)
 
-            for _ in range(warmup):
-                call()
-            _sync(device)
-            t0 = time.perf_counter()
-            call()
-            _sync(device)
-            reps = max(1, int(min_time_s / max(time.perf_counter() - t0, 1e-7)))
-            for i in range(samples):
-                _sync(device)
-                t0 = time.perf_counter()
-                for _ in range(reps):
-                    call()
-                _sync(device)
-                sec = (time.perf_counter() - t0) / reps
+            for i, sec in enumerate(_timed_samples(call, device, warmup, samples, min_time_s)):
                 rows.append({"device": device.type, "dtype": dt, "batch_heads": b * a, "seq": s,
                              "head_dim": hd, "sample": i, "seconds": sec,
                              "flops_per_s": 3 * 4.0 * s * s * hd * b * a / sec})
