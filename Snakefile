@@ -3,12 +3,16 @@
 # Logic lives in src/scalestudy (tested there); this file and the rules only wire it up.
 import sys
 
+from scalestudy import launch
 from scalestudy.planner import plan_points
 from scalestudy.study import load_study
 
 STUDY_FILE = config.get("study", "workflow/config/default.yaml")
 RESULTS = config.get("results", "results")
 STUDY = load_study(STUDY_FILE)  # validates against the schema; one-line StudyError otherwise
+# Cluster specifics: the study's platform.site, overridden by a Slurm profile's site.yaml.
+# Unhashed, so a point keeps its id on a laptop and on a cluster.
+STUDY["platform"]["site"] = launch.resolve_site(STUDY["platform"].get("site"), config.get("site"))
 POINTS = {p["point_id"]: p for p in plan_points(STUDY)}
 FEASIBLE = [pid for pid, p in POINTS.items() if p["feasible"]]
 OUT = f"{RESULTS}/{STUDY['name']}"
@@ -24,6 +28,7 @@ include: "workflow/rules/plan.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/plots.smk"
+include: "workflow/rules/microbench.smk"
 
 
 rule all:
@@ -33,3 +38,4 @@ rule all:
         f"{OUT}/efficiency.csv",
         f"{OUT}/summary.md",
         expand(f"{OUT}/figures/{{fig}}.{{ext}}", fig=FIGURES, ext=["png", "pdf", "csv"]),
+        MICROBENCH_OUTPUTS,

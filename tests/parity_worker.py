@@ -25,54 +25,57 @@ from scalestudy.io import write_json
 from scalestudy.model import GPT, GPTConfig
 from scalestudy.parallel import Engine, Layout, build_mesh
 
-CFG = GPTConfig(vocab=64, seq_len=16, layers=4, hidden=32, heads=4, mlp="gelu",
+CFG = GPTConfig(vocab=64, seq_len=16, layers=2, hidden=32, heads=4, mlp="gelu",
                 tied_embeddings=False, bias=True)
+CFG4 = GPTConfig(**{**CFG.to_dict(), "layers": 4})  # for 4 pipeline stages
 STEPS = 5
 GLOBAL_BATCH = 8
-OPT = dict(seed=0, lr=3e-3, weight_decay=0.01, betas=(0.9, 0.95), grad_clip=1.0)
+OPT = dict(seed=0, lr=3e-3, weight_decay=0.01, betas=(0.9, 0.95),
+           grad_clip=float(os.environ.get("PARITY_GRAD_CLIP", "1.0")) or None)
 
 
 def L(**kw) -> Layout:
-    kw.setdefault("micro_batch", 1)
-    dp = kw.get("dp", 1)
-    kw["grad_accum"] = GLOBAL_BATCH // (dp * kw["micro_batch"])
+    """Layout with the fewest micro-batches the schedule allows (grad_accum=1 without PP,
+    = pp with PP unless given): DTensor dispatch makes each micro-batch costly on CPU."""
+    kw.setdefault("grad_accum", kw.get("pp", 1))
+    kw["micro_batch"] = GLOBAL_BATCH // (kw.get("dp", 1) * kw["grad_accum"])
     return Layout(**kw)
 
+
+TIED_SWIGLU = GPTConfig(**{**CFG.to_dict(), "tied_embeddings": True, "mlp": "swiglu"})
 
 # name -> (model config, layout). World size = pp*dp*tp.
 LAYOUTS: dict[str, tuple[GPTConfig, Layout]] = {
     # world 2
-    "dp2-ddp": (CFG, L(dp=2, micro_batch=2)),
+    "dp2-ddp-ga2": (CFG, L(dp=2, grad_accum=2)),
     "dp2-zero1": (CFG, L(dp=2, dp_mode="zero1")),
-    "dp2-fsdp": (CFG, L(dp=2, dp_mode="fsdp", micro_batch=2)),
+    "dp2-fsdp-ga2": (CFG, L(dp=2, dp_mode="fsdp", grad_accum=2)),
     "dp2-fsdp_grad_op": (CFG, L(dp=2, dp_mode="fsdp_grad_op")),
-    "dp2-ddp-tied-swiglu-acfull": (CFG.__class__(**{**CFG.to_dict(), "tied_embeddings": True,
-                                                   "mlp": "swiglu"}),
-                                   L(dp=2, activation_checkpointing="full")),
-    "tp2": (CFG, L(tp=2, micro_batch=2)),
-    "tp2-sp": (CFG, L(tp=2, sequence_parallel=True)),
-    "tp2-tied-swiglu-acsel": (CFG.__class__(**{**CFG.to_dict(), "tied_embeddings": True,
-                                              "mlp": "swiglu"}),
-                              L(tp=2, activation_checkpointing="selective")),
-    "pp2-gpipe": (CFG, L(pp=2, pp_schedule="gpipe", micro_batch=2)),
-    "pp2-1f1b": (CFG, L(pp=2, pp_schedule="1f1b")),
-    "pp2v2-interleaved1f1b": (CFG, L(pp=2, pp_schedule="interleaved1f1b", virtual_stages=2)),
+    "dp2-ddp-tied-swiglu-acfull": (TIED_SWIGLU, L(dp=2, activation_checkpointing="full")),
+    "dp2-fsdp-bf16": (CFG, L(dp=2, dp_mode="fsdp", precision="bf16")),
+    "tp2": (CFG, L(tp=2)),
+    "tp2-sp-ga2": (CFG, L(tp=2, sequence_parallel=True, grad_accum=2)),
+    "tp2-tied-swiglu-acsel": (TIED_SWIGLU, L(tp=2, activation_checkpointing="selective")),
+    "pp2-gpipe": (CFG, L(pp=2, pp_schedule="gpipe")),
+    "pp2-1f1b-ga4": (CFG, L(pp=2, pp_schedule="1f1b", grad_accum=4)),
+    "pp2v2-interleaved1f1b": (CFG4, L(pp=2, pp_schedule="interleaved1f1b", virtual_stages=2)),
+    "pp2-1f1b-bf16-acsel": (CFG, L(pp=2, precision="bf16", activation_checkpointing="selective")),
     # world 4
     "dp2xtp2-ddp": (CFG, L(dp=2, tp=2)),
     "dp2xtp2-zero1-sp": (CFG, L(dp=2, tp=2, dp_mode="zero1", sequence_parallel=True)),
     "dp2xtp2-fsdp": (CFG, L(dp=2, tp=2, dp_mode="fsdp")),
-    "tp2xpp2-1f1b": (CFG, L(tp=2, pp=2, pp_schedule="1f1b", micro_batch=2)),
-    "tp2xpp2-interleaved-sp": (CFG, L(tp=2, pp=2, pp_schedule="interleaved1f1b",
-                                      virtual_stages=2, sequence_parallel=True)),
+    "tp2xpp2-1f1b": (CFG, L(tp=2, pp=2, pp_schedule="1f1b")),
+    "tp2xpp2v2-interleaved-sp": (CFG4, L(tp=2, pp=2, pp_schedule="interleaved1f1b",
+                                        virtual_stages=2, sequence_parallel=True)),
     "dp2xpp2-gpipe-ddp": (CFG, L(dp=2, pp=2, pp_schedule="gpipe")),
     "dp2xpp2-1f1b-zero1": (CFG, L(dp=2, pp=2, dp_mode="zero1")),
     "dp2xpp2-1f1b-fsdp_grad_op": (CFG, L(dp=2, pp=2, dp_mode="fsdp_grad_op")),
     "dp4-fsdp": (CFG, L(dp=4, dp_mode="fsdp")),
     "tp4": (CFG, L(tp=4)),
-    "pp4-1f1b": (CFG, L(pp=4, pp_schedule="1f1b", micro_batch=2)),
+    "pp4-1f1b": (CFG4, L(pp=4, pp_schedule="1f1b")),
     # world 8
     "dp2xtp2xpp2-zero1-1f1b": (CFG, L(dp=2, tp=2, pp=2, dp_mode="zero1")),
-    "dp2xtp2xpp2-fsdp-interleaved": (CFG, L(dp=2, tp=2, pp=2, dp_mode="fsdp",
+    "dp2xtp2xpp2-fsdp-interleaved": (CFG4, L(dp=2, tp=2, pp=2, dp_mode="fsdp",
                                             pp_schedule="interleaved1f1b", virtual_stages=2)),
     "dp2xtp2xpp2-ddp-gpipe-sp-acfull": (CFG, L(dp=2, tp=2, pp=2, pp_schedule="gpipe",
                                                sequence_parallel=True,
@@ -93,7 +96,8 @@ def reference(cfg: GPTConfig) -> tuple[list[float], dict[str, torch.Tensor]]:
         logits = model(tok[:, :-1])
         loss = F.cross_entropy(logits.flatten(0, 1), tok[:, 1:].flatten())
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), OPT["grad_clip"])
+        if OPT["grad_clip"]:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), OPT["grad_clip"])
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
@@ -118,6 +122,9 @@ def run_layout(cfg: GPTConfig, layout: Layout) -> tuple[list[float] | None, dict
 def main() -> None:
     out = sys.argv[1]
     names = sys.argv[2:]
+    if os.environ.get("PARITY_STACKS_AFTER_S"):  # dump all stacks of a hung worker
+        import faulthandler
+        faulthandler.dump_traceback_later(float(os.environ["PARITY_STACKS_AFTER_S"]))
     dist.init_process_group("gloo")
     world, rank = dist.get_world_size(), dist.get_rank()
     torch.set_num_threads(1)
@@ -133,6 +140,7 @@ def main() -> None:
             losses, state = run_layout(cfg, layout)
         except Exception:  # record and move on; a hang is caught by the caller's timeout
             err = traceback.format_exc(limit=8)
+            print(f"[parity] rank {rank} {name} failed:\n{err}", file=sys.stderr, flush=True)
             losses, state = None, {}
         seconds = time.perf_counter() - t0
         gathered: list = [None] * world
@@ -160,11 +168,12 @@ def main() -> None:
                 if missing:
                     row["error"] = f"state keys differ: {missing[:6]}"
                 else:
-                    row["max_param_diff"] = max(
-                        (state[k] - ref_state[k]).abs().max().item() for k in ref_state)
+                    diffs = {k: (state[k] - ref_state[k]).abs().max().item() for k in ref_state}
+                    row["worst_param"] = max(diffs, key=diffs.get)
+                    row["max_param_diff"] = diffs[row["worst_param"]]
             results.append(row)
             print(f"[parity] {name}: loss diff {row['max_loss_diff']} param diff "
-                  f"{row['max_param_diff']} {seconds:.1f}s"
+                  f"{row['max_param_diff']} ({row.get('worst_param')}) {seconds:.1f}s"
                   + (f"\n{row['error']}" if row["error"] else ""), flush=True)
         dist.barrier()
     if rank == 0:

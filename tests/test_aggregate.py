@@ -200,3 +200,18 @@ def test_spec_peak_gives_mfu(tmp_path):
     assert r["peak_tflops"] == 1.0 and r["peak_source"] == "test peak"
     text = (d / "summary.md").read_text()
     assert "| MFU |" in text and "H200-SXM" in text and "CPU/gloo" not in text
+
+
+def test_ok_without_steps_is_invalid_and_unknown_state_too(tmp_path):
+    d = make_study(tmp_path)
+    run_dir = d / "runs" / "weak-dp_n2_dp2-tp1-pp1_gb8_abcd0002_r1"
+    (run_dir / "steps.jsonl").unlink()
+    other = d / "runs" / "weak-dp_n1_dp1-tp1-pp1_gb4_abcd0001_r1"
+    write_json(other / "status.json", {"state": "exploded", "reason": "?"})
+    runs, e, _ = aggregate.collect(d)
+    r = runs.set_index("point_id")
+    assert r.loc[run_dir.name, "status"] == "invalid" and "steps.jsonl" in r.loc[run_dir.name, "reason"]
+    assert r.loc[other.name, "status"] == "invalid" and "exploded" in r.loc[other.name, "reason"]
+    # the other repeat still carries the point: efficiency is unchanged
+    weak = e[e["series"] == "weak-dp"].set_index("n")
+    assert weak.loc[2, "n_ok"] == 1 and weak.loc[2, "efficiency"] == pytest.approx(1.0)

@@ -25,13 +25,15 @@ CONFIGS = [
 ]
 
 
-def counted_flops(cfg: GPTConfig, rows: int, wrap_layers: bool = False) -> int:
+def counted_flops(cfg: GPTConfig, rows: int, wrap_layers: str | bool = False) -> int:
     """Forward + backward FLOPs as FlopCounterMode counts them, on the meta device, under the
     math SDPA backend (the default CPU flash kernel is not counted: DESIGN §6)."""
     with torch.device("meta"):
         model = GPT(cfg)
-    if wrap_layers:  # full activation checkpointing: every layer re-runs its forward
-        for layer in model.layers.values():
+    if wrap_layers:  # activation checkpointing as scalestudy.parallel applies it
+        for key, layer in model.layers.items():
+            if wrap_layers == "selective" and int(key) % 2:
+                continue  # selective: layers 0, 2, 4, ... only
             layer.forward = (lambda f: lambda x: checkpoint(f, x, use_reentrant=False))(layer.forward)
     x = torch.randint(0, cfg.vocab, (rows, cfg.seq_len), device="meta")
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as fc:
@@ -65,6 +67,17 @@ def test_full_recompute_matches_flop_counter():
     assert formula - skipped == pytest.approx(counted_flops(cfg, rows=2, wrap_layers=True), rel=1e-12)
 
 
+def test_selective_recompute_matches_flop_counter():
+    # scalestudy.parallel's "selective": layers 0, 2, ... re-run (3 layers -> 2 recomputed)
+    cfg = GPTConfig(vocab=128, seq_len=32, layers=3, hidden=64, heads=4, mlp="swiglu")
+    formula = flops.hardware_flops_per_step(cfg, 2, "megatron", "selective")
+    with set_checkpoint_early_stop(False):
+        assert formula == pytest.approx(counted_flops(cfg, rows=2, wrap_layers="selective"), rel=1e-12)
+    extra = formula - flops.model_flops_per_step(cfg, 2, "megatron")
+    assert extra == pytest.approx(2 / 3 * (flops.hardware_flops_per_step(cfg, 2, "megatron", "full")
+                                           - flops.model_flops_per_step(cfg, 2, "megatron")), rel=1e-12)
+
+
 def test_reduces_to_megatron_eq3():
     cfg = GPTConfig(vocab=51200, seq_len=2048, layers=24, hidden=2304, heads=24)
     b = 512
@@ -73,7 +86,7 @@ def test_reduces_to_megatron_eq3():
     assert flops.model_flops_per_step(cfg, b, "megatron") == pytest.approx(eq3, rel=1e-12)
     assert flops.hardware_flops_per_step(cfg, b, "megatron", "full") == pytest.approx(eq3_rc, rel=1e-12)
     assert flops.hardware_flops_per_step(cfg, b, "megatron", "none") == pytest.approx(eq3, rel=1e-12)
-    sel = flops.hardware_flops_per_step(cfg, b, "megatron", "selective") - eq3
+    sel = flops.hardware_flops_per_step(cfg, b, "megatron", "selective_attention") - eq3
     assert sel == pytest.approx(b * 24 * 4 * 2048**2 * 2304, rel=1e-12)
     # untied head: PaLM's 6N + 12 l H Q s equals Eq. 3
     assert flops.model_flops_per_step(cfg, b, "palm") == pytest.approx(eq3, rel=1e-12)

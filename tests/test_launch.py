@@ -78,7 +78,8 @@ def test_multi_node_gpu_requests_gpus_per_node():
     assert flag(argv, "--cpus-per-task") == "64"
     assert flag(argv, "--port") == "6000"
     fr = launch.launch_argv(make_point(2, 8, "rocm"), RUN, environ={"SLURM_JOB_ID": "7"},
-                            site={"gpu_request": "gpus-per-node", "srun_extra": "--gpu-bind=closest"})
+                            site={"gpu_request": "gpus-per-node",
+                                  "srun_extra": "--gpu-bind=closest"})
     assert flag(fr, "--gpus-per-node") == "8"
     assert "--gpu-bind=closest" in fr and not any(a.startswith("--gres") for a in fr)
 
@@ -96,7 +97,7 @@ def test_multi_node_outside_slurm_emulates_nodes_on_this_host():
         assert flag(a, "--rdzv-endpoint") == "127.0.0.1:5000" and flag(a, "--nnodes") == "2"
         assert flag(a, "--rdzv-conf") == f"is_host={int(i == 0)}"
         assert flag(a, "--local-addr") == "127.0.0.1" and a[-2:] == ["-m", "m"]
-    env = launch.launch_env(make_point(2, 2), {"SLURM_CPUS_PER_TASK": "8"}, site={})
+    env = launch.env_additions(make_point(2, 2), {"SLURM_CPUS_PER_TASK": "8"}, site={})
     assert env == {"OMP_NUM_THREADS": "2", "GLOO_SOCKET_IFNAME": "lo"}  # 8 cores / 4 procs
 
 
@@ -173,6 +174,7 @@ def test_resolve_site_coerces_profile_strings_and_rejects_typos():
                              "account": ""})
     assert s["gpus_per_node"] == 8 and s["exclusive"] is True and s["account"] is None
     assert s["env"] == {"X": "1", "Y": "2"} and s["partition"] == "a"
+    assert launch.resolve_site({"account": "abc"}, {"account": None})["account"] == "abc"
     with pytest.raises(ValueError, match="unknown key 'partiton'"):
         launch.resolve_site({"partiton": "x"})
     with pytest.raises(ValueError, match="gpus_per_node"):
@@ -227,12 +229,18 @@ def test_sbatch_line_single_node_cpu_and_frontier():
 
 # --- environment ----------------------------------------------------------------------------
 
+def test_launch_env_keeps_the_callers_environment():
+    environ = {"PATH": "/usr/bin", "SLURM_JOB_ID": "3", "PYTHONPATH": "/src"}
+    env = launch.launch_env(make_point(2, 2), environ, site={"cpus_per_proc": 2})
+    assert env == {**environ, "OMP_NUM_THREADS": "2"}  # srun needs SLURM_JOB_ID
+
+
 def test_launch_env_threads_and_gloo_interface():
-    env = launch.launch_env(make_point(1, 2), {"SLURM_CPUS_PER_TASK": "2"}, site={})
+    env = launch.env_additions(make_point(1, 2), {"SLURM_CPUS_PER_TASK": "2"}, site={})
     assert env == {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    env = launch.launch_env(make_point(1, 1), {"SLURM_CPUS_PER_TASK": "4"}, site={})
+    env = launch.env_additions(make_point(1, 1), {"SLURM_CPUS_PER_TASK": "4"}, site={})
     assert env["OMP_NUM_THREADS"] == "4"
-    assert launch.launch_env(make_point(1, 2), {"OMP_NUM_THREADS": "1",
+    assert launch.env_additions(make_point(1, 2), {"OMP_NUM_THREADS": "1",
                                                 "GLOO_SOCKET_IFNAME": "eth0"}, site={}) == {}
 
 
@@ -240,9 +248,9 @@ def test_launch_env_gpu_site_env_wins():
     site = {"gpus_per_node": 8, "cpus_per_node": 56,
             "env": {"NCCL_NET_GDR_LEVEL": "3", "OMP_NUM_THREADS": "2"}}
     job = {"SLURM_JOB_ID": "1"}
-    env = launch.launch_env(make_point(2, 8, "rocm"), job, site=site)
+    env = launch.env_additions(make_point(2, 8, "rocm"), job, site=site)
     assert env == {"NCCL_NET_GDR_LEVEL": "3", "OMP_NUM_THREADS": "2"}
-    env = launch.launch_env(make_point(2, 8, "rocm"), job, site={**site, "env": {}})
+    env = launch.env_additions(make_point(2, 8, "rocm"), job, site={**site, "env": {}})
     assert env == {"OMP_NUM_THREADS": "7"}  # 56 cores / 8 GCDs, no GLOO_SOCKET_IFNAME on GPU
 
 
@@ -271,9 +279,11 @@ dist.init_process_group("gloo")
 t = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(t)
 rec = {"rank": dist.get_rank(), "world": dist.get_world_size(), "sum": t.item(),
-       "local_world": int(os.environ["LOCAL_WORLD_SIZE"]), "group_rank": int(os.environ["GROUP_RANK"]),
+       "local_world": int(os.environ["LOCAL_WORLD_SIZE"]),
+       "group_rank": int(os.environ["GROUP_RANK"]),
        "omp": os.environ.get("OMP_NUM_THREADS"), "job": os.environ.get("SLURM_JOB_ID"),
-       "node": os.environ.get("SLURMD_NODENAME")}
+       "node": os.environ.get("SLURMD_NODENAME"),
+       "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
 with open(os.path.join(sys.argv[2], f"rank{rec['rank']}.json"), "w") as f:
     json.dump(rec, f)
 dist.barrier()
@@ -310,8 +320,32 @@ def test_two_emulated_nodes_all_reduce(tmp_path):
     run_dir.mkdir()
     environ = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     argv = launch.launch_argv(point, run_dir, environ=environ, module=module)
-    env = {**environ, **launch.launch_env(point, environ),
-           "PYTHONPATH": os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = {**launch.launch_env(point, environ),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path),
+                                          *filter(None, [os.environ.get("PYTHONPATH")])])}
     proc = subprocess.run(["timeout", "200", *argv], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     check_probe(run_dir, 2, 2)
+
+
+@pytest.mark.parametrize("profile", ["slurm", "frontier", "slurm-ci"])
+def test_profile_site_files(repo, profile):
+    """Each shipped profile's site.yaml resolves and yields a valid sbatch line."""
+    import yaml
+    site = launch.resolve_site(yaml.safe_load(
+        (repo / "workflow" / "profiles" / profile / "site.yaml").read_text())["site"])
+    gpu = profile != "slurm-ci"
+    procs = site["gpus_per_node"] if gpu else 2
+    point = make_point(2, procs, "cuda" if gpu else "cpu", timeout_s=900)
+    argv = sbatch_line(launch.job_resources(point, site))
+    assert flag(argv, "--nodes") == "2" and flag(argv, "--ntasks") == "2"
+    assert flag(argv, "-p") == site["partition"]
+    if gpu:
+        per_node = flag(argv, "--gres") if site["gpu_request"] == "gres" else \
+            "gpu:" + flag(argv, "--gpus-per-node")
+        assert per_node == f"gpu:{procs}"
+        assert flag(argv, "--cpus-per-task") == str(site["cpus_per_node"])
+        assert "--exclusive" in argv
+    if profile == "frontier":
+        assert site["gpus_per_node"] == 8 and site["env"]["NCCL_NET_GDR_LEVEL"] == "3"
+        assert flag(argv, "--gpus-per-node") == "8"

@@ -24,6 +24,10 @@ from parity_worker import LAYOUTS, STEPS  # noqa: E402
 
 LOSS_TOL = 1e-5
 PARAM_TOL = 2e-4
+# bf16 compute vs the fp32 reference: a smoke test of the mixed-precision path (the loss
+# trajectory stays close; AdamW moves each weight by up to lr per step whatever the rounding)
+BF16_LOSS_TOL = 5e-3
+BF16_PARAM_TOL = 3e-2
 LAUNCH_TIMEOUT_S = {2: 150, 4: 200, 8: 300}
 
 
@@ -66,7 +70,10 @@ def test_parity(world: int, tmp_path: Path) -> None:
             bad.append(f"{r['name']}: {r['error']}")
         elif len(r["losses"]) != STEPS:
             bad.append(f"{r['name']}: {len(r['losses'])} losses")
-        elif r["max_loss_diff"] > LOSS_TOL or r["max_param_diff"] > PARAM_TOL:
+        elif r["max_loss_diff"] > (BF16_LOSS_TOL if r["layout"]["precision"] == "bf16"
+                                   else LOSS_TOL) or \
+                r["max_param_diff"] > (BF16_PARAM_TOL if r["layout"]["precision"] == "bf16"
+                                       else PARAM_TOL):
             bad.append(f"{r['name']}: loss diff {r['max_loss_diff']:.2e}, "
                        f"param diff {r['max_param_diff']:.2e}")
     assert not bad, "\n".join(bad)

@@ -149,3 +149,13 @@ def test_plan_table_has_every_point():
     assert len(lines) == 1 + len(pts)
     assert lines[0].split("\t")[0] == "point_id"
     assert all(len(ln.split("\t")) == len(lines[0].split("\t")) for ln in lines)
+
+
+def test_zero1_with_tp_rejects_tied_embeddings():
+    tied = copy.deepcopy(BASE["models"])
+    tied["m"]["tied_embeddings"] = True
+    s = {"name": "z", "mode": "weak", "model": "m", "gpus": [2, 4], "tp": 2, "micro_batch": 1,
+         "dp_mode": "zero1"}
+    pts = plan_points(study(s, models=tied))
+    assert [p["feasible"] for p in pts] == [True, False]  # dp=1 is fine, dp=2 is not
+    assert "tied_embeddings=false" in pts[1]["reason"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +47,8 @@ RUN_COLUMNS = [
 EFFICIENCY_COLUMNS = [
     "series", "mode", "model", "n", "dp", "tp", "pp", "global_batch", "tokens_per_step",
     "baseline_n", "n_repeats", "n_ok", "step_time_s", "step_time_ci_lo_s", "step_time_ci_hi_s",
-    "tokens_per_s_per_device", "efficiency", "efficiency_ci_lo", "efficiency_ci_hi",
+    "tokens_per_s_per_device", "tokens_per_s_per_device_ci_lo", "tokens_per_s_per_device_ci_hi",
+    "efficiency", "efficiency_ci_lo", "efficiency_ci_hi",
     "speedup", "speedup_ci_lo", "speedup_ci_hi", "ideal_speedup",
     "mfu", "hfu", "util_vs_measured_ceiling", "status", "reason", "note",
 ]
@@ -105,9 +107,16 @@ def _flops_from_point(point: dict | None, key: str, convention: str) -> float:
         return float("nan")
 
 
+def _seed(key: str) -> int:
+    """A fixed bootstrap seed per point: distributions of different points are independent
+    (the efficiency CI divides them) and every rerun gives the same table."""
+    return stats.SEED + zlib.crc32(key.encode())
+
+
 def run_row(plan_row: dict, run_dir: Path, calibration: dict | None, convention: str,
-            detect_warmup: bool = False) -> tuple[dict, list[float]]:
-    """One tidy row of ``runs.csv`` and the run's steady-state step times."""
+            detect_warmup: bool = False) -> tuple[dict, list[float], np.ndarray]:
+    """One tidy row of ``runs.csv``, the run's steady-state step times (s) and the bootstrap
+    distribution of their median."""
     row = {k: plan_row.get(k) for k in RUN_COLUMNS if k in plan_row}
     point = _read_json(run_dir / "point.json")
     summary = _read_json(run_dir / "summary.json") or {}
@@ -134,12 +143,13 @@ def run_row(plan_row: dict, run_dir: Path, calibration: dict | None, convention:
             state, reason = "invalid", "status ok but no steady-state steps in steps.jsonl"
     row["status"], row["reason"] = state, reason
 
-    rep = _num(plan_row.get("repeat"))
-    s = stats.summarize(times, seed=stats.SEED + (int(rep) if np.isfinite(rep) else 0))
-    t, n = s["median"], _num(plan_row.get("n"))
-    row.update(step_time_median_s=t, step_time_q25_s=s["q25"], step_time_q75_s=s["q75"],
-               step_time_iqr_s=s["iqr"], step_time_ci_lo_s=s["ci_lo"], step_time_ci_hi_s=s["ci_hi"],
-               n_steady_steps=s["n_steps"])
+    dist = stats.bootstrap_medians(times, seed=_seed(str(plan_row.get("point_id"))))
+    lo, hi = stats.percentile_ci(dist)
+    q25, q75 = stats.iqr(times)
+    t, n = (float(np.median(times)) if times else float("nan")), _num(plan_row.get("n"))
+    row.update(step_time_median_s=t, step_time_q25_s=q25, step_time_q75_s=q75,
+               step_time_iqr_s=q75 - q25, step_time_ci_lo_s=lo, step_time_ci_hi_s=hi,
+               n_steady_steps=len(times))
     tokens = _num(plan_row.get("tokens_per_step"))
     row["tokens_per_s"] = tokens / t
     row["tokens_per_s_per_device"] = tokens / t / n
@@ -176,7 +186,7 @@ def run_row(plan_row: dict, run_dir: Path, calibration: dict | None, convention:
     row.update(peak_memory_gb=mem / 1e9, memory_kind=summary.get("memory_kind"),
                loss_first=summary.get("loss_first"), loss_last=summary.get("loss_last"),
                n_params=summary.get("n_params"))
-    return row, times
+    return row, times, dist
 
 
 def _named_baselines(study: dict | None) -> dict[str, int]:
@@ -197,69 +207,88 @@ def _series_status(states: list[str]) -> str:
 
 
 def efficiency_rows(runs: pd.DataFrame, times: dict[str, list[float]],
-                    study: dict | None = None) -> tuple[pd.DataFrame, list[str]]:
-    """``efficiency.csv`` rows (per series and N) and the messages for series without a curve."""
+                    study: dict | None = None,
+                    dists: dict[str, np.ndarray] | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """``efficiency.csv`` rows (per series and N) and the messages for series without a curve.
+    ``times``: steady-state step times per point_id; ``dists``: their bootstrap distributions
+    (reused when a point has a single successful repeat)."""
     named = _named_baselines(study)
-    frames, messages = [], []
-    for series, g in runs.groupby("series", sort=False):
-        mode = str(g["mode"].iloc[0])
-        per_n = []
-        boot: dict[int, np.ndarray] = {}
-        for n, gn in g.groupby("n", sort=True):
-            ok = gn[gn["status"] == "ok"]
-            groups = [times[p] for p in ok["point_id"] if times.get(p)]
-            pooled = stats.summarize(groups, seed=stats.SEED + int(n))
-            boot[int(n)] = stats.bootstrap_medians(groups, seed=stats.SEED + int(n))
-            first = gn.iloc[0]
-            bad = gn[gn["status"] != "ok"]
+    cols = ["series", "mode", "model", "n", "dp", "tp", "pp", "global_batch", "tokens_per_step",
+            "baseline_n", "point_id", "status", "reason", "mfu", "hfu", "util_vs_measured_ceiling"]
+    by_series: dict[str, dict[int, list[dict]]] = {}
+    for rec in runs[cols].to_dict("records"):
+        by_series.setdefault(rec["series"], {}).setdefault(int(rec["n"]), []).append(rec)
+    rows, messages = [], []
+    for series, per_n_recs in by_series.items():
+        mode = str(next(iter(per_n_recs.values()))[0]["mode"])
+        per_n, boot = [], {}
+        for n in sorted(per_n_recs):
+            recs = per_n_recs[n]
+            ok = [r for r in recs if r["status"] == "ok" and times.get(r["point_id"])]
+            groups = [times[r["point_id"]] for r in ok]
+            if len(ok) == 1 and dists is not None and ok[0]["point_id"] in dists:
+                boot[n] = dists[ok[0]["point_id"]]
+            else:  # hierarchical over repeats
+                boot[n] = stats.bootstrap_medians(groups, seed=_seed(f"{series}|{n}"))
+            lo, hi = stats.percentile_ci(boot[n])
+            pooled = {"median": float(np.median(np.concatenate(groups))) if groups else np.nan,
+                      "ci_lo": lo, "ci_hi": hi}
+            first = recs[0]
+
+            def med(col):
+                v = [r[col] for r in ok if pd.notna(r[col])]
+                return float(np.median(v)) if v else np.nan
+
             per_n.append({
-                "series": series, "mode": mode, "model": first.get("model"), "n": int(n),
-                "dp": first.get("dp"), "tp": first.get("tp"), "pp": first.get("pp"),
-                "global_batch": first.get("global_batch"), "tokens_per_step": first["tokens_per_step"],
-                "n_repeats": len(gn), "n_ok": len(groups),
+                "series": series, "mode": mode, "model": first["model"], "n": n,
+                "dp": first["dp"], "tp": first["tp"], "pp": first["pp"],
+                "global_batch": first["global_batch"], "tokens_per_step": first["tokens_per_step"],
+                "n_repeats": len(recs), "n_ok": len(groups),
                 "step_time_s": pooled["median"], "step_time_ci_lo_s": pooled["ci_lo"],
                 "step_time_ci_hi_s": pooled["ci_hi"],
-                "mfu": ok["mfu"].median() if len(ok) else np.nan,
-                "hfu": ok["hfu"].median() if len(ok) else np.nan,
-                "util_vs_measured_ceiling": ok["util_vs_measured_ceiling"].median() if len(ok) else np.nan,
-                "status": _series_status(gn["status"].tolist()),
-                "reason": "; ".join(sorted({f"{r.status}: {r.reason}" for r in bad.itertuples() if r.reason})),
-                "_point_id": f"{series} N={int(n)}",
+                "mfu": med("mfu"), "hfu": med("hfu"),
+                "util_vs_measured_ceiling": med("util_vs_measured_ceiling"),
+                "status": _series_status([r["status"] for r in recs]),
+                "reason": "; ".join(sorted({f"{r['status']}: {r['reason']}" for r in recs
+                                            if r["status"] != "ok" and r["reason"]})),
+                "point_id": f"{series} N={n}",
             })
-        d = pd.DataFrame(per_n)
+        ns = [r["n"] for r in per_n]
         base = named.get(series) or next((b for k, b in named.items() if series.startswith(k + "-")), None)
-        planned = pd.to_numeric(g["baseline_n"], errors="coerce").dropna()
+        planned = [r["baseline_n"] for recs in per_n_recs.values() for r in recs if pd.notna(r["baseline_n"])]
+        statuses = [r["status"] for r in per_n]
         note = ""
-        if base is None and len(planned):
-            base = int(planned.iloc[0])
-            if not ((d["n"] == base) & (d["status"] == "ok")).any():
+        if base is None and planned:
+            base = int(planned[0])
+            if not any(n == base and st == "ok" for n, st in zip(ns, statuses)):
                 note = f"planned baseline N0={base} did not run successfully; baseline = smallest N that did"
                 base = None
-        try:
-            e = eff.efficiency_table(d.assign(point_id=d["_point_id"]), mode, base, boot=boot)
-        except eff.InvariantError as err:
-            msg = f"series {series!r} ({mode}): no efficiency curve: {err}"
-            messages.append(msg)
-            e = eff.efficiency_table(d, mode, base, boot=None, check=False)
+        tok = [r["tokens_per_step"] for r in per_n]
+        problem = eff.invariant_problem(series, mode, ns, tok, [r["point_id"] for r in per_n])
+        cols, cnote = eff.curve(ns, tok, [r["step_time_s"] for r in per_n], statuses, base,
+                                boot=None if problem else boot)
+        if problem:
+            messages.append(f"series {series!r} ({mode}): no efficiency curve: {problem}")
             for c in ("efficiency", "efficiency_ci_lo", "efficiency_ci_hi", "speedup",
                       "speedup_ci_lo", "speedup_ci_hi"):
-                e[c] = np.nan
-            e["note"] = f"invariant broken: {err}"
+                cols[c] = np.full(len(ns), np.nan)
+            text = f"invariant broken: {problem}"
         else:
-            if note or e["note"].iloc[0]:
-                e["note"] = "; ".join(x for x in (note, e["note"].iloc[0]) if x)
-            if e["efficiency"].isna().all():
-                messages.append(f"series {series!r} ({mode}): no efficiency curve: {e['note'].iloc[0]}")
-        d = d.drop(columns=["_point_id"])
-        merged = d.drop(columns=["status", "step_time_s"]).merge(
-            e[["n", "baseline_n", "step_time_s", "tokens_per_s_per_device", "efficiency",
-               "efficiency_ci_lo", "efficiency_ci_hi", "speedup", "speedup_ci_lo",
-               "speedup_ci_hi", "ideal_speedup", "status", "note"]], on="n")
-        frames.append(merged)
-    if not frames:
-        return pd.DataFrame(columns=EFFICIENCY_COLUMNS), messages
-    out = pd.concat(frames, ignore_index=True)
-    return out[EFFICIENCY_COLUMNS], messages
+            text = "; ".join(x for x in (note, cnote) if x)
+            if not np.isfinite(cols["efficiency"]).any():
+                messages.append(f"series {series!r} ({mode}): no efficiency curve: {text}")
+        for i, r in enumerate(per_n):
+            r.pop("point_id")
+            for c in ("baseline_n", "step_time_s", "tokens_per_s_per_device", "efficiency",
+                      "efficiency_ci_lo", "efficiency_ci_hi", "speedup", "speedup_ci_lo",
+                      "speedup_ci_hi", "ideal_speedup"):
+                r[c] = cols[c][i]
+            r["note"] = text
+            # a longer step means fewer tokens/s: the CI bounds swap
+            r["tokens_per_s_per_device_ci_lo"] = r["tokens_per_step"] / (r["step_time_ci_hi_s"] * r["n"])
+            r["tokens_per_s_per_device_ci_hi"] = r["tokens_per_step"] / (r["step_time_ci_lo_s"] * r["n"])
+            rows.append(r)
+    return pd.DataFrame(rows, columns=EFFICIENCY_COLUMNS), messages
 
 
 def _write_csv(path: Path, df: pd.DataFrame) -> None:
@@ -280,19 +309,19 @@ def collect(study_dir: Path, detect_warmup: bool = False) -> tuple[pd.DataFrame,
     study = _read_json(study_dir / "study.json")
     calibration = _read_json(study_dir / "calibration.json")
     convention = (study or {}).get("flops_convention", "megatron")
-    rows, times = [], {}
+    rows, times, dists = [], {}, {}
     for rec in plan.to_dict("records"):
-        row, t = run_row(rec, study_dir / "runs" / str(rec["point_id"]), calibration, convention,
-                         detect_warmup)
+        row, t, dist = run_row(rec, study_dir / "runs" / str(rec["point_id"]), calibration,
+                               convention, detect_warmup)
         rows.append(row)
-        times[str(rec["point_id"])] = t
+        times[str(rec["point_id"])], dists[str(rec["point_id"])] = t, dist
     runs = pd.DataFrame(rows)
     runs["study"] = (study or {}).get("name") or study_dir.name
     for c in RUN_COLUMNS:
         if c not in runs.columns:
             runs[c] = np.nan
     runs = runs[RUN_COLUMNS]
-    efficiency, messages = efficiency_rows(runs, times, study)
+    efficiency, messages = efficiency_rows(runs, times, study, dists)
     context = {"study": study, "calibration": calibration, "messages": messages,
                "convention": convention}
     return runs, efficiency, context
@@ -306,7 +335,11 @@ def run(study_dir: Path, detect_warmup: bool = False) -> None:
     runs, efficiency, context = collect(study_dir, detect_warmup)
     _write_csv(study_dir / "runs.csv", runs)
     with atomic_path(study_dir / "runs.parquet") as tmp:
-        runs.to_parquet(tmp, index=False)
+        try:
+            runs.to_parquet(tmp, index=False)
+        except (TypeError, ValueError, ImportError):  # mixed-type object column: store as text
+            obj = runs.select_dtypes(include="object").columns
+            runs.astype({c: "string" for c in obj}).to_parquet(tmp, index=False)
     _write_csv(study_dir / "efficiency.csv", efficiency)
     write_text(study_dir / "summary.md", report.summary_markdown(runs, efficiency, context))
     for msg in context["messages"]:

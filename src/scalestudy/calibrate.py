@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from scalestudy.hardware import detect_device
+from scalestudy.hardware import detect_device, resolve_device_type
 from scalestudy.io import write_json
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -101,7 +101,8 @@ def measure(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m scalestudy.calibrate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="auto: cuda when a GPU is visible, else cpu (as the trainer decides)")
     p.add_argument("--dtype", choices=sorted(_DTYPES), default="fp32")
     p.add_argument("--out", required=True, help="calibration.json to write (atomically)")
     p.add_argument("--size", type=int, default=None, help="matrix size N (default: 512 cpu, 8192 cuda)")
@@ -109,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-seconds", type=float, default=5.0)
     p.add_argument("--threads", type=int, default=1, help="CPU threads (one training process)")
     args = p.parse_args(argv)
-    rec = measure(args.device, args.dtype, args.size, args.samples, max_seconds=args.max_seconds,
+    rec = measure(resolve_device_type(args.device), args.dtype, args.size, args.samples,
+                  max_seconds=args.max_seconds,
                   threads=args.threads)
     write_json(args.out, rec)
     print(f"{rec['device_name']} {args.dtype} {rec['m']}^3 matmul: {rec['flops_per_s'] / 1e12:.4g} TFLOP/s "

@@ -72,6 +72,13 @@ def cmd_run(args) -> int:
     extra = args.snakemake_args
     argv = snakemake_argv(args.study, args.results, args.profile, extra)
     rc = subprocess.call(argv)
+    locks = Path(args.results).resolve() / ".snakemake" / "locks"
+    if rc != 0 and locks.is_dir() and any(locks.iterdir()):
+        print(f"scalestudy: error: another run of a study in {args.results} holds Snakemake's "
+              "lock; wait for it to finish, or if none is running (a killed run left the lock), "
+              f"run: scalestudy run {args.study} --results {args.results} -- --unlock",
+              file=sys.stderr)
+        return rc
     if rc == 0 and not args.no_report and not {"-n", "--dry-run", "--dryrun"} & set(extra):
         report = Path(args.results).resolve() / study["name"] / "report.html"
         rc = subprocess.call(snakemake_argv(args.study, args.results, args.profile, [])

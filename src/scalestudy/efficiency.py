@@ -39,25 +39,88 @@ def invariant_value(df: pd.DataFrame, mode: str) -> pd.Series:
     return df["tokens_per_step"].astype(float)
 
 
+def invariant_problem(series: str, mode: str, ns, tokens_per_step, labels=None) -> str | None:
+    """Why one series breaks its invariant (``None`` when it keeps it). Array version of
+    ``check_invariant``: ``ns``, ``tokens_per_step`` per point, ``labels`` name the points."""
+    what = "tokens per device per step" if _mode(mode) == "weak" else "tokens per step"
+    ns = np.asarray(ns, dtype=float)
+    v = np.asarray(tokens_per_step, dtype=float) / (ns if mode == "weak" else 1.0)
+    if v.size == 0:
+        return None
+    vals, counts = np.unique(v, return_counts=True)
+    ref = vals[np.argmax(counts)]  # the value most points agree on
+    bad = ~np.isclose(v, ref, rtol=1e-9, atol=0)
+    if not bad.any():
+        return None
+    labels = [f"N={int(n)}" for n in ns] if labels is None else list(labels)
+    pts = ", ".join(f"{labels[i]} ({v[i]:g})" for i in np.nonzero(bad)[0])
+    return f"series {series!r}: {what} should be {ref:g} for {mode} scaling, but {pts}"
+
+
 def check_invariant(df: pd.DataFrame, mode: str) -> None:
     """Raise ``InvariantError`` unless every series (column ``series``, else the whole table)
     keeps tokens per device per step (weak) or tokens per step (strong) constant.
     Needs columns ``n`` and ``tokens_per_step``; names offending points by ``point_id`` (else N)."""
-    what = "tokens per device per step" if _mode(mode) == "weak" else "tokens per step"
+    _mode(mode)
     groups = df.groupby("series", sort=False) if "series" in df.columns else [("(all)", df)]
     problems = []
     for series, g in groups:
-        v = invariant_value(g, mode)
-        ref = v.mode().iloc[0] if len(v) else None  # the value most points agree on
-        bad = g[~np.isclose(v, ref, rtol=1e-9, atol=0)]
-        if len(bad):
-            label = bad["point_id"] if "point_id" in bad.columns else "N=" + bad["n"].astype(str)
-            vals = invariant_value(bad, mode)
-            pts = ", ".join(f"{p} ({x:g})" for p, x in zip(label, vals))
-            problems.append(f"series {series!r}: {what} should be {ref:g} for {mode} scaling, "
-                            f"but {pts}")
+        labels = g["point_id"].astype(str).tolist() if "point_id" in g.columns else None
+        msg = invariant_problem(str(series), mode, g["n"], g["tokens_per_step"], labels)
+        if msg:
+            problems.append(msg)
     if problems:
         raise InvariantError("; ".join(problems))
+
+
+def curve(ns, tokens_per_step, step_time_s, status=None, baseline_n: int | None = None,
+          boot: dict | None = None, alpha: float = ALPHA) -> tuple[dict, str]:
+    """Array version of ``efficiency_table`` (no invariant check): ``(columns, note)`` with
+    ``columns`` a dict of equal-length arrays in the order of ``ns`` (sorted ascending)."""
+    ns = np.asarray(ns, dtype=int)
+    status = np.full(ns.size, OK, dtype=object) if status is None else np.asarray(status, dtype=object)
+    t = np.asarray(step_time_s, dtype=float)
+    tok = np.asarray(tokens_per_step, dtype=float)
+    with np.errstate(invalid="ignore"):
+        ok = (status == OK) & np.isfinite(t) & (t > 0)
+    t = np.where(ok, t, np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = tok / (t * ns)
+    note, n0 = "", None
+    if baseline_n is not None and not (ns == baseline_n).any():
+        note = f"baseline N0={baseline_n} is not a point of this series"
+    elif baseline_n is not None and not ok[ns == baseline_n].any():
+        note = f"baseline N0={baseline_n} did not run successfully ({status[ns == baseline_n][0]}): no curve"
+    elif baseline_n is not None:
+        n0 = int(baseline_n)
+    elif ok.any():
+        n0 = int(ns[ok].min())
+    else:
+        note = "no point ran successfully: no curve"
+    nan = np.full(ns.size, np.nan)
+    e, e_lo, e_hi, sp, s_lo, s_hi = (nan.copy() for _ in range(6))
+    if n0 is not None:
+        i0 = int(np.nonzero(ns == n0)[0][0])
+        e, sp = x / x[i0], t[i0] / t
+        b0 = np.asarray(boot.get(n0, []), dtype=float) if boot is not None else np.empty(0)
+        if b0.size:
+            for i in np.nonzero(ok)[0]:
+                bi = np.asarray(boot.get(int(ns[i]), []), dtype=float)
+                if bi.size != b0.size:
+                    continue
+                if ns[i] == n0:  # E(N0) = 1 by definition, no interval
+                    e_lo[i] = e_hi[i] = s_lo[i] = s_hi[i] = 1.0
+                    continue
+                e_lo[i], e_hi[i] = percentile_ci((tok[i] / tok[i0]) * (b0 * n0) / (bi * ns[i]), alpha)
+                s_lo[i], s_hi[i] = percentile_ci(b0 / bi, alpha)
+    cols = {
+        "n": ns, "baseline_n": np.full(ns.size, float(n0) if n0 is not None else np.nan),
+        "step_time_s": t, "tokens_per_step": tok, "tokens_per_s_per_device": x,
+        "efficiency": e, "efficiency_ci_lo": e_lo, "efficiency_ci_hi": e_hi,
+        "speedup": sp, "speedup_ci_lo": s_lo, "speedup_ci_hi": s_hi,
+        "ideal_speedup": ns / n0 if n0 else nan, "status": status,
+    }
+    return cols, note
 
 
 def efficiency_table(
@@ -80,55 +143,12 @@ def efficiency_table(
     """
     if check:
         check_invariant(df.assign(series="(this series)") if "series" not in df.columns else df, mode)
-    d = df.sort_values("n").reset_index(drop=True).copy()
-    if "status" not in d.columns:
-        d["status"] = OK
-    ok = (d["status"] == OK) & np.isfinite(d["step_time_s"].astype(float)) & (d["step_time_s"] > 0)
-    n = d["n"].astype(float)
-    t = d["step_time_s"].astype(float).where(ok)
-    x = d["tokens_per_step"].astype(float) / (t * n)
-    out = pd.DataFrame({
-        "n": d["n"].astype(int), "step_time_s": t, "tokens_per_step": d["tokens_per_step"],
-        "tokens_per_s_per_device": x, "status": d["status"],
-    })
-    note = ""
-    if baseline_n is not None and not (d["n"] == baseline_n).any():
-        note = f"baseline N0={baseline_n} is not a point of this series"
-        n0 = None
-    elif baseline_n is not None and not ok[d["n"] == baseline_n].any():
-        state = d.loc[d["n"] == baseline_n, "status"].iloc[0]
-        note = f"baseline N0={baseline_n} did not run successfully ({state}): no curve"
-        n0 = None
     else:
-        n0 = int(baseline_n) if baseline_n is not None else (int(d.loc[ok, "n"].min()) if ok.any() else None)
-        if n0 is None:
-            note = "no point ran successfully: no curve"
-    out["baseline_n"] = n0 if n0 is not None else np.nan
-    out["ideal_speedup"] = n / n0 if n0 else np.nan
-    for c in ("efficiency", "efficiency_ci_lo", "efficiency_ci_hi", "speedup", "speedup_ci_lo", "speedup_ci_hi"):
-        out[c] = np.nan
-    if n0 is not None:
-        i0 = int(np.nonzero((d["n"] == n0).to_numpy())[0][0])
-        t0, x0 = t.iloc[i0], x.iloc[i0]
-        out["efficiency"] = x / x0
-        out["speedup"] = t0 / t
-        if boot is not None and n0 in boot and len(boot[n0]):
-            b0 = np.asarray(boot[n0], dtype=float)
-            for i in np.nonzero(ok.to_numpy())[0]:
-                bi = np.asarray(boot.get(int(d["n"].iloc[i]), []), dtype=float)
-                if bi.size != b0.size or bi.size == 0:
-                    continue
-                if int(d["n"].iloc[i]) == n0:  # E(N0) = 1 by definition, no interval
-                    lo_e = hi_e = lo_s = hi_s = 1.0
-                else:
-                    tok_ratio = float(d["tokens_per_step"].iloc[i]) / float(d["tokens_per_step"].iloc[i0])
-                    eff = tok_ratio * (b0 * n0) / (bi * float(n.iloc[i]))
-                    lo_e, hi_e = percentile_ci(eff, alpha)
-                    lo_s, hi_s = percentile_ci(b0 / bi, alpha)
-                out.loc[i, ["efficiency_ci_lo", "efficiency_ci_hi", "speedup_ci_lo", "speedup_ci_hi"]] = (
-                    lo_e, hi_e, lo_s, hi_s)
+        _mode(mode)
+    d = df.sort_values("n", kind="stable")
+    cols, note = curve(d["n"], d["tokens_per_step"], d["step_time_s"],
+                       d["status"] if "status" in d.columns else None, baseline_n, boot, alpha)
+    out = pd.DataFrame(cols)
+    out["tokens_per_step"] = d["tokens_per_step"].to_numpy()
     out["note"] = note
-    cols = ["n", "baseline_n", "step_time_s", "tokens_per_step", "tokens_per_s_per_device",
-            "efficiency", "efficiency_ci_lo", "efficiency_ci_hi", "speedup", "speedup_ci_lo",
-            "speedup_ci_hi", "ideal_speedup", "status", "note"]
-    return out[cols]
+    return out

@@ -28,9 +28,13 @@ Hardware FLOPs add what activation checkpointing recomputes:
   V/(16·l·h))``. (PyTorch's non-reentrant checkpoint stops recomputing early and skips each
   layer's last matmul, ``2·h·f·s`` per sequence: the convention is that much above the work
   actually done.)
-- ``selective`` — Korthikanti et al. 2022 ("Reducing Activation Recomputation"): only the
-  attention core is recomputed, i.e. one more ``Q K^T`` and ``A V``: ``4·s²·h`` per sequence
-  and layer.
+- ``selective`` — what ``scalestudy.parallel`` runs under that name (torchtitan's layer-
+  selective checkpointing): every other layer (global index 0, 2, 4, …, i.e. ``ceil(l/2)``
+  layers) re-runs its forward pass.
+- ``selective_attention`` — Megatron's selective recompute (Korthikanti et al. 2022,
+  "Reducing Activation Recomputation"): only the attention core is recomputed, one more
+  ``Q K^T`` and ``A V``: ``4·s²·h`` per sequence and layer. (Not a trainer mode today; here so
+  a study that adopts it counts it correctly.)
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from scalestudy.model import GPTConfig
 
 CONVENTIONS = ("megatron", "palm")
-CHECKPOINTING = ("none", "full", "selective")
+CHECKPOINTING = ("none", "full", "selective", "selective_attention")
 
 
 def _check(field: str, value: str, allowed: tuple[str, ...]) -> str:
@@ -132,7 +136,9 @@ def recompute_flops_per_step(cfg: "GPTConfig", rows: int, activation_checkpointi
     s, l = cfg.seq_len, cfg.layers
     if activation_checkpointing == "full":
         return float(rows) * l * _layer_forward_per_seq(cfg, s)
-    if activation_checkpointing == "selective":
+    if activation_checkpointing == "selective":  # layers 0, 2, 4, ...
+        return float(rows) * ((l + 1) // 2) * _layer_forward_per_seq(cfg, s)
+    if activation_checkpointing == "selective_attention":
         return float(rows) * l * 4.0 * s * s * cfg.hidden
     return 0.0
 

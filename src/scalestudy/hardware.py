@@ -105,3 +105,14 @@ def detect_device(device_type: str) -> dict:
             "count": torch.cuda.device_count(),
         }
     raise ValueError(f"device_type={device_type!r} is not supported; allowed: cpu, cuda")
+
+
+def resolve_device_type(requested: str) -> str:
+    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu`` (ROCm builds report cuda)."""
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("platform.device is cuda but no GPU is visible to this process")
+    return requested

@@ -3,20 +3,22 @@
 - One node (``point["nodes"] == 1``): ``python -m torch.distributed.run --nnodes 1
   --nproc-per-node P`` with a c10d rendezvous on ``127.0.0.1:0`` (the rendezvous store binds a
   free port chosen by the kernel at bind time, so concurrent points never race for a port; this
-  is what ``torchrun --standalone`` does, but pinned to the loopback address) and
-  ``--local-addr 127.0.0.1`` so the workers' store address is loopback too.
-- Several nodes inside a Slurm allocation (``SLURM_JOB_ID`` set): ``srun --nodes K --ntasks K --ntasks-per-node 1
-  --cpus-per-task C --kill-on-bad-exit=1 python -m scalestudy.launch node ...``. Each srun task
-  reads the allocation's node list *inside the task* (Snakemake's Slurm jobstep wrapper strips
-  the ``SLURM_*`` layout variables from the rule's shell), takes the first node as the c10d
-  rendezvous host and replaces itself with ``torchrun --nnodes K --nproc-per-node P
-  --rdzv-backend c10d --rdzv-endpoint <first node>:<port> --rdzv-id <SLURM_JOB_ID>-<point_id>``.
+  is what ``torchrun --standalone`` does, with the loopback address) and ``--local-addr
+  127.0.0.1`` so the workers are told a loopback address too. (torch's TCPStore server itself
+  listens on every interface, whatever the address it is given.)
+- Several nodes inside a Slurm allocation (``SLURM_JOB_ID`` set): ``srun --nodes K --ntasks K
+  --ntasks-per-node 1 --cpus-per-task C --kill-on-bad-exit=1 python -m scalestudy.launch node``.
+  Each srun task reads the allocation's node list *inside the task* (Snakemake's Slurm jobstep
+  wrapper strips the ``SLURM_*`` layout variables from the rule's shell), takes the first node
+  as the c10d rendezvous host and replaces itself with ``torchrun --nnodes K
+  --nproc-per-node P --rdzv-backend c10d --rdzv-endpoint <first node>:<port>
+  --rdzv-id <SLURM_JOB_ID>-<point_id>``.
 - Several nodes outside Slurm (a laptop, CI): ``python -m scalestudy.launch local-nodes`` starts
   K torchrun launchers on this host with the same multi-node c10d rendezvous over loopback
   (emulated nodes: same ranks and collectives, so the same point runs on a laptop and a
   cluster; only the network differs).
 - :func:`job_resources` gives the Snakemake resources of a point's training job under the
-  ``slurm`` executor plugin (sbatch flags), :func:`launch_env` the environment of the ranks,
+  ``slurm`` executor plugin (sbatch flags), :func:`launch_env` the environment of the launch,
   :func:`slurm_env_record` what the ranks see of Slurm (for ``env.json``).
 
 Site settings (partition, account, GPUs per node, NCCL/RCCL environment, ...) come from a
@@ -55,6 +57,7 @@ SITE_KEYS: dict[str, str] = {
     "exclusive": "true: whole nodes per point (sbatch --exclusive), for timing isolation",
     "extra": "further sbatch flags, verbatim (e.g. '--gpu-bind=closest')",
     "srun_extra": "further flags for the multi-node srun, verbatim",
+    "torchrun_extra": "further torchrun flags, verbatim (e.g. '--numa-binding=node')",
     "env": "environment of the ranks (mapping), e.g. NCCL/RCCL settings",
     "runtime_margin_min": "minutes added to platform.timeout_s for the Slurm time limit "
     "(default 5), so the runner's own watchdog fires first",
@@ -70,7 +73,8 @@ DEFAULT_RUNTIME_MARGIN_MIN = 5
 
 
 def resolve_site(*layers: Mapping | None) -> dict:
-    """Merge site mappings (later layers win; ``env`` merges key by key) and coerce types.
+    """Merge site mappings (later layers win, except with null; ``env`` merges key by key) and
+    coerce types.
 
     Snakemake passes profile ``config:`` values as strings (YAML BaseLoader), so numbers and
     booleans are converted here. Unknown keys raise: a typo must not silently do nothing."""
@@ -80,7 +84,9 @@ def resolve_site(*layers: Mapping | None) -> dict:
         for key, value in (layer or {}).items():
             if key not in SITE_KEYS:
                 raise ValueError(f"site: unknown key {key!r}; known keys: {', '.join(SITE_KEYS)}")
-            if key == "env":
+            if value is None:  # null: not set in this layer (an earlier layer's value stays)
+                site.setdefault(key, None)
+            elif key == "env":
                 env.update({str(k): str(v) for k, v in (value or {}).items()})
             else:
                 site[key] = value
@@ -92,7 +98,8 @@ def resolve_site(*layers: Mapping | None) -> dict:
                 site[key] = int(site[key])
             except (TypeError, ValueError):
                 raise ValueError(f"site.{key}: expected an integer, got {site[key]!r}") from None
-    for key in ("partition", "account", "qos", "constraint", "extra", "srun_extra"):
+    for key in ("partition", "account", "qos", "constraint", "extra", "srun_extra",
+                "torchrun_extra"):
         if site.get(key) in ("", "null", "None"):
             site[key] = None
     if isinstance(site.get("exclusive"), str):
@@ -111,8 +118,12 @@ def _site(point: Mapping, site: Mapping | None) -> dict:
     return resolve_site(site)
 
 
-def _is_gpu(point: Mapping) -> bool:
-    return point.get("platform", {}).get("device", "cpu") != "cpu"
+def _is_gpu(point: Mapping, site: Mapping | None = None) -> bool:
+    """GPU point: device cuda/rocm, or ``auto`` on a site that declares GPUs per node."""
+    device = point.get("platform", {}).get("device", "cpu")
+    if device == "auto":
+        return bool((site or {}).get("gpus_per_node"))
+    return device != "cpu"
 
 
 def _procs(point: Mapping) -> int:
@@ -136,7 +147,7 @@ def cpus_per_task(point: Mapping, site: Mapping | None = None) -> int:
     per_proc = site.get("cpus_per_proc")
     if per_proc is None:
         gpn = site.get("gpus_per_node") or point.get("platform", {}).get("devices_per_node")
-        if _is_gpu(point) and site.get("cpus_per_node") and gpn:
+        if _is_gpu(point, site) and site.get("cpus_per_node") and gpn:
             per_proc = max(1, int(site["cpus_per_node"]) // int(gpn))
         else:
             per_proc = 1
@@ -151,7 +162,7 @@ def job_resources(point: Mapping, site: Mapping | None = None) -> dict:
     itself); GPUs are requested per node (``gres``) with ``tasks_per_gpu=0``."""
     site = _site(point, site)
     k, p = _nodes(point), _procs(point)
-    gpu = _is_gpu(point)
+    gpu = _is_gpu(point, site)
     gpn = site.get("gpus_per_node") or point.get("platform", {}).get("devices_per_node")
     if gpu and gpn and p > int(gpn):
         raise ValueError(f"point {point.get('point_id')}: procs_per_node={p} exceeds "
@@ -228,7 +239,9 @@ def launch_argv(point: Mapping, run_dir: str | os.PathLike, *, python: str = sys
     ``module`` is the per-rank entry point (``python -m module POINT_JSON RUN_DIR``)."""
     k, p = _nodes(point), _procs(point)
     run_dir = Path(run_dir)
-    tail = ["-m", module, str(run_dir / "point.json"), str(run_dir)]
+    site = _site(point, site)
+    tail = [*shlex.split(site.get("torchrun_extra") or ""),
+            "-m", module, str(run_dir / "point.json"), str(run_dir)]
     pid = str(point["point_id"])
     if k == 1:
         return [python, "-m", "torch.distributed.run", "--nnodes", "1",
@@ -238,13 +251,12 @@ def launch_argv(point: Mapping, run_dir: str | os.PathLike, *, python: str = sys
     if not environ.get("SLURM_JOB_ID"):  # no allocation: emulate the nodes on this host
         return [python, "-m", "scalestudy.launch", "local-nodes", "--nnodes", str(k),
                 "--nproc-per-node", str(p), "--rdzv-id", pid, "--", *tail]
-    site = _site(point, site)
     srun = ["srun", "--nodes", str(k), "--ntasks", str(k), "--ntasks-per-node", "1",
             "--cpus-per-task", str(cpus_per_task(point, site)), "--kill-on-bad-exit=1",
             "--job-name", f"ss-{pid}"[:64]]
-    if _is_gpu(point) and site["gpu_request"] == "gres":
+    if _is_gpu(point, site) and site["gpu_request"] == "gres":
         srun.append(f"--gres=gpu:{p}")
-    elif _is_gpu(point) and site["gpu_request"] == "gpus-per-node":
+    elif _is_gpu(point, site) and site["gpu_request"] == "gpus-per-node":
         srun.append(f"--gpus-per-node={p}")
     if site.get("srun_extra"):
         srun += shlex.split(str(site["srun_extra"]))
@@ -263,9 +275,9 @@ def _available_cpus(environ: Mapping) -> int:
         return os.cpu_count() or 1
 
 
-def launch_env(point: Mapping, environ: Mapping = os.environ,
-               site: Mapping | None = None) -> dict:
-    """Environment additions for the launch of ``point`` (merge them over ``environ``).
+def env_additions(point: Mapping, environ: Mapping = os.environ,
+                  site: Mapping | None = None) -> dict:
+    """What :func:`launch_env` adds to ``environ`` for the launch of ``point``.
 
     ``OMP_NUM_THREADS`` = cores per process (an explicit value in ``environ`` wins; several
     processes on few cores get 1, DESIGN §6); ``GLOO_SOCKET_IFNAME=lo`` for CPU points that run
@@ -280,10 +292,18 @@ def launch_env(point: Mapping, environ: Mapping = os.environ,
             cores, procs = _available_cpus(environ), p * _nodes(point)
         env["OMP_NUM_THREADS"] = str(max(1, cores // procs))
     local = _nodes(point) == 1 or not environ.get("SLURM_JOB_ID")
-    if local and not _is_gpu(point) and not environ.get("GLOO_SOCKET_IFNAME"):
+    if local and not _is_gpu(point, site) and not environ.get("GLOO_SOCKET_IFNAME"):
         env["GLOO_SOCKET_IFNAME"] = "lo"
     env.update(site["env"])
     return env
+
+
+def launch_env(point: Mapping, environ: Mapping = os.environ,
+               site: Mapping | None = None) -> dict:
+    """The full environment to launch ``point`` with: ``environ`` (PATH, PYTHONPATH and, under
+    Slurm, SLURM_JOB_ID, which srun needs to start a step inside the job's allocation instead
+    of asking for a new one) plus :func:`env_additions`."""
+    return {**environ, **env_additions(point, environ, site)}
 
 
 def slurm_env_record(environ: Mapping = os.environ) -> dict | None:

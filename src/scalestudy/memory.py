@@ -9,7 +9,9 @@ pipeline stage with the largest total), split by component:
   when training in 16-bit: the usual mixed-precision total is 2 + 2 + 12 = 16 B/param
   (Rajbhandari et al. 2020, ZeRO §3), the same 16 B/param as plain fp32 (4 + 4 + 8).
 - ``comm_buffers`` — DDP's gradient buckets (a second copy of the gradients: PyTorch DDP's
-  default ``gradient_as_bucket_view=False``), only for ``dp_mode: ddp`` with dp > 1.
+  default ``gradient_as_bucket_view=False``) for ``ddp`` and ``zero1`` (which is DDP's
+  all-reduce + ``ZeroRedundancyOptimizer`` in ``scalestudy.parallel``) with dp > 1.
+  Megatron's contiguous gradient buffer does not have this copy.
 - ``activations`` — what the forward pass keeps for the backward pass, times the
   micro-batches the pipeline schedule holds in flight (below).
 - ``logits`` — the output head's logits and the fp32 log-softmax of the loss (last stage).
@@ -18,15 +20,17 @@ Sharding over the data-parallel group (``dp_mode``):
 
 | dp_mode        | weights            | gradients | optimizer |
 |----------------|--------------------|-----------|-----------|
-| ddp            | full               | full      | full      |
-| zero1          | full               | full      | / dp      |
-| fsdp_grad_op   | full + shard / dp  | / dp      | / dp      |
-| fsdp           | / dp + 2 layers    | / dp      | / dp      |
+| ddp            | full               | full                | full      |
+| zero1          | full               | full                | / dp      |
+| fsdp_grad_op   | full + shard / dp  | / dp + 2 units      | / dp      |
+| fsdp           | / dp + root + 2 layers | / dp + 2 units  | / dp      |
 
-(``fsdp_grad_op`` is FSDP2 with ``reshard_after_forward=False``: the gathered weights stay
-resident between forward and backward on top of the persistent shard; ``fsdp`` (ZeRO-3)
-holds the shard plus the gathered weights of the layer being computed and the prefetched
-next one.) Tensor parallelism divides the layers' matrices, the vocabulary-parallel
+(FSDP2 units are the layers and the root, i.e. what a stage holds besides its layers:
+embeddings, final norm, head. ``fsdp_grad_op`` is ``reshard_after_forward=False``: the
+gathered weights stay resident between forward and backward on top of the persistent shard;
+``fsdp`` (ZeRO-3) holds the shard plus the gathered root and the layer being computed and
+the prefetched next one. Gradients: the shard plus the unsharded gradient of the largest
+unit and its reduce-scatter input.) Tensor parallelism divides the layers' matrices, the vocabulary-parallel
 embedding and the output head by ``tp``; norms and the row-parallel biases are replicated.
 Pipeline parallelism gives each stage ``layers / pp`` layers, the embeddings to the first and
 the final norm + output head to the last (with tied embeddings and pp > 1 the last stage
@@ -41,10 +45,13 @@ score/softmax/dropout storage of unfused attention; a fused kernel (FlashAttenti
 SDPA flash / memory-efficient / CPU-flash) keeps only ``O(s)`` statistics and the term
 vanishes (``model.attention``: ``fused`` (default) or ``math``). With tensor parallelism
 ``tp = t``: ``s·b·h·(10 + 24/t + 5·a·s/(h·t))``; with sequence parallelism everything is
-divided by ``t``. Checkpointing: ``full`` keeps only each layer's input, ``2·s·b·h`` (``/t``
-with SP), plus the full activations of the one layer being recomputed; ``selective``
-recomputes the attention core, dropping the ``5·a·s/h`` term. Units scale with the
-activation dtype (×2 for fp32).
+divided by ``t``. Checkpointing, as ``scalestudy.parallel`` runs it: ``full`` keeps only each
+layer's input, ``2·s·b·h`` (``/t`` with SP), plus the full activations of the one layer
+being recomputed; ``selective`` (torchtitan's layer-selective) does that for every other
+layer (global index 0, 2, 4, ...) and keeps everything of the others;
+``selective_attention`` (Megatron's, Korthikanti §5, not a trainer mode) recomputes the
+attention core only, dropping the ``5·a·s/h`` term. Units scale with the activation dtype
+(×2 for fp32).
 
 In-flight micro-batches on pipeline stage ``r`` of ``p`` with ``m`` micro-batches
 (``grad_accum``) and ``v`` virtual stages: no PP or plain gradient accumulation: 1;
@@ -64,7 +71,7 @@ TiB = 2**40
 
 DP_MODES = ("ddp", "zero1", "fsdp_grad_op", "fsdp")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "interleaved1f1b")
-CHECKPOINTING = ("none", "full", "selective")
+CHECKPOINTING = ("none", "full", "selective", "selective_attention")
 
 COMPONENTS = ("weights", "gradients", "optimizer", "comm_buffers", "activations", "logits")
 
@@ -147,6 +154,19 @@ def in_flight(schedule: str, pp: int, micro_batches: int, stage: int, virtual: i
     return min(chunks, m * virtual) / virtual
 
 
+def checkpointed_layers(layers: int, pp: int, stage: int, virtual: int, ckpt: str) -> int:
+    """How many of pipeline rank ``stage``'s layers are fully checkpointed: all under
+    ``full``; under ``selective`` those with an even global index (rank ``stage`` holds
+    model chunks ``stage, stage + pp, ...`` of ``layers / (pp·virtual)`` layers each)."""
+    if ckpt == "full":
+        return layers // pp
+    if ckpt != "selective":
+        return 0
+    k = layers // (pp * virtual)
+    return sum(1 for c in range(virtual) for i in range((c * pp + stage) * k, (c * pp + stage + 1) * k)
+               if i % 2 == 0)
+
+
 def layer_activation_bytes(point: dict, tp: int | None = None) -> float:
     """Bytes one micro-batch leaves stored in one transformer layer (module doc formulas),
     before checkpointing is applied."""
@@ -181,7 +201,7 @@ def estimate(point: dict) -> dict:
         CHECKPOINTING,
     )
     schedule = par.get("pp_schedule", "1f1b")
-    virtual = int(par.get("virtual_stages", 1) or 1)
+    virtual = int(par.get("virtual_stages", 1) or 1) if pp > 1 else 1
     layers = int(model["layers"])
     if layers % (pp * virtual):
         raise ValueError(
@@ -199,31 +219,35 @@ def estimate(point: dict) -> dict:
     one_layer = lp["sharded"] + lp["replicated"]
     per_layer_act = layer_activation_bytes(point, tp)
     sp = bool(par.get("sequence_parallel", False)) and tp > 1
-    if ckpt == "full":
-        stored = 2 * s * b * h * (wb / 2) / (tp if sp else 1)
-    elif ckpt == "selective":
-        stored = layer_activation_bytes(
-            {**point, "model": {**model, "attention": "fused"}}, tp
-        )
+    ckpt_layer = 2 * s * b * h * (wb / 2) / (tp if sp else 1)  # a checkpointed layer's input
+    if ckpt == "selective_attention":
+        kept = layer_activation_bytes({**point, "model": {**model, "attention": "fused"}}, tp)
     else:
-        stored = per_layer_act
+        kept = per_layer_act
 
     stages = []
     for r in range(pp):
         n = stage_params(model, tp, pp, r)
         shard = n / dp
+        # FSDP units: each layer, and the root (what the stage holds besides its layers)
+        root = n - (layers / pp) * one_layer
+        unit = max(one_layer, root)
         if dp_mode == "fsdp":
-            weights = wb * (shard + min(2, layers // pp) * one_layer)
+            weights = wb * min(n, shard + root + 2 * one_layer)
         elif dp_mode == "fsdp_grad_op":
             weights = wb * (n + shard)
         else:
             weights = wb * n
-        grads = wb * (n if dp_mode in ("ddp", "zero1") else shard)
+        if dp_mode in ("ddp", "zero1"):
+            grads = wb * n
+        else:  # the shard + an unsharded unit's gradient and its reduce-scatter input
+            grads = wb * min(n, shard + 2 * unit) if dp > 1 else wb * n
         opt = ob * (n if dp_mode == "ddp" else shard)
-        comm = wb * n if (dp_mode == "ddp" and dp > 1) else 0.0
+        comm = wb * n if (dp_mode in ("ddp", "zero1") and dp > 1) else 0.0
         flight = in_flight(schedule, pp, m, r, virtual)
-        act = flight * (layers / pp) * stored
-        if ckpt == "full":
+        n_ck = checkpointed_layers(layers, pp, r, virtual, ckpt)
+        act = flight * (n_ck * ckpt_layer + (layers / pp - n_ck) * kept)
+        if n_ck:
             act += per_layer_act  # the layer being recomputed
         if r == 0:
             act += flight * s * b * h * wb / (tp if sp else 1)  # embedding output
@@ -284,5 +308,5 @@ def fits(point: dict, capacity_bytes: float, headroom: float = 0.9) -> tuple[boo
 
 __all__ = [
     "estimate", "fits", "model_state_bytes", "total_params", "stage_params", "layer_params",
-    "layer_activation_bytes", "in_flight", "fmt_bytes", "is_16bit", "ffn_width",
+    "layer_activation_bytes", "in_flight", "checkpointed_layers", "fmt_bytes", "is_16bit", "ffn_width",
 ]

@@ -16,7 +16,8 @@ slowest rank's time per call (one-way for send/recv, half a round trip). Bus ban
 follows nccl-tests: all-reduce ``2(p-1)/p``, all-gather and reduce-scatter ``(p-1)/p``,
 send/recv 1 times the algorithmic bandwidth ``bytes / seconds``.
 
-``memory`` runs a few tiny fp32 GPT training steps in fresh subprocesses and compares the
+``memory [--trainer]`` runs a few tiny fp32 GPT training steps in fresh subprocesses (with
+``--trainer`` also ``scalestudy.train`` under torchrun for ddp / zero1 / fsdp) and compares the
 peak resident memory above a baseline (``VmHWM`` after resetting it through
 ``/proc/self/clear_refs``; glibc is told to serve every allocation over 64 KiB by ``mmap``
 so freed tensors leave the resident set) with ``scalestudy.memory.estimate``.
@@ -31,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "tf32": "float32"}
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
@@ -79,6 +81,28 @@ def _device_name(device) -> str:
 # --- matmul ---------------------------------------------------------------------------------
 
 
+def _timed_samples(call, device, warmup: int, samples: int, min_time_s: float) -> list[float]:
+    """Seconds per ``call()``: ``samples`` measurements, each repeating the call until
+    ``min_time_s`` has passed, after ``warmup`` untimed calls; the device is synchronised
+    before every clock read."""
+    for _ in range(warmup):
+        call()
+    _sync(device)
+    t0 = time.perf_counter()
+    call()
+    _sync(device)
+    reps = max(1, int(min_time_s / max(time.perf_counter() - t0, 1e-7)))
+    out = []
+    for _ in range(samples):
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            call()
+        _sync(device)
+        out.append((time.perf_counter() - t0) / reps)
+    return out
+
+
 def bench_matmul(
     shapes: list[tuple[int, int, int]], dtypes: list[str], device=None, warmup: int = 2,
     samples: int = 5, min_time_s: float = 0.05, budget_s: float = 25.0,
@@ -101,20 +125,8 @@ def bench_matmul(
         for m, n, k in shapes:
             a = torch.randn(m, k, device=device, dtype=dtype)
             b = torch.randn(k, n, device=device, dtype=dtype)
-            for _ in range(warmup):
-                torch.mm(a, b)
-            _sync(device)
-            t0 = time.perf_counter()
-            torch.mm(a, b)
-            _sync(device)
-            reps = max(1, int(min_time_s / max(time.perf_counter() - t0, 1e-7)))
-            for i in range(samples):
-                _sync(device)
-                t0 = time.perf_counter()
-                for _ in range(reps):
-                    torch.mm(a, b)
-                _sync(device)
-                dt_s = (time.perf_counter() - t0) / reps
+            secs = _timed_samples(lambda: torch.mm(a, b), device, warmup, samples, min_time_s)
+            for i, dt_s in enumerate(secs):
                 rows.append({
                     "device": device.type, "device_name": _device_name(device), "dtype": dt,
                     "m": m, "n": n, "k": k, "sample": i, "seconds": dt_s,
@@ -319,6 +331,161 @@ def bench_memory(cases: dict | None = None, timeout_s: float = 120) -> list[dict
     return rows
 
 
+# --- framework overhead ---------------------------------------------------------------------
+
+
+def bench_overhead(layers=(1, 4), samples: int = 15, warmup: int = 3) -> list[dict]:
+    """Per-operation framework overhead, measured on a degenerate GPT (hidden 8, seq 8,
+    vocab 16, one sequence: its arithmetic is negligible, so the time is dispatch, autograd
+    and optimizer bookkeeping). Rows ``phase (fwd_bwd | optimizer), layers, sample,
+    seconds``; a linear fit over ``layers`` gives a fixed and a per-layer cost."""
+    import torch
+
+    from scalestudy.model import GPT, GPTConfig
+
+    rows = []
+    for L in layers:
+        torch.manual_seed(0)
+        cfg = GPTConfig(vocab=16, seq_len=8, layers=L, hidden=8, heads=2)
+        model = GPT(cfg)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        x = torch.randint(16, (1, 9))
+        for i in range(warmup + samples):
+            t0 = time.perf_counter()
+            logits = model(x[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 16), x[:, 1:].reshape(-1))
+            loss.backward()
+            t1 = time.perf_counter()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            t2 = time.perf_counter()
+            if i >= warmup:
+                rows.append({"phase": "fwd_bwd", "layers": L, "sample": i - warmup, "seconds": t1 - t0})
+                rows.append({"phase": "optimizer", "layers": L, "sample": i - warmup, "seconds": t2 - t1})
+    return rows
+
+
+# --- attention kernel and memory bandwidth --------------------------------------------------
+
+
+def bench_attention(shapes: list[tuple[int, int, int, int]], dtypes: list[str], device=None,
+                    warmup: int = 2, samples: int = 3, min_time_s: float = 0.02) -> list[dict]:
+    """Forward + backward of causal ``scaled_dot_product_attention`` (the kernel PyTorch
+    picks) for ``(batch, heads, seq, head_dim)`` shapes. ``flops_per_s`` counts the full
+    ``s × s`` products, ``3 · 4·s²·head_dim`` per batch·head (Megatron's convention), so it
+    is directly comparable with matmul rates."""
+    import torch
+    import torch.nn.functional as F
+
+    device = _device(device)
+    rows = []
+    for dt in dtypes:
+        if dt == "fp16" and device.type == "cpu":
+            continue
+        dtype = getattr(torch, DTYPES[dt])
+        for b, a, s, hd in shapes:
+            q, k, v = (torch.randn(b, a, s, hd, device=device, dtype=dtype, requires_grad=True)
+                       for _ in range(3))
+            g = torch.ones(b, a, s, hd, device=device, dtype=dtype)
+
+            def call():
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                y.backward(g)
+
+            for i, sec in enumerate(_timed_samples(call, device, warmup, samples, min_time_s)):
+                rows.append({"device": device.type, "dtype": dt, "batch_heads": b * a, "seq": s,
+                             "head_dim": hd, "sample": i, "seconds": sec,
+                             "flops_per_s": 3 * 4.0 * s * s * hd * b * a / sec})
+    return rows
+
+
+def bench_bandwidth(nbytes: int = 64 * 2**20, device=None, samples: int = 5) -> list[dict]:
+    """Device memory bandwidth of a tensor copy: ``2 · nbytes`` (read + write) per copy."""
+    import torch
+
+    device = _device(device)
+    x = torch.ones(nbytes // 4, device=device)
+    y = torch.empty_like(x)
+    y.copy_(x)
+    rows = []
+    for i in range(samples):
+        _sync(device)
+        t0 = time.perf_counter()
+        y.copy_(x)
+        _sync(device)
+        sec = time.perf_counter() - t0
+        rows.append({"device": device.type, "bytes": nbytes, "sample": i, "seconds": sec,
+                     "bytes_per_s": 2 * nbytes / sec})
+    return rows
+
+
+# --- predicted vs measured step time (CPU, one process) -------------------------------------
+
+VALIDATE_CASES = {
+    # name: (model, micro_batch): fp32, one process, plain training loop of scalestudy.model.GPT
+    "tiny-b2": (dict(vocab=256, seq_len=64, layers=2, hidden=64, heads=4), 2),
+    "tiny-b8": (dict(vocab=256, seq_len=64, layers=2, hidden=64, heads=4), 8),
+    "small-h128": (dict(vocab=512, seq_len=128, layers=4, hidden=128, heads=4), 8),
+    "small-h256": (dict(vocab=1024, seq_len=128, layers=4, hidden=256, heads=4), 4),
+}
+
+
+def time_training_step(model_cfg: dict, micro_batch: int, steps: int = 10, warmup: int = 3,
+                       stat: str = "best") -> float:
+    """Seconds of one AdamW step (forward, backward, step) of ``GPT(model_cfg)`` in this
+    process (fp32), warm-up steps dropped; ``best`` (fastest) or ``median`` step."""
+    import torch
+
+    from scalestudy.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(**model_cfg)
+    model = GPT(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randint(cfg.vocab, (micro_batch, cfg.seq_len + 1))
+    times = []
+    for i in range(steps):
+        t0 = time.perf_counter()
+        logits = model(x[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab), x[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return min(times) if stat == "best" else statistics.median(times)
+
+
+def bench_validate(cases: dict | None = None) -> list[dict]:
+    """For each case: measure its matmul shapes and the framework overhead, predict the
+    step time with ``perfmodel`` from those building blocks, then time the real step; the
+    measurements are interleaved so that they share the host's load, and every figure is
+    the fastest sample (contention on a shared host only ever adds time)."""
+    from scalestudy import perfmodel
+
+    hw = perfmodel.HardwareSpec.load("cpu-local")
+    rows = []
+    for name, (model, mb) in (cases or VALIDATE_CASES).items():
+        point = memory_point(model, mb, "none")
+        point.update(global_batch=mb, n=1)
+        s, h, V = model["seq_len"], model["hidden"], model["vocab"]
+        shapes = {(int(M), int(N), int(K)) for M, N, K, _ in perfmodel.layer_gemms(model, s, mb)}
+        shapes.add((mb * s, V, h))
+        mm = bench_matmul(sorted(shapes), ["fp32"], "cpu", samples=3, min_time_s=0.02)
+        att = bench_attention([(mb, model["heads"], s, h // model["heads"])], ["fp32"], "cpu")
+        ovh = bench_overhead(samples=5)
+        bw = bench_bandwidth(16 * 2**20, "cpu")
+        measured = perfmodel.Measured.from_frames(mm, None, ovh, att, bw, stat="best")
+        pred = perfmodel.predict_step_time(point, hw, measured)
+        t = time_training_step(model, mb)
+        rows.append({"case": name, "micro_batch": mb, **model,
+                     "predicted_s": pred["step_time_s"], "compute_s": pred["compute_s"],
+                     "attention_s": pred["attention_s"], "elementwise_s": pred["elementwise_s"],
+                     "overhead_s": pred["overhead_s"], "optimizer_s": pred["optimizer_s"],
+                     "measured_s": t, "rel_error": (pred["step_time_s"] - t) / t})
+    return rows
+
+
 # --- plots ----------------------------------------------------------------------------------
 
 
@@ -361,6 +528,53 @@ def plot(kind: str, csv: str | os.PathLike, out: str | os.PathLike) -> None:
     plt.close(fig)
 
 
+def bench_memory_trainer(dp_modes=("ddp", "zero1", "fsdp"), nproc: int = 2,
+                         timeout_s: float = 300) -> list[dict]:
+    """The trainer's own peak (``summary.json`` ``peak_memory_bytes``, max RSS over ranks)
+    under each ``dp_mode`` at dp = ``nproc``, minus that of a degenerate model run the same
+    way (torch, gloo and the data: the baseline), against ``memory.estimate``. glibc is told
+    to ``mmap`` allocations over 64 KiB so freed tensors leave the resident set."""
+    import tempfile
+
+    from scalestudy import memory
+
+    big = dict(vocab=8192, seq_len=64, layers=4, hidden=256, heads=4, ffn_hidden=None,
+               mlp="gelu", tied_embeddings=False, bias=True, name="mem")
+    degenerate = dict(big, vocab=16, layers=1, hidden=8, heads=2, name="baseline")
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536",
+           "OMP_NUM_THREADS": "1"}
+    peaks, points = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, model, mode in [("baseline", degenerate, "ddp")] + [(m, big, m) for m in dp_modes]:
+            p = memory_point(model, 2, "none")
+            p.update(study="memcheck", series="memcheck", mode="weak", n=nproc, dp=nproc,
+                     global_batch=2 * nproc, nodes=1, procs_per_node=nproc, repeat=0,
+                     point_id=f"mem-{name}", config_hash=name, tokens_per_step=2 * nproc * 64,
+                     flops_convention="megatron")
+            p["parallel"].update(dp_mode=mode, sequence_parallel=False)
+            p["train"].update(steps=3, warmup_steps=1, lr=1e-3, weight_decay=0.0, grad_clip=1.0, seed=0)
+            p["platform"] = {"device": "cpu", "hardware": None, "devices_per_node": 8,
+                             "timeout_s": timeout_s, "collective_timeout_s": 120}
+            d = Path(tmp) / name
+            d.mkdir()
+            (d / "point.json").write_text(json.dumps(p))
+            subprocess.run(["timeout", str(int(timeout_s)), sys.executable, "-m",
+                            "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+                            "-m", "scalestudy.train", str(d / "point.json"), str(d)],
+                           env=env, capture_output=True, text=True, check=True)
+            peaks[name] = json.loads((d / "summary.json").read_text())["peak_memory_bytes"]
+            points[name] = p
+    rows = []
+    for mode in dp_modes:
+        est = memory.estimate(points[mode])
+        meas = peaks[mode] - peaks["baseline"]
+        row = {"case": f"trainer-{mode}", "dp": nproc, **{f"est_{k}": est[k] for k in memory.COMPONENTS}}
+        row.update(est_total_bytes=est["total_bytes"], measured_bytes=meas,
+                   baseline_bytes=peaks["baseline"], rel_error=(est["total_bytes"] - meas) / meas)
+        rows.append(row)
+    return rows
+
+
 # --- CLI ------------------------------------------------------------------------------------
 
 
@@ -386,8 +600,14 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--ops", nargs="+", default=list(OPS))
     c.add_argument("--samples", type=int, default=5)
     c.add_argument("--budget-s", type=float, default=25.0)
+    o = sub.add_parser("overhead", help="framework overhead per micro-batch and per layer")
+    o.add_argument("--out", required=True)
+    v = sub.add_parser("validate", help="predicted vs measured step time, one CPU process")
+    v.add_argument("--out", required=True)
     r = sub.add_parser("memory", help="memory estimate vs measured peak on CPU")
     r.add_argument("--out", required=True)
+    r.add_argument("--trainer", action="store_true",
+                   help="also the trainer under ddp/zero1/fsdp at dp=2 (torchrun, minutes)")
     pl = sub.add_parser("plot", help="figure of a matmul or collectives CSV")
     pl.add_argument("kind", choices=["matmul", "collectives"])
     pl.add_argument("csv")
@@ -419,8 +639,22 @@ def main(argv: list[str] | None = None) -> int:
             dist.barrier()
         finally:
             dist.destroy_process_group()
+    elif a.cmd == "overhead":
+        rows = bench_overhead()
+        _write_rows(a.out, rows)
+        for s in summarize(rows, ["phase", "layers"]):
+            print(f"{s['phase']} layers={s['layers']}: {s['seconds'] * 1e3:.2f} ms")
+    elif a.cmd == "validate":
+        rows = bench_validate()
+        _write_rows(a.out, rows)
+        for r in rows:
+            print(f"{r['case']}: predicted {r['predicted_s'] * 1e3:.1f} ms (compute "
+                  f"{r['compute_s'] * 1e3:.1f} of which attention {r['attention_s'] * 1e3:.1f}, "
+                  f"elementwise {r['elementwise_s'] * 1e3:.1f}, overhead {r['overhead_s'] * 1e3:.1f}, optimizer "
+                  f"{r['optimizer_s'] * 1e3:.1f}), measured {r['measured_s'] * 1e3:.1f} ms, "
+                  f"error {r['rel_error']:+.1%}")
     elif a.cmd == "memory":
-        rows = bench_memory()
+        rows = bench_memory() + (bench_memory_trainer() if a.trainer else [])
         _write_rows(a.out, rows)
         for r in rows:
             print(f"{r['case']}: estimate {r['est_total_bytes'] / 2**20:.1f} MiB, measured "

@@ -115,6 +115,9 @@ def check_layout(cfg: GPTConfig, layout: Layout) -> None:
                 raise ValueError(f"tp={L.tp} must divide model.{name}={v}")
         if L.sequence_parallel and cfg.seq_len % L.tp:
             raise ValueError(f"sequence_parallel: tp={L.tp} must divide seq_len={cfg.seq_len}")
+    if L.dp_mode == "zero1" and L.dp > 1 and L.tp > 1 and cfg.tied_embeddings:
+        raise ValueError("dp_mode=zero1 with tp > 1 needs model.tied_embeddings=false (TP+DDP "
+                         "cannot localise a tied weight); use fsdp_grad_op or untie")
     if L.pp == 1 and L.virtual_stages != 1:
         raise ValueError(f"virtual_stages={L.virtual_stages} needs pp > 1; set it to 1")
     if L.pp > 1:
@@ -185,8 +188,11 @@ class Engine:
         self.dp_mesh, self.tp_mesh, self.pp_mesh = mesh["dp"], mesh["tp"], mesh["pp"]
         self.dp_rank = self.dp_mesh.get_local_rank()
         self.pp_rank = self.pp_mesh.get_local_rank()
-        self.autocast = (L.precision == "bf16" and (L.dp_mode in ("ddp", "zero1") and L.tp == 1
-                                                    or L.dp == 1))
+        # FSDP2-family wrappers (fully_shard, replicate) cast with a MixedPrecisionPolicy;
+        # classic DDP / ZeRO-1 and no DP wrapper use autocast.
+        self.fsdp_family = L.dp > 1 and (L.dp_mode in ("fsdp", "fsdp_grad_op") or (
+            L.dp_mode == "ddp" and (L.tp > 1 or L.pp > 1)))
+        self.autocast = L.precision == "bf16" and not self.fsdp_family
 
         # 1. The model (identical weights on every layout), then pipeline split.
         full = self._build_full_model(seed)
@@ -203,7 +209,14 @@ class Engine:
 
         # 2. TP, checkpointing, compile, DP wrapper -- per chunk.
         self.chunks = [self._parallelize(m) for m in chunks]
-        self.params = [p for m in self.chunks for p in m.parameters()]
+        # (name, parameter) recorded now: TP+DDP's forward hooks later swap module attributes
+        self.named_params = [(_clean_name(n), p) for m in self.chunks
+                             for n, p in m.named_parameters()]
+        self.params = [p for _, p in self.named_params]
+        # DTensor and plain parameters in separate groups: foreach/fused kernels cannot mix them
+        groups = [[p for p in self.params if isinstance(p, DTensor)],
+                  [p for p in self.params if not isinstance(p, DTensor)]]
+        param_groups = [{"params": g} for g in groups if g]
 
         # 3. Optimizer (fp32 state; fused kernel on CUDA).
         opt_kw = dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay)
@@ -214,10 +227,10 @@ class Engine:
         if L.dp_mode == "zero1" and L.dp > 1:
             from torch.distributed.optim import ZeroRedundancyOptimizer
             self.optimizer = ZeroRedundancyOptimizer(
-                self.params, optimizer_class=torch.optim.AdamW,
+                param_groups, optimizer_class=torch.optim.AdamW,
                 process_group=self.dp_mesh.get_group(), **opt_kw)
         else:
-            self.optimizer = torch.optim.AdamW(self.params, **opt_kw)
+            self.optimizer = torch.optim.AdamW(param_groups, **opt_kw)
 
         # 4. Pipeline schedule.
         self.schedule = None
@@ -230,6 +243,7 @@ class Engine:
             probe = GPT(self.cfg)
         big = sum(p.numel() for p in probe.parameters()) > CPU_INIT_MAX_PARAMS
         self._meta_init = big and self.device.type != "cpu"
+        self._seed = seed
         if self._meta_init:
             return probe
         torch.manual_seed(seed)
@@ -263,8 +277,11 @@ class Engine:
         if L.compile:
             for key in list(model.layers.keys()):
                 model.layers[key] = torch.compile(model.layers[key])
-        if self._meta_init:
+        if self._meta_init:  # big model on an accelerator: materialise shards, init there
             model.to_empty(device=self.device)
+            if self.cfg.tied_embeddings and model.output is not None:
+                model.output.weight = model.tok_embeddings.weight
+            torch.manual_seed(self._seed)  # DTensor random init needs one seed on all ranks
             with torch.no_grad():
                 model.init_weights()
         else:
@@ -312,7 +329,8 @@ class Engine:
                 })
                 if key == "0":  # the replicated embedding sum enters the sharded stream
                     plan[""] = PrepareModuleInput(input_layouts=(Replicate(),),
-                                                  desired_input_layouts=(Shard(1),))
+                                                  desired_input_layouts=(Shard(1),),
+                                                  use_local_output=True)
             parallelize_module(block, self.tp_mesh, plan)
 
     def _apply_dp(self, model: GPT) -> nn.Module:
@@ -320,7 +338,7 @@ class Engine:
         if L.dp == 1:
             return model
         bf16 = L.precision == "bf16"
-        if L.dp_mode in ("fsdp", "fsdp_grad_op") or L.tp > 1:
+        if self.fsdp_family:
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
             mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
                   if bf16 else MixedPrecisionPolicy())
@@ -332,12 +350,19 @@ class Engine:
                 fully_shard(model, mesh=self.dp_mesh, reshard_after_forward=reshard,
                             mp_policy=mp)
                 return model
-            # ddp / zero1 with tp > 1: DTensor-based DDP (FSDP2 machinery, replicate only).
+            # ddp with tp > 1 or pp > 1: DTensor-based DDP (FSDP2 machinery, replicate only).
             from torch.distributed._composable.replicate_with_fsdp import replicate
             return replicate(model, mesh=self.dp_mesh, mp_policy=mp)
         from torch.nn.parallel import DistributedDataParallel as DDP
+        if L.tp > 1:  # zero1 with TP: DDP over the TP-local shards (PyTorch's TP+DDP recipe)
+            from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
+            _pre_dp_module_transform(model)
+        # find_unused_parameters under PP: PipelineStage drives DDP's reducer per micro-batch
+        # and DDP's bucket rebuild after the first step then asserts (torch 2.13); finding
+        # unused parameters disables the rebuild.
         return DDP(model, process_group=self.dp_mesh.get_group(),
-                   device_ids=[self.device.index] if self.device.type == "cuda" else None)
+                   device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                   find_unused_parameters=L.pp > 1)
 
     def _build_schedule(self) -> None:
         from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
@@ -346,12 +371,21 @@ class Engine:
         group = self.pp_mesh.get_group()
         self.stages = [PipelineStage(m, s, L.stages, self.device, group=group)
                        for m, s in zip(self.chunks, self.stage_ids)]
+        # The loss is divided by the micro-batch count here rather than by the schedule's
+        # scale_grads, which walks submod.parameters() and so misses the TP shards that
+        # TP+DDP (zero1 with tp > 1) keeps outside the module's parameter list.
+        ga = L.grad_accum
+
+        def loss_fn(logits, targets):
+            return _loss_fn(logits, targets) / ga
+
         if L.pp_schedule == "interleaved1f1b":
-            self.schedule = ScheduleInterleaved1F1B(self.stages, n_microbatches=L.grad_accum,
-                                                    loss_fn=_loss_fn)
+            self.schedule = ScheduleInterleaved1F1B(self.stages, n_microbatches=ga,
+                                                    loss_fn=loss_fn, scale_grads=False)
         else:
             cls = ScheduleGPipe if L.pp_schedule == "gpipe" else Schedule1F1B
-            self.schedule = cls(self.stages[0], n_microbatches=L.grad_accum, loss_fn=_loss_fn)
+            self.schedule = cls(self.stages[0], n_microbatches=ga, loss_fn=loss_fn,
+                                scale_grads=False)
         self.has_first = 0 in self.stage_ids
         self.has_last = (L.stages - 1) in self.stage_ids
 
@@ -412,7 +446,7 @@ class Engine:
             else:
                 self.schedule.step()
         if self.has_last:
-            return torch.stack([l.detach().float() for l in losses]).mean()
+            return torch.stack([l.detach().float() for l in losses]).sum()  # each is /ga
         return None
 
     @torch.no_grad()
@@ -425,14 +459,22 @@ class Engine:
         for p in self.params:
             if p.grad is None:
                 continue
-            key = p.grad.device_mesh if isinstance(p.grad, DTensor) else None
+            if isinstance(p.grad, DTensor):
+                key = p.grad.device_mesh
+            elif hasattr(p, "_st_info") and any(pl.is_shard() for pl in p._st_info.placements):
+                key = ("local-shard", p._st_info.mesh)  # TP shard localised for DDP
+            else:
+                key = None
             groups.setdefault(key, []).append(p)
         sq = torch.zeros((), device=self.device, dtype=torch.float32)
-        for ps in groups.values():
+        for key, ps in groups.items():
             n = torch.nn.utils.get_total_norm([p.grad for p in ps], 2.0, foreach=True)
             if isinstance(n, DTensor):
                 n = n.full_tensor()
-            sq = sq + n.float() ** 2
+            n2 = n.float() ** 2
+            if key is not None and not isinstance(key, DeviceMesh):
+                dist.all_reduce(n2, group=key[1].get_group())  # sum of squares over shards
+            sq = sq + n2
         if self.pp > 1:
             dist.all_reduce(sq, group=self.pp_mesh.get_group())
         total = sq.sqrt()
@@ -446,10 +488,16 @@ class Engine:
         """Collective over the whole world: full unsharded fp32 parameters on CPU, keyed like
         the single-process ``GPT``'s ``state_dict``."""
         local: dict[str, torch.Tensor] = {}
-        for m in self.chunks:
-            for name, p in m.named_parameters():
-                t = p.full_tensor() if isinstance(p, DTensor) else p
-                local[_clean_name(name)] = t.detach().float().cpu().clone()
+        for name, p in self.named_params:
+            if isinstance(p, DTensor):
+                t = p.full_tensor()
+            elif hasattr(p, "_st_info"):  # TP shard localised for DDP (zero1 with tp > 1)
+                spec = p._st_info
+                t = DTensor.from_local(p.detach(), spec.mesh, spec.placements, run_check=False,
+                                       shape=spec.shape, stride=spec.stride).full_tensor()
+            else:
+                t = p
+            local[name] = t.detach().float().cpu().clone()
         if self.pp > 1:
             parts: list = [None] * self.pp
             dist.all_gather_object(parts, local, group=self.pp_mesh.get_group())
@@ -465,6 +513,7 @@ class Engine:
         self.stages = []
         self.optimizer = None
         self.params = []
+        self.named_params = []
         self.chunks = []
 
 

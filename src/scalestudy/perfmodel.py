@@ -6,13 +6,19 @@ of ``s`` tokens (hidden ``h``, ``a`` heads, MLP width ``f``, vocabulary ``V``):
 
 1. **Compute.** Forward FLOPs per layer ``2·(4h² + k·h·f)·s·b + 4·s²·h·b`` (``k`` = 2 MLP
    matrices for GELU, 3 for SwiGLU), the output head ``2·s·b·h·V`` on the last stage, all
-   divided by ``tp``; training = 3 × forward, plus one more layer forward under full
-   checkpointing (``4·s²·h·b`` under selective). Time = FLOPs / rate, where the rate is the
-   *measured* matmul throughput of the device for the dtype (nearest measured shape) when
-   ``measured`` has it, else ``peak × matmul_efficiency`` declared by the hardware preset.
+   divided by ``tp``; training = 3 × forward, plus one more forward of every recomputed
+   layer (``full``: all; ``selective``: those with an even global index, as
+   ``scalestudy.parallel`` runs it; ``selective_attention``: the attention core,
+   ``4·s²·h·b``). Time = FLOPs / rate, where the rate is the
+   *measured* matmul throughput of the device for the dtype at the nearest measured shape
+   (per product: projections, MLP, attention ``Q K^T``/``A V``, head) when ``measured`` has
+   it, else ``peak × matmul_efficiency`` declared by the hardware preset. Framework overhead
+   (dispatch, autograd, optimizer bookkeeping) per micro-batch and per layer is added when
+   measured (``microbench overhead``) or declared (``overhead:`` in the preset; 0 for GPUs,
+   whose asynchronous launches hide it behind large kernels).
 2. **Tensor-parallel collectives.** Megatron TP does 2 all-reduces of ``b·s·h`` activations
-   per layer in the forward pass and 2 in the backward (2 more when full checkpointing
-   re-runs the forward); sequence parallelism swaps each for an all-gather + reduce-scatter
+   per layer in the forward pass and 2 in the backward (2 more for every layer whose
+   forward is re-run); sequence parallelism swaps each for an all-gather + reduce-scatter
    of the same total volume. Ring cost ``α + 2(p-1)/p · n/β`` with the intra-node link (TP
    stays in a node). Not overlapped with compute.
 3. **Pipeline.** Each micro-batch sends its ``b·s·h`` activations forward and their
@@ -29,7 +35,9 @@ of ``s`` tokens (hidden ``h``, ``a`` heads, MLP width ``f``, vocabulary ``V``):
    micro-batch's backward; FSDP's per-micro-batch gathers behind that micro-batch's compute).
    Default ``dp_overlap``: 1 without PP, 0 with PP (the pipeline engines of DeepSpeed and
    ``torch.distributed.pipelining`` reduce gradients after the flush).
-5. **Optimizer.** AdamW is memory-bound: 28 bytes touched per parameter of the optimizer
+5. **Shared cores.** A CPU host declares ``compute_units`` (cores): when it runs more
+   processes than that, each computes ``procs / compute_units`` times slower.
+6. **Optimizer.** AdamW is memory-bound: 28 bytes touched per parameter of the optimizer
    shard (read weight/gradient/moments/master, write them back) at ``mem_bw``.
 
 Step time = pipeline (compute + TP collectives + p2p of every micro-batch slot, bubble
@@ -86,6 +94,8 @@ class HardwareSpec:
     intra: Link
     inter: Link | None = None
     source: str = ""
+    overhead: dict = field(default_factory=dict)
+    compute_units: int | None = None  # cores a CPU node's processes share; None: one per device
 
     def peak(self, dtype: str) -> float:
         key = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32", "tf32": "tf32"}.get(dtype, dtype)
@@ -114,6 +124,8 @@ class HardwareSpec:
             memory_bytes=float(d["memory_bytes"]), mem_bw=float(d.get("mem_bw", 1e12)),
             matmul_efficiency=float(d.get("matmul_efficiency", 1.0)),
             intra=link(d["intra_node"]), inter=link(d.get("inter_node")), source=source,
+            overhead={k: float(v) for k, v in (d.get("overhead") or {}).items()},
+            compute_units=int(d["compute_units"]) if d.get("compute_units") else None,
         )
 
     @classmethod
@@ -171,6 +183,17 @@ class Measured:
 
     matmul: dict = field(default_factory=dict)
     collectives: dict = field(default_factory=dict)
+    overhead: dict = field(default_factory=dict)
+    attention: dict = field(default_factory=dict)
+    mem_bw: float | None = None
+
+    def attention_rate(self, dtype: str, s: float, head_dim: float) -> float | None:
+        """Measured fused-attention FLOP/s (Megatron count) at the nearest (seq, head_dim)."""
+        rows = self.attention.get(dtype)
+        if not rows:
+            return None
+        ls, lh = math.log(max(s, 1.0)), math.log(max(head_dim, 1.0))
+        return min(rows, key=lambda r: (math.log(r[0]) - ls) ** 2 + (math.log(r[1]) - lh) ** 2)[2]
 
     @property
     def matmul_peak(self) -> dict:
@@ -181,8 +204,9 @@ class Measured:
         rows = self.matmul.get(dtype)
         if not rows:
             return None
-        target = math.log(max(m * n * k, 1.0))
-        return min(rows, key=lambda r: abs(math.log(r[0] * r[1] * r[2]) - target))[3]
+        lm, ln, lk = (math.log(max(x, 1.0)) for x in (m, n, k))
+        return min(rows, key=lambda r: (math.log(r[0]) - lm) ** 2 + (math.log(r[1]) - ln) ** 2
+                   + (math.log(r[2]) - lk) ** 2)[3]
 
     def collective_time(self, op: str, nbytes: float, group: int) -> float | None:
         """Seconds for ``op`` on ``nbytes`` among ``group`` ranks, from the fit at that group
@@ -201,19 +225,46 @@ class Measured:
         return a + f * nbytes / b
 
     @classmethod
-    def from_csv(cls, matmul_csv: str | None = None, collectives_csv: str | None = None) -> "Measured":
+    def from_calibration(cls, path: str | Path) -> "Measured":
+        """The matmul ceiling a study measured during its run (``calibration.json`` of
+        ``scalestudy.calibrate``: dtype, m, n, k, flops_per_s)."""
+        import json
+
+        with open(path) as f:
+            c = json.load(f)
+        return cls(matmul={c["dtype"]: [(int(c["m"]), int(c["n"]), int(c["k"]), float(c["flops_per_s"]))]})
+
+    @classmethod
+    def from_csv(cls, matmul_csv: str | None = None, collectives_csv: str | None = None,
+                 overhead_csv: str | None = None) -> "Measured":
+        import pandas as pd
+
+        return cls.from_frames(*(pd.read_csv(p) if p else None
+                                 for p in (matmul_csv, collectives_csv, overhead_csv)))
+
+    @classmethod
+    def from_frames(cls, matmul=None, collectives=None, overhead=None, attention=None,
+                    bandwidth=None, stat: str = "median") -> "Measured":
+        """From microbench tables (DataFrames or lists of row dicts; ``None`` to skip).
+        ``stat``: ``median`` over samples, or ``best`` (fastest sample: on a shared host
+        contention only adds time, so the best sample estimates the uncontended rate)."""
+        if stat not in ("median", "best"):
+            raise ValueError(f"stat={stat!r} is not supported; use median or best")
+        fast = "max" if stat == "best" else "median"  # for rates
+        slow = "min" if stat == "best" else "median"  # for times
         import numpy as np
         import pandas as pd
 
-        mm, coll = {}, {}
-        if matmul_csv:
-            df = pd.read_csv(matmul_csv)
-            g = df.groupby(["dtype", "m", "n", "k"], as_index=False)["flops_per_s"].median()
+        mm, coll, ovh = {}, {}, {}
+        matmul_csv, collectives_csv = matmul, collectives
+        if matmul_csv is not None:
+            df = pd.DataFrame(matmul_csv)
+            g = df.groupby(["dtype", "m", "n", "k"], as_index=False)["flops_per_s"].agg(fast)
             for r in g.itertuples():
                 mm.setdefault(r.dtype, []).append((r.m, r.n, r.k, r.flops_per_s))
-        if collectives_csv:
-            df = pd.read_csv(collectives_csv)
-            g = df.groupby(["op", "group_size", "bytes"], as_index=False)["seconds"].median()
+        if collectives_csv is not None:
+            df = pd.DataFrame(collectives_csv)
+            g = df.groupby(["op", "group_size", "bytes"], as_index=False)["seconds"].agg(slow)
             for (op, p), sub in g.groupby(["op", "group_size"]):
                 x, y = sub["bytes"].to_numpy(float), sub["seconds"].to_numpy(float)
                 if len(x) >= 2 and np.ptp(x) > 0:
@@ -222,7 +273,28 @@ class Measured:
                     slope, alpha = y[0] / x[0], 0.0
                 slope = max(slope, 1e-15)
                 coll[(op, int(p))] = (max(alpha, 0.0), 1.0 / slope)
-        return cls(matmul=mm, collectives=coll)
+        if overhead is not None:
+            df = pd.DataFrame(overhead)
+            for phase in ("fwd_bwd", "optimizer"):
+                g = df[df["phase"] == phase].groupby("layers")["seconds"].agg(slow)
+                if len(g) >= 2:
+                    slope, fixed = np.polyfit(g.index.to_numpy(float), g.to_numpy(float), 1)
+                elif len(g) == 1:
+                    slope, fixed = 0.0, float(g.iloc[0])
+                else:
+                    continue
+                ovh[f"{phase}_fixed_s"] = max(float(fixed), 0.0)
+                ovh[f"{phase}_per_layer_s"] = max(float(slope), 0.0)
+        att = {}
+        if attention is not None:
+            df = pd.DataFrame(attention)
+            g = df.groupby(["dtype", "seq", "head_dim"], as_index=False)["flops_per_s"].agg(fast)
+            for r in g.itertuples():
+                att.setdefault(r.dtype, []).append((r.seq, r.head_dim, r.flops_per_s))
+        bw = None
+        if bandwidth is not None:
+            bw = float(pd.DataFrame(bandwidth)["bytes_per_s"].agg(fast))
+        return cls(matmul=mm, collectives=coll, overhead=ovh, attention=att, mem_bw=bw)
 
 
 def _bus_factor(op: str, p: int) -> float:
@@ -266,6 +338,30 @@ def layer_forward_flops(model: dict, s: int, b: int) -> float:
     return 2.0 * (4 * h * h + k * h * f) * s * b + 4.0 * s * s * h * b
 
 
+def layer_gemms(model: dict, s: int, b: int, tp: int = 1, attention_only: bool = False) -> list:
+    """The forward matrix products of one layer on one TP rank as ``(M, N, K, count)``:
+    q/k/v/o projections, the MLP matrices, and the two attention products per head
+    (``Q K^T`` and ``A V``, ``2·s·s·head_dim`` FLOPs each)."""
+    h, f, a = int(model["hidden"]), memory.ffn_width(model), int(model["heads"])
+    k = 3 if model.get("mlp", "gelu") == "swiglu" else 2
+    attn = [(s, s, h // a, 2 * b * a / tp)]
+    if attention_only:
+        return attn
+    return [(b * s, h / tp, h, 4), (b * s, f / tp, h, k)] + attn
+
+
+def elementwise_bytes(model: dict, s: int, b: int, act_bytes: int, tp: int = 1,
+                      sp: bool = False) -> float:
+    """Memory traffic of one layer's non-matmul operations, forward + backward, on one TP
+    rank: per token the forward reads and writes two LayerNorms (2h each), two residual
+    adds (3h each), the attention output relayout (2h) and the activation function (GELU:
+    2f; SwiGLU: 5f); the backward moves about twice as much. Bytes."""
+    h, f = int(model["hidden"]), memory.ffn_width(model)
+    act = (5 if model.get("mlp", "gelu") == "swiglu" else 2) * f / tp
+    hwide = 12 * h / (tp if sp else 1)
+    return 3.0 * (hwide + act) * s * b * act_bytes
+
+
 def model_flops_per_step(point: dict, recompute: bool = False) -> float:
     """Megatron-convention FLOPs of one optimizer step over the global batch (3 × forward;
     with ``recompute`` and full checkpointing one more forward of the layers, i.e. SC21
@@ -280,7 +376,9 @@ def model_flops_per_step(point: dict, recompute: bool = False) -> float:
         ckpt = point.get("parallel", {}).get("activation_checkpointing", "none") or "none"
         if ckpt == "full":
             total += l * layer_forward_flops(model, s, B)
-        elif ckpt == "selective":
+        elif ckpt == "selective":  # every other layer, as scalestudy.parallel runs it
+            total += ((l + 1) // 2) * layer_forward_flops(model, s, B)
+        elif ckpt == "selective_attention":
             total += l * 4.0 * s * s * h * B
     return total
 
@@ -310,30 +408,54 @@ def predict_step_time(point: dict, hw: HardwareSpec, measured: Measured | None =
 
     # 1. compute per micro-batch on the bottleneck (last) stage
     lps = l / pp
-    layer_fwd = layer_forward_flops(model, s, b) / tp
-    head_fwd = 2.0 * s * b * h * V / tp
-    recompute = {"full": layer_fwd, "selective": 4.0 * s * s * h * b / tp}.get(ckpt, 0.0)
-    stage_flops = lps * (3 * layer_fwd + recompute) + 3 * head_fwd
-    first_flops = lps * (3 * layer_fwd + recompute)
-    mm_shape = (b * s, h * 4 / tp, h)  # the MLP up-projection: a representative GEMM
-    rate = None
-    if measured is not None:
-        rate = measured.matmul_rate(dtype, *mm_shape)
-    rate_source = "measured" if rate else "declared"
-    if not rate:
-        rate = hw.peak(dtype) * hw.matmul_efficiency
-    t_comp = max(stage_flops, first_flops) / rate
-    t_bwd_mb = t_comp * 2 / 3  # backward of one micro-batch (no recompute share)
+    rate_source = "declared"
 
-    # 2. tensor parallel
+    def fwd_time(gemms) -> float:
+        nonlocal rate_source
+        total = 0.0
+        for M, N, K, count in gemms:
+            if M == N == s and K == h // int(model["heads"]) and measured is not None:
+                r = measured.attention_rate(dtype, s, K)  # the fused attention kernel
+            else:
+                r = None
+            r = r or (measured.matmul_rate(dtype, M, N, K) if measured is not None else None)
+            if r:
+                rate_source = "measured"
+            else:
+                r = hw.peak(dtype) * hw.matmul_efficiency
+            total += 2.0 * M * N * K * count / r
+        return total
+
+    layer_t = fwd_time(layer_gemms(model, s, b, tp))
+    attn_t = fwd_time(layer_gemms(model, s, b, tp, attention_only=True))
+    head_t = fwd_time([(b * s, V / tp, h, 1)])
+    bw = (measured.mem_bw if measured is not None and measured.mem_bw else None) or hw.mem_bw
+    ew_layer = elementwise_bytes(model, s, b, ab, tp, sp) / bw
+    ew_head = 5.0 * b * s * V / tp * 4 / bw  # fp32 log-softmax + its backward
+    ckpts = [memory.checkpointed_layers(l, pp, r, v, ckpt) for r in range(pp)]
+    att_re = attn_t if ckpt == "selective_attention" else 0.0  # attention core recompute
+
+    def stage_compute(r: int) -> float:
+        t_r = lps * (3 * layer_t + ew_layer + att_re) + ckpts[r] * (layer_t + ew_layer / 3)
+        return t_r + ((3 * head_t + ew_head) if r == pp - 1 else 0.0)
+
+    ovh = hw.overhead if measured is None or not measured.overhead else measured.overhead
+    t_ovh_mb = ovh.get("fwd_bwd_fixed_s", 0.0) + ovh.get("fwd_bwd_per_layer_s", 0.0) * lps
+
+    # 2. tensor parallel: 4 per layer, 2 more per fully recomputed layer
     act_msg = b * s * h * ab
-    n_ar = 4 + (2 if ckpt == "full" else 0)
     if sp:
         per = (collective_time("all_gather", act_msg, tp, hw.intra, measured)
                + collective_time("reduce_scatter", act_msg, tp, hw.intra, measured))
     else:
         per = collective_time("all_reduce", act_msg, tp, hw.intra, measured)
-    t_tp = n_ar * lps * per if tp > 1 else 0.0
+
+    def stage_tp(r: int) -> float:
+        return (4 * lps + 2 * ckpts[r]) * per if tp > 1 else 0.0
+
+    worst = max(range(pp), key=lambda r: stage_compute(r) + stage_tp(r))  # the bottleneck
+    t_comp, t_tp = stage_compute(worst), stage_tp(worst)
+    t_bwd_mb = t_comp * 2 / 3  # backward of one micro-batch (no recompute share)
 
     # 3. pipeline
     multi_node = n > dpn
@@ -343,7 +465,7 @@ def predict_step_time(point: dict, hw: HardwareSpec, measured: Measured | None =
     if pp > 1:
         t_p2p = 2 * v * collective_time("send_recv", p2p_msg, 2, p2p_link,
                                         measured if not multi_node else None)
-    t_slot = t_comp + t_tp + t_p2p
+    t_slot = t_comp + t_ovh_mb + t_tp + t_p2p
     slots = m + (pp - 1) / v if pp > 1 else m
     t_pipe = slots * t_slot
     t_bubble = (slots - m) * t_slot
@@ -376,8 +498,17 @@ def predict_step_time(point: dict, hw: HardwareSpec, measured: Measured | None =
 
     # 5. optimizer
     opt_params = params_dev / (dp if dp_mode != "ddp" else 1)
-    t_opt = OPT_BYTES_TOUCHED * opt_params / hw.mem_bw
+    t_opt = (OPT_BYTES_TOUCHED * opt_params / hw.mem_bw + ovh.get("optimizer_fixed_s", 0.0)
+             + ovh.get("optimizer_per_layer_s", 0.0) * lps)
 
+    # a CPU host whose processes outnumber its cores: every process computes that much slower
+    slow = 1.0
+    if hw.compute_units:
+        local = int(point.get("procs_per_node") or min(n, dpn))
+        slow = max(1.0, local / hw.compute_units)
+    if slow > 1.0:
+        t_pipe += slots * (t_comp + t_ovh_mb) * (slow - 1.0)
+        t_opt *= slow
     step = t_pipe + t_dp_exposed + t_opt
     gb = int(point.get("global_batch", dp * b * m))
     tokens = gb * s
@@ -387,7 +518,13 @@ def predict_step_time(point: dict, hw: HardwareSpec, measured: Measured | None =
     peak = hw.peak(dtype)
     return {
         "step_time_s": step,
-        "compute_s": m * t_comp,
+        "compute_s": m * t_comp * slow,
+        "core_sharing_slowdown": slow,
+        "overhead_s": m * t_ovh_mb,
+        "attention_s": m * slow * (lps * (3 * attn_t + att_re) + ckpts[worst] * attn_t),
+        "elementwise_s": m * slow * (lps * ew_layer + ckpts[worst] * ew_layer / 3
+                                     + (ew_head if worst == pp - 1 else 0.0)),
+        "bottleneck_stage": worst,
         "tp_comm_s": m * t_tp,
         "pp_p2p_s": m * t_p2p,
         "pp_bubble_s": t_bubble,
@@ -403,7 +540,8 @@ def predict_step_time(point: dict, hw: HardwareSpec, measured: Measured | None =
         "mfu": mflops / (step * n * peak),
         "hfu": hflops / (step * n * peak),
         "tflops_per_device": hflops / (step * n) / 1e12,
-        "matmul_rate_flops_per_s": rate,
+        "matmul_flops_per_s": (lps * layer_forward_flops(model, s, b) / tp + 2.0 * s * b * h * V / tp)
+        / (lps * layer_t + head_t),
         "matmul_rate_source": rate_source,
         "dp_overlap": ov,
         "dp_link": "inter" if dp_inter else "intra",

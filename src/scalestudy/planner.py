@@ -17,6 +17,7 @@ import itertools
 import json
 from pathlib import Path
 
+from scalestudy.memory import ffn_width
 from scalestudy.study import StudyError
 
 SWEEPABLE = ("tp", "pp", "micro_batch", "dp_mode", "pp_schedule", "activation_checkpointing")
@@ -28,7 +29,8 @@ PLAN_COLUMNS = [
     "mem_estimate_gb",
 ]
 # settings that do not change what is measured: changing them must not rerun a point
-_UNHASHED_PLATFORM = ("timeout_s", "collective_timeout_s", "site", "max_nodes")
+_UNHASHED_PLATFORM = ("timeout_s", "collective_timeout_s", "site", "max_nodes",
+                      "memory_limit_mb")
 
 
 def expand_series(series: dict) -> list[dict]:
@@ -53,7 +55,7 @@ def config_hash(point: dict) -> str:
     keep = {k: v for k, v in point.items()
             if k not in ("study", "series", "point_id", "config_hash", "repeat", "baseline_n",
                          "feasible", "reason", "mem_estimate_gb", "sweep_parent",
-                         "flops_convention", "references")}
+                         "flops_convention", "references", "retries")}
     keep["platform"] = {k: v for k, v in point["platform"].items() if k not in _UNHASHED_PLATFORM}
     blob = json.dumps(keep, sort_keys=True, default=str).encode()
     return hashlib.sha1(blob).hexdigest()[:8]
@@ -76,7 +78,7 @@ def _derive(series: dict, n: int) -> dict:
     return {"dp": dp, "grad_accum": ga, "global_batch": gb}
 
 
-def _constraints(p: dict, model: dict, platform: dict) -> str | None:
+def constraint_violation(p: dict, model: dict, platform: dict) -> str | None:
     """The first constraint the point breaks, as a sentence with the numbers; None if fine."""
     n, tp, pp, dp = p["n"], p["tp"], p["pp"], p["dp"]
     mb, ga, gb = p["micro_batch"], p["grad_accum"], p["global_batch"]
@@ -87,9 +89,15 @@ def _constraints(p: dict, model: dict, platform: dict) -> str | None:
     if tp > platform["devices_per_node"]:
         return (f"tp={tp} exceeds devices_per_node={platform['devices_per_node']} "
                 "(tensor parallelism stays inside a node)")
-    for what, size in (("heads", model["heads"]), ("hidden", model["hidden"])):
+    ffn = ffn_width(model)
+    for what, size in (("heads", model["heads"]), ("hidden", model["hidden"]), ("ffn", ffn),
+                       ("vocab", model["vocab"])):
         if size % tp:
             return f"tp={tp} does not divide {what}={size}"
+    if par["sequence_parallel"] and model["seq_len"] % tp:
+        return f"sequence_parallel needs tp={tp} to divide seq_len={model['seq_len']}"
+    if v > 1 and pp == 1:
+        return f"virtual_stages={v} needs pp > 1"
     if model["layers"] % (pp * v):
         return (f"layers={model['layers']} do not split into pp*virtual_stages={pp * v} "
                 "equal stages")
@@ -104,6 +112,9 @@ def _constraints(p: dict, model: dict, platform: dict) -> str | None:
         return "pp_schedule=interleaved1f1b needs virtual_stages >= 2 (use 1f1b for one stage per rank)"
     if par["pp_schedule"] != "interleaved1f1b" and v > 1:
         return f"virtual_stages={v} needs pp_schedule=interleaved1f1b"
+    if par["dp_mode"] == "zero1" and dp > 1 and tp > 1 and model["tied_embeddings"]:
+        return ("dp_mode=zero1 with tp>1 needs tied_embeddings=false (use fsdp_grad_op for a "
+                "tied model)")
     if pp > 1:
         if model["tied_embeddings"]:
             return "pp>1 needs tied_embeddings=false (first and last stage would share a weight)"
@@ -123,19 +134,15 @@ def _constraints(p: dict, model: dict, platform: dict) -> str | None:
     return None
 
 
-def _memory_check(point: dict, capacity_gb: float | None) -> tuple[float | None, str | None]:
-    try:
-        from scalestudy import memory
-    except ImportError:  # pragma: no cover - memory model not installed
-        return None, None
-    est = memory.estimate(point)
-    gb = est["total_bytes"] / 1e9
-    if capacity_gb is not None and gb > capacity_gb:
-        parts = ", ".join(f"{k.removesuffix('_bytes')} {v / 1e9:.1f}" for k, v in est.items()
-                          if k.endswith("_bytes") and k != "total_bytes" and v)
-        return gb, (f"needs {gb:.1f} GB per device > {capacity_gb:g} GB available "
-                    f"({parts} GB)")
-    return gb, None
+def _memory_check(point: dict, capacity_gb: float | None) -> tuple[float, str | None]:
+    """(estimated GB per device, reason if it does not fit in 90% of the capacity)."""
+    from scalestudy import memory
+
+    gb = memory.estimate(point)["total_bytes"] / 1e9
+    if capacity_gb is None:
+        return gb, None
+    ok, reason = memory.fits(point, capacity_gb * 1e9, headroom=0.9)
+    return gb, None if ok else reason
 
 
 def memory_capacity_gb(platform: dict) -> float | None:
@@ -172,8 +179,9 @@ def plan_points(study: dict) -> list[dict]:
                     "model": model, "parallel": parallel, "train": dict(study["train"]),
                     "platform": dict(platform), "flops_convention": study["flops_convention"],
                     "references": list(study["references"]),
+                    "retries": study["retries"],
                 }
-                reason = _constraints(p, model, platform)
+                reason = constraint_violation(p, model, platform)
                 nodes = max(1, -(-n // platform["devices_per_node"]))
                 p.update(nodes=nodes, procs_per_node=-(-n // nodes))
                 for k in ("dp", "grad_accum", "global_batch"):
@@ -188,8 +196,9 @@ def plan_points(study: dict) -> list[dict]:
                 key = (s["mode"], p["config_hash"])
                 if key in seen:
                     raise StudyError(
-                        f"series {s['name']!r}: point N={n} duplicates series {seen[key]!r} "
-                        "(same mode and resolved config); remove one or change a setting")
+                        f"series {s['name']!r}.gpus: point N={n} duplicates series "
+                        f"{seen[key]!r} (same mode and resolved config); remove N={n} from one "
+                        "of them or change a setting")
                 seen[key] = s["name"]
                 series_points.append(p)
             feasible_n = [p["n"] for p in series_points if p["feasible"]]
@@ -205,8 +214,9 @@ def plan_points(study: dict) -> list[dict]:
                     points.append(q)
     if not any(p["feasible"] for p in points):
         first = points[0]
-        raise StudyError(f"series {first['series']!r}: no feasible point in the study "
-                         f"(first reason: {first['reason']}); fix the grid")
+        raise StudyError(f"series {first['series']!r}: no feasible point in the study (N="
+                         f"{first['n']}: {first['reason']}); change the series' gpus, tp, pp, "
+                         "micro_batch or global_batch so that at least one point fits")
     return points
 
 

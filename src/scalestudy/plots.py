@@ -126,7 +126,7 @@ def efficiency_figure(eff: pd.DataFrame, runs: pd.DataFrame, mode: str, out_dir:
         for j, r in enumerate(pts.itertuples(index=False)):
             ax.scatter([r.n], [r.efficiency], marker=REF_MARKERS[(i + j) % len(REF_MARKERS)],
                        s=60, facecolor="none", edgecolor="black", linewidth=1.2, zorder=6,
-                       label=f"{r.label}: {r.efficiency:.1%} at N={r.n} (their N₀)")
+                       label=f"{r.label}: {r.efficiency:.1%} at N={r.n} (vs. their own N₀)")
             all_n.append(r.n)
         ref_rows.append(pts)
     ax.axhline(1.0, color="0.4", linestyle="--", linewidth=1, label="ideal (E = 1)")
@@ -166,6 +166,11 @@ def _per_n_metric_figure(eff: pd.DataFrame, runs: pd.DataFrame, out_dir: Path, n
     if not ok.empty:
         sns.lineplot(data=ok.assign(_y=y), x="n", y="_y", hue="series", style="mode",
                      palette=palette, markers=True, dashes=False, ax=ax, errorbar=None)
+        if f"{ycol}_ci_lo" in ok.columns:  # 95% CI band
+            scale = 100 if percent else 1
+            for s, g in ok.groupby("series"):
+                ax.fill_between(g["n"], g[f"{ycol}_ci_lo"] * scale, g[f"{ycol}_ci_hi"] * scale,
+                                color=palette[s], alpha=0.2, linewidth=0)
     all_n = list(d["n"])
     if ref_lines is not None:
         styles = ["-.", ":", (0, (5, 2)), (0, (1, 3))]
@@ -175,6 +180,8 @@ def _per_n_metric_figure(eff: pd.DataFrame, runs: pd.DataFrame, out_dir: Path, n
     _failed_strip(ax, failed, palette)
     _log2_axis(ax, all_n)
     top = float(np.nanmax(y)) if len(y) else 1.0
+    if f"{ycol}_ci_hi" in ok.columns and ok[f"{ycol}_ci_hi"].notna().any():
+        top = max(top, float(ok[f"{ycol}_ci_hi"].max()) * (100 if percent else 1))
     if ref_lines is not None and len(ref_lines):
         top = max(top, 100 * float(ref_lines["fraction"].max()))
     ax.set_ylim(0, top * 1.15 if top > 0 else 1)
@@ -184,7 +191,8 @@ def _per_n_metric_figure(eff: pd.DataFrame, runs: pd.DataFrame, out_dir: Path, n
     if _cpu(runs):
         fig.text(0.01, -0.02, CPU_NOTE, fontsize=7, color="0.35")
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    cols = ["series", "mode", "model", "n", "dp", "tp", "pp", "global_batch", ycol, "status", "reason"]
+    cols = ["series", "mode", "model", "n", "dp", "tp", "pp", "global_batch", ycol,
+            f"{ycol}_ci_lo", f"{ycol}_ci_hi", "status", "reason"]
     data = d[[c for c in cols if c in d.columns]].assign(kind="measured")
     if ref_lines is not None and len(ref_lines):
         data = pd.concat([data, ref_lines.rename(columns={"reference": "series", "fraction": ycol})
@@ -194,7 +202,7 @@ def _per_n_metric_figure(eff: pd.DataFrame, runs: pd.DataFrame, out_dir: Path, n
 
 def throughput_figure(eff, runs, out_dir) -> list[Path]:
     return _per_n_metric_figure(eff, runs, out_dir, "throughput", "tokens_per_s_per_device",
-                                "tokens/s per device", "Throughput per device (median step time)",
+                                "tokens/s per device", "Throughput per device (median step time); band: 95% CI",
                                 percent=False)
 
 
@@ -216,12 +224,15 @@ def mfu_figure(eff, runs, out_dir, references: list[str]) -> list[Path]:
 
 
 def _study_references(study_dir: Path) -> list[str]:
-    path = study_dir / "study.json"
-    if path.exists():
+    """``references`` of ``study.json``, else of the first ``runs/*/point.json`` that has it."""
+    candidates = [study_dir / "study.json"] + sorted((study_dir / "runs").glob("*/point.json"))[:1]
+    for path in candidates:
         try:
-            return list(read_json(path).get("references") or [])
-        except (OSError, ValueError):
-            return []
+            refs_named = read_json(path).get("references")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if refs_named is not None:
+            return list(refs_named)
     return []
 
 

@@ -1,10 +1,19 @@
 """``scalestudy predict``: predicted MFU and weak/strong scaling efficiency at real scale,
 next to published results, with the relative error of each.
 
-    scalestudy predict [STUDY.yaml] --hardware frontier [--out DIR]
+    scalestudy predict [STUDY.yaml] [--hardware frontier] [--out DIR] [--runs runs.csv]
         [--matmul-csv M.csv] [--collectives-csv C.csv] [--dp-overlap F]
 
-The points at scale are the Frontier study's configurations (reference data
+With a study file, every feasible point of the study is predicted on ``--hardware``
+(default: ``cpu-local`` for a CPU study; building blocks measured by the study's
+``microbench`` jobs, else the matmul ceiling of its ``calibration.json``, are used when
+present and no ``--hardware`` is named) and, where the
+study has been run (``results/<study>/runs.csv``), set against the measured step time with
+the residual ``(predicted - measured) / measured``: ``study_predictions.csv``,
+``predict_vs_measured.csv`` and ``predict_vs_measured.png``.
+
+Without a study, or when the study lists ``references: [frontier_dash2024]``, the published
+comparison is made at real scale on ``--hardware`` (default ``frontier``). The points at scale are the Frontier study's configurations (reference data
 ``frontier_dash2024_configs``; per model the launch script with the published sequence
 length, preferring FlashAttention-2): the model-parallel shape (tp, pp, micro-batch, ZeRO
 stage, checkpointing) is kept and data parallelism grows from the script's GCD count to the
@@ -23,6 +32,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from scalestudy import perfmodel
@@ -31,26 +41,10 @@ MODELS = ("gpt-22b", "gpt-175b", "gpt-1t")
 
 
 def reference(name: str):
-    """A published reference table as a DataFrame (``scalestudy.references.load`` when
-    available, else the package data file, else the shared reference folder)."""
-    import pandas as pd
+    """A published reference table as a DataFrame (``scalestudy.references.load``)."""
+    from scalestudy.references import load
 
-    try:
-        from scalestudy.references import load  # type: ignore
-
-        return load(name)
-    except ImportError:
-        pass
-    from importlib import resources
-
-    res = resources.files("scalestudy") / "data" / f"{name}.csv"
-    if res.is_file():
-        with res.open() as f:
-            return pd.read_csv(f)
-    p = Path("/work/shared/reference") / f"{name}.csv"
-    if p.exists():
-        return pd.read_csv(p)
-    raise FileNotFoundError(f"reference table {name!r} not found (package data or {p})")
+    return load(name)
 
 
 def config_point(row, dp: int, global_batch: int) -> dict:
@@ -255,40 +249,158 @@ def figures(df, comp, out: Path) -> list[Path]:
     return paths
 
 
+def study_predictions(points: list[dict], hw: perfmodel.HardwareSpec,
+                      measured: perfmodel.Measured | None = None,
+                      dp_overlap: float | None = None):
+    """Predicted step time, throughput, MFU and efficiency (vs each series' ``baseline_n``)
+    of the feasible points of a planned study (one row per config, repeats collapsed)."""
+    import pandas as pd
+
+    rows, seen = [], set()
+    for p in points:
+        if not p.get("feasible", True) or p["config_hash"] in seen:
+            continue
+        seen.add(p["config_hash"])
+        r = perfmodel.predict_step_time(p, hw, measured, dp_overlap)
+        rows.append({k: p.get(k) for k in ("series", "mode", "n", "dp", "tp", "pp", "micro_batch",
+                                            "grad_accum", "global_batch", "config_hash", "baseline_n")}
+                    | {"model": p["model"].get("name"),
+                       **{k: v for k, v in r.items() if isinstance(v, (int, float, str))}})
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    eff = []
+    for r in df.itertuples():
+        base = df[(df["series"] == r.series) & (df["n"] == r.baseline_n)]
+        if base.empty:
+            eff.append(float("nan"))
+            continue
+        t0, n0 = float(base["step_time_s"].iloc[0]), int(base["n"].iloc[0])
+        eff.append(t0 / r.step_time_s if r.mode == "weak" else t0 * n0 / (r.step_time_s * r.n))
+    df["predicted_efficiency"] = eff
+    return df
+
+
+def versus_measured(pred, runs):
+    """Predicted vs measured step time per config: ``measured_step_time_s`` (median over the
+    ok repeats of each run's median), ``residual = (predicted - measured) / measured``."""
+    ok = runs[runs["status"] == "ok"]
+    meas = ok.groupby("config_hash", as_index=False)["step_time_median_s"].median()
+    meas = meas.rename(columns={"step_time_median_s": "measured_step_time_s"})
+    out = pred.merge(meas, on="config_hash", how="left")
+    out["residual"] = (out["step_time_s"] - out["measured_step_time_s"]) / out["measured_step_time_s"]
+    return out
+
+
+def residual_figure(df, path: Path) -> Path:
+    """Step time predicted (lines) and measured (markers) vs N per series, and the residual."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from scalestudy.io import atomic_path
+
+    fig, (ax, axr) = plt.subplots(2, 1, figsize=(6.5, 6), sharex=True,
+                                  gridspec_kw={"height_ratios": [2, 1]})
+    for series, g in df.sort_values("n").groupby("series"):
+        line, = ax.plot(g["n"], g["step_time_s"], "--", label=f"{series} predicted")
+        ax.plot(g["n"], g["measured_step_time_s"], "o", color=line.get_color(),
+                label=f"{series} measured")
+        axr.plot(g["n"], 100 * g["residual"], "o-", color=line.get_color())
+    ax.set_ylabel("step time (s)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7)
+    ax.set_title("Performance model vs measurement")
+    axr.axhline(0, color="grey", lw=0.8)
+    axr.set_ylabel("residual (%)")
+    axr.set_xlabel("N (devices)")
+    axr.set_xscale("log", base=2)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp)
+    plt.close(fig)
+    return path
+
+
+def _write_csv(df, path: Path) -> None:
+    from scalestudy.io import atomic_path
+
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="scalestudy predict", description=__doc__.splitlines()[0])
-    ap.add_argument("study", nargs="?", help="study YAML (optional: predict.points at scale)")
-    ap.add_argument("--hardware", default="frontier", help="preset name or YAML path")
-    ap.add_argument("--out", default=None, help="output folder (default results/<study>/predict)")
+    ap.add_argument("study", nargs="?", help="study YAML: predict its points (and compare with runs.csv)")
+    ap.add_argument("--hardware", default=None,
+                    help="preset name or YAML path (default: cpu-local for a CPU study, frontier "
+                         "for the published comparison)")
+    ap.add_argument("--results", default="results", help="results root (default results/)")
+    ap.add_argument("--out", default=None, help="output folder (default <results>/<study>/predict)")
+    ap.add_argument("--runs", default=None, help="runs.csv to compare with (default <results>/<study>/runs.csv)")
     ap.add_argument("--matmul-csv", help="microbench matmul CSV measured on that hardware")
     ap.add_argument("--collectives-csv", help="microbench collectives CSV measured on that hardware")
     ap.add_argument("--dp-overlap", type=float, default=None)
     a = ap.parse_args(argv)
 
-    from scalestudy.io import atomic_path, write_text
+    import pandas as pd
 
-    hw = perfmodel.HardwareSpec.load(a.hardware)
-    measured = None
+    from scalestudy.io import write_text
+
+    explicit = None
     if a.matmul_csv or a.collectives_csv:
-        measured = perfmodel.Measured.from_csv(a.matmul_csv, a.collectives_csv)
-    points, name = None, "frontier"
+        explicit = perfmodel.Measured.from_csv(a.matmul_csv, a.collectives_csv)
+    compare_published, name = True, "frontier"
     if a.study:
-        import yaml
+        from scalestudy.planner import plan_points
+        from scalestudy.study import load_study
 
-        with open(a.study) as f:
-            study = yaml.safe_load(f) or {}
-        name = study.get("name", Path(a.study).stem)
-        points = (study.get("predict") or {}).get("points")
-    out = Path(a.out or f"results/{name}/predict")
-    df, comp = run(hw, measured, a.dp_overlap, points)
-    with atomic_path(out / "predict_points.csv") as tmp:
-        df.to_csv(tmp, index=False)
-    with atomic_path(out / "predict_vs_published.csv") as tmp:
-        comp.to_csv(tmp, index=False)
-    md = markdown(comp, hw)
-    write_text(out / "predict_vs_published.md", md)
-    figures(df, comp, out)
-    print(md)
+        study = load_study(a.study)
+        name = study["name"]
+        out = Path(a.out or f"{a.results}/{name}/predict")
+        compare_published = "frontier_dash2024" in study.get("references", [])
+        device = study["platform"].get("device", "auto")
+        if a.hardware:
+            hw, measured = perfmodel.HardwareSpec.load(a.hardware), explicit
+        elif device in ("cpu", "auto"):
+            mb = Path(a.results) / name / "microbench"
+            hw = perfmodel.HardwareSpec.load("cpu-local")
+            measured = explicit or perfmodel.Measured.from_csv(
+                *(str(mb / f) if (mb / f).exists() else None
+                  for f in ("matmul.csv", "collectives.csv")))
+            cal = Path(a.results) / name / "calibration.json"
+            if not measured.matmul and cal.exists():
+                # the ceiling measured during the study's own run: the host's load then
+                measured = replace(measured, matmul=perfmodel.Measured.from_calibration(cal).matmul)
+        else:
+            print("scalestudy predict: --hardware is required for a GPU study (a preset such as "
+                  f"{', '.join(perfmodel.presets())} or a YAML path)", file=sys.stderr)
+            return 2
+        pred = study_predictions(plan_points(study), hw, measured, a.dp_overlap)
+        _write_csv(pred, out / "study_predictions.csv")
+        runs_path = Path(a.runs or f"{a.results}/{name}/runs.csv")
+        if runs_path.exists() and not pred.empty:
+            vm = versus_measured(pred, pd.read_csv(runs_path))
+            _write_csv(vm, out / "predict_vs_measured.csv")
+            residual_figure(vm, out / "predict_vs_measured.png")
+            have = vm["residual"].notna()
+            print(f"predicted vs measured on {hw.name}: {int(have.sum())} points, residual median "
+                  f"{vm.loc[have, 'residual'].median():+.1%}, max |residual| "
+                  f"{vm.loc[have, 'residual'].abs().max():.1%}" if have.any() else
+                  "no measured point to compare with yet")
+        print(f"{len(pred)} study points predicted on {hw.name} -> {out}/study_predictions.csv")
+    else:
+        out = Path(a.out or f"{a.results}/{name}/predict")
+    if compare_published:
+        hw = perfmodel.HardwareSpec.load(a.hardware or "frontier")
+        df, comp = run(hw, explicit, a.dp_overlap)
+        _write_csv(df, out / "predict_points.csv")
+        _write_csv(comp, out / "predict_vs_published.csv")
+        md = markdown(comp, hw)
+        write_text(out / "predict_vs_published.md", md)
+        figures(df, comp, out)
+        print(md)
     print(f"-> {out}/")
     return 0
 

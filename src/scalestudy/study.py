@@ -43,8 +43,15 @@ def _allowed(sch: dict, root: dict) -> str:
         return sch.get("description", f"a string matching {sch['pattern']}")
     if sch.get("type") == "array":
         return "a list of " + _allowed(sch.get("items", {}), root)
-    if sch.get("type") == "integer":
-        return "an integer" + (f" >= {sch['minimum']}" if "minimum" in sch else "")
+    t = sch.get("type")
+    if t in ("integer", "number") or (isinstance(t, list) and {"integer", "number"} & set(t)):
+        word = "an integer" if t == "integer" or (isinstance(t, list) and "integer" in t) \
+            else "a number"
+        if "minimum" in sch:
+            word += f" >= {sch['minimum']}"
+        elif "exclusiveMinimum" in sch:
+            word += f" > {sch['exclusiveMinimum']}"
+        return word + (" or null" if isinstance(t, list) and "null" in t else "")
     t = sch.get("type")
     return f"a {t}" if isinstance(t, str) else ("one of types " + ", ".join(t) if t else "see the schema")
 
@@ -97,6 +104,9 @@ def _fill_defaults(instance, sch: dict, root: dict):
 
 def validate(raw, source: str = "study") -> dict:
     """Validate a parsed study and return it with defaults filled; raise :class:`StudyError`."""
+    if raw is None:
+        raise StudyError(f"{source}: the file is empty; write a study (name:, models:, series:), "
+                         "see workflow/config/default.yaml")
     if not isinstance(raw, dict):
         raise StudyError(f"{source}: the file must hold a mapping (name:, models:, series:), "
                          f"not {type(raw).__name__}")
@@ -141,6 +151,10 @@ def _check_semantics(study: dict, source: str) -> None:
     if t["warmup_steps"] >= t["steps"]:
         raise StudyError(f"{source}: train.warmup_steps: {t['warmup_steps']} leaves no timed "
                          f"step of {t['steps']}; make it smaller than train.steps")
+    if study["platform"]["memory_limit_mb"] and study["platform"]["device"] != "cpu":
+        raise StudyError(f"{source}: platform.memory_limit_mb: only for platform.device cpu "
+                         "(an address-space limit breaks GPU runtimes); remove it or set "
+                         "device: cpu")
     if study["platform"]["hardware"] is not None:
         from scalestudy import hardware
 
@@ -148,6 +162,25 @@ def _check_semantics(study: dict, source: str) -> None:
             keys = ", ".join(hardware.load_peaks()["device"])
             raise StudyError(f"{source}: platform.hardware: unknown device "
                              f"{study['platform']['hardware']!r}; use one of {keys} or null")
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (plain YAML keeps the
+    last one silently, so a repeated ``steps:`` would hide a typo)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str) and key in seen:
+                mark = key_node.start_mark
+                raise _DuplicateKey(f"duplicate key {key!r} at line {mark.line + 1}")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def load_study(path: str | Path) -> dict:
@@ -158,7 +191,9 @@ def load_study(path: str | Path) -> dict:
     except OSError as e:
         raise StudyError(f"{path}: cannot read the study file ({e.strerror}); check the path")
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)
+    except _DuplicateKey as e:
+        raise StudyError(f"{path}: {e}; keep one of them") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

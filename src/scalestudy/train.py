@@ -26,7 +26,7 @@ from statistics import median
 import torch
 import torch.distributed as dist
 
-from scalestudy import flops, hardware
+from scalestudy import flops, hardware, runner
 from scalestudy.data import SyntheticTokens
 from scalestudy.io import read_json, write_json, write_text
 from scalestudy.model import GPTConfig
@@ -39,24 +39,25 @@ _DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEV
                 "OMP_NUM_THREADS", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
 
-def resolve_device_type(requested: str) -> str:
-    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu`` (ROCm builds report cuda)."""
-    if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("platform.device is cuda but no GPU is visible to this process")
-    return requested
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def _peak_memory_bytes(device: torch.device) -> tuple[int, str]:
+def _cpu_rss_bytes() -> int:
+    """Current resident set size of this process (bytes)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _peak_memory_bytes(device: torch.device, cpu_baseline: int) -> tuple[int, str]:
+    """Peak memory of training on this rank: CUDA's allocator peak, or on CPU the peak RSS
+    above the process's RSS before the model was built (torch itself, ~350 MB, excluded), so
+    it compares with the memory model's estimate."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device)), "cuda_max_allocated"
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, "cpu_max_rss"
+    peak = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    return max(0, peak - cpu_baseline), "cpu_max_rss_above_baseline"
 
 
 def _git_commit() -> str | None:
@@ -95,13 +96,15 @@ def _env_record(point: dict, device: torch.device, backend: str, ranks: list[dic
     }
 
 
-def timed_steps(engine: Engine, batches: list[torch.Tensor],
-                device: torch.device) -> tuple[list, list[float]]:
+def timed_steps(engine: Engine, batches: list[torch.Tensor], device: torch.device,
+                before_step=None) -> tuple[list, list[float]]:
     """The timed loop: one ``engine.train_step`` per batch, the device synchronised before
     each clock read. Returns (losses as returned by the engine, step times in seconds); no
-    host sync or collective beyond that inside the loop."""
+    host sync or collective beyond that inside the loop. ``before_step(i)`` runs untimed."""
     losses, times = [], []
-    for batch in batches:
+    for i, batch in enumerate(batches):
+        if before_step is not None:
+            before_step(i)
         _sync(device)
         t0 = time.perf_counter()
         loss = engine.train_step(batch)
@@ -114,7 +117,7 @@ def timed_steps(engine: Engine, batches: list[torch.Tensor],
 def run(point: dict, run_dir: Path) -> None:
     t_start = time.perf_counter()
     plat, tr = point["platform"], point["train"]
-    device_type = resolve_device_type(plat["device"])
+    device_type = hardware.resolve_device_type(plat["device"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if device_type == "cuda":
         torch.cuda.set_device(local_rank)
@@ -126,6 +129,7 @@ def run(point: dict, run_dir: Path) -> None:
                             device_id=device if device_type == "cuda" else None)
     rank = dist.get_rank()
 
+    cpu_baseline = _cpu_rss_bytes() if device_type == "cpu" else 0
     layout = Layout.from_point(point)
     cfg = GPTConfig.from_dict(point["model"])
     mesh = build_mesh(layout, device_type)
@@ -136,12 +140,14 @@ def run(point: dict, run_dir: Path) -> None:
     rows = point["micro_batch"] * point["grad_accum"]
     batches = [data.rows(s, engine.dp_rank * rows, rows).to(device) for s in range(tr["steps"])]
 
-    losses, times = timed_steps(engine, batches, device)
+    fault = runner.fault_for(point, rank)  # test hook: None unless SCALESTUDY_FAULT is set
+    losses, times = timed_steps(engine, batches, device,
+                                before_step=(lambda s: runner.inject_fault(fault, s)) if fault else None)
 
     # One gather at the end: no host sync or collective inside the timed loop.
     have_loss = losses[0] is not None
     local = {"times": times, "losses": [float(x) for x in losses] if have_loss else None,
-             "memory": _peak_memory_bytes(device), "view": _rank_view(device)}
+             "memory": _peak_memory_bytes(device, cpu_baseline), "view": _rank_view(device)}
     gathered: list[dict] = [None] * dist.get_world_size()  # type: ignore[list-item]
     dist.all_gather_object(gathered, local)
 

@@ -1,59 +1,60 @@
-# Building-block measurements (scalestudy.microbench): matmul throughput and collective
-# bandwidth on the study's hardware, as tidy CSVs and one figure each. Enabled by the study key
-#   microbench: {enabled: true, sizes: [bytes...], matmul_sizes: [n...], group_sizes: [p...]}
-# Timed jobs take every device of the host (resource `devices`) so nothing shares them.
+# Building-block measurements (scalestudy.microbench) on the study's own hardware: matmul
+# throughput by shape and dtype, collective bandwidth/latency by size and group size, one
+# tidy CSV and one figure each. They feed `scalestudy predict` (perfmodel.Measured).
+# Study key (proposed schema fragment, all optional):
+#   microbench: {enabled: false, matmul_sizes: [256, 512, 1024], dtypes: [fp32, bf16],
+#                sizes: [4096, 65536, 1048576, 8388608], group_sizes: [2]}
+# Both jobs are timed: they hold the host's only `timed_slot`, like training.
+# Needs OUT, PY and STUDY from the Snakefile; include this file and add MICROBENCH_OUTPUTS
+# to `rule all`.
 
-_MB = config.get("microbench", {}) or {}
-_MB_DEVICES = int(_MB.get("devices", config.get("platform", {}).get("devices_per_node", 2)))
-
-
-def microbench_outputs(study):
-    if not _MB.get("enabled", False):
-        return []
-    return expand(
-        "results/{study}/microbench/{kind}.{ext}",
-        study=study, kind=["matmul", "collectives"], ext=["csv", "png"],
-    )
+MB = STUDY.get("microbench") or {}
+MB_GROUPS = sorted(set(MB.get("group_sizes", [2])))
+MICROBENCH_OUTPUTS = (
+    expand(f"{OUT}/microbench/{{kind}}.{{ext}}", kind=["matmul", "collectives"], ext=["csv", "png"])
+    if MB.get("enabled", False) else []
+)
 
 
 rule microbench_matmul:
     output:
-        "results/{study}/microbench/matmul.csv",
-    params:
-        sizes=" ".join(str(s) for s in _MB.get("matmul_sizes", [256, 512, 1024])),
-        dtypes=" ".join(_MB.get("dtypes", ["fp32", "bf16"])),
-    resources:
-        devices=_MB_DEVICES,
+        f"{OUT}/microbench/matmul.csv",
     log:
-        "results/{study}/microbench/matmul.log",
+        f"{OUT}/microbench/matmul.log",
+    resources:
+        timed_slot=1,
+    params:
+        device=STUDY["platform"].get("device", "auto"),
+        sizes=" ".join(str(int(s)) for s in MB.get("matmul_sizes", [256, 512, 1024])),
+        dtypes=" ".join(MB.get("dtypes", [STUDY["train"].get("precision", "fp32")])),
     shell:
-        "OMP_NUM_THREADS=1 timeout 300 python -m scalestudy.microbench matmul --out {output} "
-        "--sizes {params.sizes} --dtypes {params.dtypes} > {log} 2>&1"
+        "OMP_NUM_THREADS=1 timeout 300 {PY:q} -m scalestudy.microbench matmul --device {params.device}"
+        " --sizes {params.sizes} --dtypes {params.dtypes} --out {output:q} > {log:q} 2>&1"
 
 
 rule microbench_collectives:
     output:
-        "results/{study}/microbench/collectives.csv",
-    params:
-        sizes=" ".join(str(s) for s in _MB.get("sizes", [4096, 65536, 1048576, 8388608])),
-        groups=" ".join(str(g) for g in _MB.get("group_sizes", [2])),
-        nproc=max(_MB.get("group_sizes", [2])),
-    resources:
-        devices=lambda wc: max(_MB.get("group_sizes", [2])),
+        f"{OUT}/microbench/collectives.csv",
     log:
-        "results/{study}/microbench/collectives.log",
+        f"{OUT}/microbench/collectives.log",
+    resources:
+        timed_slot=1,
+    params:
+        nproc=max(MB_GROUPS),
+        sizes=" ".join(str(int(s)) for s in MB.get("sizes", [4096, 65536, 1048576, 8388608])),
+        groups=" ".join(str(g) for g in MB_GROUPS),
     shell:
-        "OMP_NUM_THREADS=1 timeout 300 torchrun --standalone --nproc-per-node {params.nproc} "
-        "-m scalestudy.microbench collectives --out {output} --sizes {params.sizes} "
-        "--group-sizes {params.groups} > {log} 2>&1"
+        "OMP_NUM_THREADS=1 timeout 300 {PY:q} -m torch.distributed.run --standalone"
+        " --nproc-per-node {params.nproc} -m scalestudy.microbench collectives --sizes {params.sizes}"
+        " --group-sizes {params.groups} --out {output:q} > {log:q} 2>&1"
 
 
 rule microbench_plot:
     input:
-        "results/{study}/microbench/{kind}.csv",
+        f"{OUT}/microbench/{{kind}}.csv",
     output:
-        "results/{study}/microbench/{kind}.png",
+        f"{OUT}/microbench/{{kind}}.png",
     wildcard_constraints:
         kind="matmul|collectives",
     shell:
-        "python -m scalestudy.microbench plot {wildcards.kind} {input} --out {output}"
+        "{PY:q} -m scalestudy.microbench plot {wildcards.kind} {input:q} --out {output:q}"

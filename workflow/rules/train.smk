@@ -5,6 +5,9 @@ rule calibrate:
         f"{OUT}/calibration.json",
     resources:
         timed_slot=1,
+        # Slurm: one process on one device of a node, like a 1-device point
+        **launch.rule_resources(lambda w: {"point_id": "calibrate", "nodes": 1,
+                                           "procs_per_node": 1, "platform": STUDY["platform"]}),
     params:
         device=STUDY["platform"]["device"],
         dtype=STUDY["train"]["precision"],
@@ -24,5 +27,7 @@ rule train:
         run_dir=lambda w: f"{OUT}/runs/{w.pid}",
     resources:
         timed_slot=1,
+        # Slurm: nodes, tasks, cpus_per_task, mem_mb, runtime, gres, mpi (multi-node), ...
+        **launch.rule_resources(lambda w: POINTS[w.pid]),
     shell:
         "{PY:q} -m scalestudy.runner {input:q} {params.run_dir:q}"

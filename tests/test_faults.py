@@ -1,0 +1,430 @@
+"""Failures are data: classification of real failure logs, the runner's watchdog / retries /
+memory limit, and fault injection on real runs through Snakemake (a killed rank, a hung
+collective, a point over its memory limit), then an interrupted and resumed sweep and a second,
+refused invocation on the same study."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from scalestudy import runner
+from scalestudy.cli import REPO, snakemake_argv
+from scalestudy.planner import plan_points
+from scalestudy.study import validate
+
+# --------------------------------------------------------------------------------------------
+# Real log snippets, produced by this repo's trainer under torchrun (gloo, torch 2.13 CPU) with
+# SCALESTUDY_FAULT / platform.memory_limit_mb; only the traceback frames and pids are cut.
+
+KILLED_RANK_LOG = """\
+scalestudy fault injection: rank 1 kill at step 3
+[rank0]: Traceback (most recent call last):
+[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:48552: Connection reset by peer. This is typically caused by a remote worker hanging or bugs in the application. Check the logs of the remote worker before reporting an error. GLHF!
+W1130 03:20:11.640000 7009 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 7845 closing signal SIGTERM
+E1130 03:20:11.923000 7009 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 4242) of binary: /work/main/.venv/bin/python
+Traceback (most recent call last):
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+======================================================
+scalestudy.train FAILED
+------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-30_03:20:11
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 4242)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 4242
+------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-30_03:20:11
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 4242)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 4242
+======================================================
+"""
+
+HUNG_COLLECTIVE_LOG = """\
+scalestudy fault injection: rank 1 hang at step 2
+[rank0]: Traceback (most recent call last):
+[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 10000ms for recv operation to complete
+W1130 03:22:23.913000 11117 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 12643 closing signal SIGTERM
+"""
+
+CPU_OOM_LOG = """\
+[rank0]: Traceback (most recent call last):
+[rank0]: RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 1024000000 bytes. Error code 12 (Cannot allocate memory)
+E1130 03:18:42.208000 3923 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: 4242) of binary: /work/main/.venv/bin/python
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-30_03:18:42
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 4242)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+"""
+
+# CUDA's allocator message (format of torch.OutOfMemoryError, torch 2.x)
+CUDA_OOM_LOG = """\
+[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 139.72 GiB of which 1.06 GiB is free.
+"""
+
+# rank 1 raised; rank 0 then only saw the connection close (which rank is the root cause?)
+RANK_EXCEPTION_LOG = """\
+[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:48552: Connection reset by peer.
+[rank1]: ValueError: shapes do not match
+Root Cause (first observed failure):
+[0]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 4242)
+"""
+
+
+def _lines(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln.strip()]
+
+
+def test_classify_killed_rank_names_the_rank_and_signal():
+    state, reason = runner.classify(1, False, _lines(KILLED_RANK_LOG), False)
+    assert state == "crashed"
+    assert reason.startswith("rank 1 was killed by SIGKILL"), reason
+
+
+def test_classify_hung_collective_is_a_timeout_even_if_the_watchdog_also_fired():
+    for timed_out in (False, True):
+        state, reason = runner.classify(1, timed_out, _lines(HUNG_COLLECTIVE_LOG), False,
+                                        collective_timeout_s=10)
+        assert state == "timeout"
+        assert "platform.collective_timeout_s=10 s" in reason
+        assert "Timed out waiting 10000ms" in reason
+
+
+def test_classify_oom_from_the_allocators_own_error():
+    state, reason = runner.classify(1, False, _lines(CPU_OOM_LOG), False)
+    assert state == "oom" and "DefaultCPUAllocator: can't allocate memory" in reason
+    state, reason = runner.classify(1, False, _lines(CUDA_OOM_LOG), False)
+    assert state == "oom" and "CUDA out of memory" in reason
+
+
+def test_classify_root_cause_rank_exception_and_the_rest():
+    state, reason = runner.classify(1, False, _lines(RANK_EXCEPTION_LOG), False)
+    assert (state, reason) == ("crashed", "[rank1]: ValueError: shapes do not match")
+    assert runner.classify(None, True, [], False, timeout_s=30) == (
+        "timeout", "watchdog: no result within platform.timeout_s=30 s; the point's processes "
+        "were killed")
+    assert runner.classify(0, False, [], True) == ("ok", "")
+    assert runner.classify(0, False, [], False)[0] == "crashed"
+    assert runner.classify(-9, False, [], False) == (
+        "crashed", "the launcher was killed by SIGKILL")
+
+
+def test_evidence_keeps_the_injection_and_root_cause_lines():
+    ev = runner._evidence(_lines(KILLED_RANK_LOG))
+    assert any("fault injection" in ln for ln in ev)
+    assert any("exitcode  : -9" in ln for ln in ev)
+
+
+def test_fault_spec_parsing_and_matching():
+    text = "kill:rank=1:step=3:match=kill_;hang:rank=2:step=1"
+    assert runner.parse_faults(text) == [
+        {"kind": "kill", "rank": 1, "step": 3, "match": "kill_"},
+        {"kind": "hang", "rank": 2, "step": 1, "match": ""}]
+    point = {"point_id": "kill_n2_x"}
+    assert runner.fault_for(point, 1, {"SCALESTUDY_FAULT": text})["kind"] == "kill"
+    assert runner.fault_for(point, 2, {"SCALESTUDY_FAULT": text})["kind"] == "hang"
+    assert runner.fault_for(point, 0, {"SCALESTUDY_FAULT": text}) is None
+    assert runner.fault_for(point, 1, {}) is None  # inert by default
+    runner.inject_fault(None, 3)  # no fault: nothing happens
+    with pytest.raises(ValueError, match="unknown fault 'explode'"):
+        runner.parse_faults("explode:rank=1")
+    with pytest.raises(ValueError, match="bad option 'when=3'"):
+        runner.parse_faults("kill:when=3")
+
+
+def test_planner_copies_retries_into_points_unhashed():
+    base = {"name": "r", "models": {"m": {"layers": 2, "hidden": 32, "heads": 2, "seq_len": 16,
+                                          "vocab": 64}},
+            "series": [{"name": "w", "mode": "weak", "model": "m", "gpus": [1], "micro_batch": 1}]}
+    p0 = plan_points(validate(base))[0]
+    p2 = plan_points(validate(dict(base, retries=2)))[0]
+    assert (p0["retries"], p2["retries"]) == (0, 2)
+    assert p0["point_id"] == p2["point_id"]  # a retry count does not change what is measured
+
+
+# --------------------------------------------------------------------------------------------
+# The runner around a stand-in launcher (a plain Python process; no torch): watchdog, retries,
+# memory limit, stale records.
+
+def _fake_point(tmp_path: Path, *, timeout_s=60.0, retries=0, memory_limit_mb=None) -> Path:
+    point = {"point_id": "fake_n1", "retries": retries,
+             "platform": {"timeout_s": timeout_s, "collective_timeout_s": 5,
+                          "memory_limit_mb": memory_limit_mb}}
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "point.json").write_text(json.dumps(point))
+    return run_dir
+
+
+@pytest.fixture
+def fake_launch(monkeypatch):
+    """Replace torchrun by ``python -c CODE`` (CODE sees RUN_DIR as sys.argv[1])."""
+    def use(code: str):
+        monkeypatch.setattr(runner.launch, "launch_argv",
+                            lambda point, run_dir: [sys.executable, "-c", code, str(run_dir)])
+        monkeypatch.setattr(runner.launch, "launch_env", lambda point, environ: {})
+        monkeypatch.setattr(runner, "_TERM_GRACE_S", 2.0)
+    return use
+
+
+def test_watchdog_kills_the_whole_process_group(tmp_path, fake_launch):
+    # the stand-in starts a grandchild (like torchrun's ranks), records its pid, and hangs
+    fake_launch("import subprocess, sys, time, pathlib\n"
+                "c = subprocess.Popen(['sleep', '600'])\n"
+                "pathlib.Path(sys.argv[1], 'child.pid').write_text(str(c.pid))\n"
+                "print('training...', flush=True)\n"
+                "time.sleep(600)\n")
+    run_dir = _fake_point(tmp_path, timeout_s=3)
+    status = runner.run_point(run_dir / "point.json", run_dir)
+    assert status["state"] == "timeout" and status["reason"].startswith("watchdog"), status
+    assert status["exit_code"] is not None and status["exit_code"] < 0
+    stat = Path(f"/proc/{int((run_dir / 'child.pid').read_text())}/stat")
+    # gone, or a zombie waiting to be reaped: either way it no longer runs
+    assert not stat.exists() or stat.read_text().split(") ")[1].startswith("Z"), \
+        "the hung rank outlived the watchdog"
+    saved = json.loads((run_dir / "status.json").read_text())
+    assert saved["state"] == "timeout" and "training..." in "\n".join(saved["evidence"])
+
+
+def test_retries_rerun_crashes_but_not_ooms(tmp_path, fake_launch):
+    # first attempt crashes, second succeeds (writes summary.json)
+    fake_launch("import pathlib, sys\n"
+                "d = pathlib.Path(sys.argv[1]); n = d.parent / 'tries'\n"
+                "k = int(n.read_text()) if n.exists() else 0; n.write_text(str(k + 1))\n"
+                "if k == 0: raise RuntimeError('flaky node')\n"
+                "(d / 'summary.json').write_text('{}')\n")
+    run_dir = _fake_point(tmp_path, retries=2)
+    status = runner.run_point(run_dir / "point.json", run_dir)
+    assert status["state"] == "ok"
+    assert [a["state"] for a in status["attempts"]] == ["crashed", "ok"]
+    assert "flaky node" in status["attempts"][0]["reason"]
+
+
+def test_oom_is_not_retried_and_memory_limit_applies(tmp_path, fake_launch):
+    # 400 MB under a 200 MB address-space limit: Python's own MemoryError
+    fake_launch("x = bytearray(400 * 2**20)\n")
+    run_dir = _fake_point(tmp_path, retries=2, memory_limit_mb=200)
+    status = runner.run_point(run_dir / "point.json", run_dir)
+    assert status["state"] == "oom" and "MemoryError" in status["reason"], status
+    assert len(status["attempts"]) == 1
+
+
+def test_stale_records_and_temp_files_are_cleared_before_an_attempt(tmp_path, fake_launch):
+    fake_launch("import pathlib, sys, os\n"
+                "d = pathlib.Path(sys.argv[1])\n"
+                "print(sorted(p.name for p in d.iterdir()))\n"
+                "(d / 'summary.json').write_text('{}')\n")
+    run_dir = _fake_point(tmp_path)
+    for name in ("summary.json", "steps.jsonl", "status.json", ".summary.abc.json"):
+        (run_dir / name).write_text("half")
+    status = runner.run_point(run_dir / "point.json", run_dir)
+    assert status["state"] == "ok"
+    log = (run_dir / "stdout.log").read_text()
+    assert "['point.json', 'stdout.log']" in log  # nothing of the old attempt was left
+
+
+def test_a_runner_error_is_still_a_status(tmp_path, monkeypatch):
+    def broken(point, run_dir):
+        raise ValueError("site.gpu_request: 'x'; use one of ('gres',)")
+    monkeypatch.setattr(runner.launch, "launch_argv", broken)
+    run_dir = _fake_point(tmp_path)
+    assert runner.main([str(run_dir / "point.json"), str(run_dir)]) == 0
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "crashed"
+    assert status["reason"].startswith("runner error: ValueError: site.gpu_request")
+    bad = tmp_path / "nope"
+    assert runner.main([str(bad / "point.json"), str(bad)]) == 0  # unreadable point.json
+    assert json.loads((bad / "status.json").read_text())["reason"].startswith(
+        "runner error: FileNotFoundError")
+
+
+# --------------------------------------------------------------------------------------------
+# Real runs through Snakemake.
+
+FAULTY = {
+    "name": "faulty",
+    "models": {"m": {"layers": 2, "hidden": 32, "heads": 2, "seq_len": 16, "vocab": 64},
+               # 4e9 bytes of embedding alone: far over the memory limit below
+               "huge": {"layers": 2, "hidden": 32, "heads": 2, "seq_len": 16,
+                        "vocab": 31_250_000}},
+    "train": {"steps": 4, "warmup_steps": 1},
+    "platform": {"device": "cpu", "devices_per_node": 4, "collective_timeout_s": 10,
+                 "timeout_s": 300, "memory_limit_mb": 2500},
+    "series": [
+        {"name": "good", "mode": "weak", "model": "m", "gpus": [1], "micro_batch": 2},
+        {"name": "kill", "mode": "weak", "model": "m", "gpus": [2], "micro_batch": 1},
+        {"name": "hang", "mode": "weak", "model": "m", "gpus": [2], "micro_batch": 1,
+         "grad_accum": 2},
+        # N=1 over the memory limit; N=3 cannot split global_batch 2 (infeasible)
+        {"name": "big", "mode": "strong", "model": "huge", "gpus": [1, 3], "micro_batch": 1,
+         "global_batch": 2},
+    ],
+}
+FAULTS = "kill:rank=1:step=2:match=kill_;hang:rank=1:step=1:match=hang_"
+N_JOBS = 4  # training jobs: good/1, kill/2, hang/2, big/1 (big/3 is infeasible)
+EXPECTED = {"good": "ok", "kill": "crashed", "hang": "timeout", "big": "oom"}
+FIGURES = ["efficiency_weak", "efficiency_strong", "throughput", "mfu"]
+
+
+def _env() -> dict:
+    return {**os.environ, "SCALESTUDY_FAULT": FAULTS, "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def _argv(study_file: Path, results: Path, *extra: str) -> list[str]:
+    return snakemake_argv(str(study_file), str(results), str(REPO / "workflow/profiles/local"),
+                          list(extra))
+
+
+def _trained(out: str) -> int:
+    return out.count("rule train:")
+
+
+def _statuses(study_dir: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text())
+            for p in (study_dir / "runs").glob("*/status.json")}
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory):
+    root = tmp_path_factory.mktemp("faults")
+    study_file = root / "faulty.yaml"
+    study_file.write_text(yaml.safe_dump(FAULTY))
+    return root, study_file
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(faulty):
+    root, study_file = faulty
+    results = root / "a"
+    t0 = time.monotonic()
+    r = subprocess.run(_argv(study_file, results), capture_output=True, text=True,
+                       timeout=900, env=_env())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    print(f"uninterrupted fault sweep: {time.monotonic() - t0:.0f} s")
+    return results / "faulty", r
+
+
+@pytest.mark.workflow
+def test_faulty_points_carry_their_state_and_the_rest_is_intact(uninterrupted):
+    out, r = uninterrupted
+    assert _trained(r.stdout + r.stderr) == N_JOBS
+    statuses = _statuses(out)
+    assert len(statuses) == N_JOBS
+    for pid, st in statuses.items():
+        series = pid.split("_")[0]
+        assert st["state"] == EXPECTED[series], (pid, st)
+        assert set(st) >= {"state", "reason", "evidence", "exit_code", "started", "finished"}
+        if st["state"] != "ok":
+            assert st["reason"] and st["evidence"], st
+    by = {pid.split("_")[0]: st for pid, st in statuses.items() if "_n2_" in pid or "big" in pid}
+    assert by["kill"]["reason"].startswith("rank 1 was killed by SIGKILL")
+    assert by["hang"]["reason"].startswith("collective timeout")
+    assert "Timed out waiting 10000ms" in by["hang"]["reason"]
+    assert "DefaultCPUAllocator: can't allocate memory" in by["big"]["reason"]
+
+    runs = pd.read_csv(out / "runs.csv")
+    got = dict(zip(runs["series"] + "/" + runs["n"].astype(str), runs["status"]))
+    assert got == {"good/1": "ok", "kill/2": "crashed", "hang/2": "timeout",
+                   "big/1": "oom", "big/3": "infeasible"}
+    assert runs.loc[runs["status"] == "ok", "tokens_per_s_per_device"].gt(0).all()
+    for pid in runs.loc[runs["series"] == "good", "point_id"]:  # intact records
+        run = out / "runs" / pid
+        assert len((run / "steps.jsonl").read_text().splitlines()) == 4
+        assert json.loads((run / "summary.json").read_text())["steps"] == 4
+
+    eff = pd.read_csv(out / "efficiency.csv")
+    good = eff[eff["series"] == "good"].set_index("n")
+    assert good.loc[1, "efficiency"] == pytest.approx(1.0, abs=1e-12)
+    assert set(eff["status"]) >= {"ok", "crashed", "timeout", "oom", "infeasible"}
+
+    for fig in FIGURES:
+        for ext in ("png", "pdf", "csv"):
+            assert (out / "figures" / f"{fig}.{ext}").stat().st_size > 0
+    weak = pd.read_csv(out / "figures" / "efficiency_weak.csv")
+    strong = pd.read_csv(out / "figures" / "efficiency_strong.csv")
+    assert {"crashed", "timeout"} <= set(weak["status"])  # drawn as markers
+    assert {"oom", "infeasible"} <= set(strong["status"])
+
+
+@pytest.mark.workflow
+def test_interrupted_sweep_resumes_and_a_second_invocation_is_refused(faulty, uninterrupted):
+    root, study_file = faulty
+    results = root / "b"
+    out = results / "faulty"
+    proc = subprocess.Popen(_argv(study_file, results), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=_env(),
+                            start_new_session=True)
+    try:
+        # wait until a point has finished and the next one is training
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None:
+            done = _statuses(out)
+            running = [d for d in (out / "runs").glob("*") if (d / "stdout.log").exists()
+                       and not (d / "status.json").exists()] if (out / "runs").exists() else []
+            if done and running:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, "the sweep ended before it could be interrupted"
+
+        # a second invocation on the same study while the first runs: refused, by the lock
+        second = subprocess.run(
+            [sys.executable, "-m", "scalestudy.cli", "run", str(study_file), "--results",
+             str(results)], capture_output=True, text=True, timeout=300, env=_env())
+        assert second.returncode != 0
+        assert "cannot be locked" in second.stdout + second.stderr
+        assert second.stderr.strip().splitlines()[-1].startswith(
+            "scalestudy: error: another run of a study in")  # and how to unlock a stale one
+        print("second invocation:", second.stderr.strip().splitlines()[-1])
+
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal: the whole group
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    finished = {pid: st["finished"] for pid, st in _statuses(out).items()}
+    assert 0 < len(finished) < N_JOBS, finished
+    assert not list((results / ".snakemake" / "locks").glob("*"))  # the lock was released
+    left = [p for p in (out / "runs").rglob(".*") if p.is_file()]
+    assert not left, left  # no temp files of cut writes
+
+    r = subprocess.run(_argv(study_file, results), capture_output=True, text=True,
+                       timeout=900, env=_env())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert _trained(r.stdout + r.stderr) == N_JOBS - len(finished)  # only the unfinished ones
+    after = _statuses(out)
+    assert {pid: after[pid]["finished"] for pid in finished} == finished  # untouched
+
+    ref_dir, _ = uninterrupted
+    key = ["point_id", "series", "n", "status"]
+    a = pd.read_csv(ref_dir / "runs.csv")[key].sort_values("point_id").reset_index(drop=True)
+    b = pd.read_csv(out / "runs.csv")[key].sort_values("point_id").reset_index(drop=True)
+    pd.testing.assert_frame_equal(a, b)
+    ekey = ["series", "n", "status"]
+    ea = pd.read_csv(ref_dir / "efficiency.csv")[ekey].sort_values(ekey).reset_index(drop=True)
+    eb = pd.read_csv(out / "efficiency.csv")[ekey].sort_values(ekey).reset_index(drop=True)
+    pd.testing.assert_frame_equal(ea, eb)

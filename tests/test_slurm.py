@@ -1,0 +1,248 @@
+"""Against a real Slurm on this machine (scripts/slurm-local.sh: two emulated nodes).
+
+1. A hand-written sbatch job runs a 2-node x 2-process all-reduce through ``launch_argv``
+   (srun, one torchrun per node, c10d rendezvous on the first node), as a GPU point: the job
+   asks for the fake GPUs per node (--gres=gpu:2) and every rank must see both of its node's.
+2. A tiny study through ``snakemake --profile workflow/profiles/slurm-ci`` end to end, with a
+   point on 2 nodes x 2 processes, gives the same points, statuses and tables as a local run.
+
+Skipped with the reason where Slurm cannot start (not root, not installed, start fails);
+``SCALESTUDY_REQUIRE_SLURM=1`` (CI) turns that skip into a failure. Every step has a hard
+timeout and the daemons are always stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from scalestudy import launch
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "slurm-local.sh"
+CI_PROFILE = REPO / "workflow" / "profiles" / "slurm-ci"
+LOCAL_PROFILE = REPO / "workflow" / "profiles" / "local"
+START_TIMEOUT_S = 120
+STOP_TIMEOUT_S = 120
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(1500)]
+
+STUDY = {
+    "name": "slurmci",
+    "description": "Tiny study for the Slurm test: one point on 2 nodes x 2 processes.",
+    "models": {"m": {"layers": 2, "hidden": 32, "heads": 2, "seq_len": 16, "vocab": 64}},
+    "train": {"steps": 6, "warmup_steps": 2},
+    # 2 processes per node, 2 nodes: N=4 spans both emulated nodes
+    "platform": {"device": "cpu", "devices_per_node": 2, "max_nodes": 2, "timeout_s": 400},
+    "series": [{"name": "weak", "mode": "weak", "model": "m", "gpus": [1, 4],
+                "micro_batch": 2}],
+}
+
+
+def _skip_or_fail(reason: str):
+    if os.environ.get("SCALESTUDY_REQUIRE_SLURM") == "1":
+        pytest.fail(f"SCALESTUDY_REQUIRE_SLURM=1 but {reason}")
+    pytest.skip(reason)
+
+
+def _script(cmd: str, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), cmd], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    """A running local Slurm for this module; environment for its clients."""
+    if os.geteuid() != 0:
+        _skip_or_fail("a local Slurm needs root (slurmd starts jobs as their owner)")
+    missing = [c for c in ("slurmctld", "slurmd", "sbatch", "munged") if not shutil.which(c)]
+    if missing:
+        _skip_or_fail(f"Slurm not installed ({', '.join(missing)} missing): "
+                      "run scripts/slurm-local.sh install")
+    try:
+        started = _script("start", START_TIMEOUT_S)
+        ok, why = started.returncode == 0, started.stderr.strip()[-1500:]
+    except subprocess.TimeoutExpired:
+        ok, why = False, f"no idle nodes within {START_TIMEOUT_S} s"
+    if not ok:
+        _script("stop", STOP_TIMEOUT_S)
+        _skip_or_fail(f"scripts/slurm-local.sh start failed: {why}")
+    conf = _script("env", 10).stdout.strip().split("=", 1)[1]
+    state = Path(conf).parents[1]
+    pids = {f.stem: int(f.read_text()) for f in (state / "pids").glob("*.pid")}
+    assert {"munged", "slurmctld", "slurmd.n1", "slurmd.n2"} <= set(pids), pids
+    env = {**os.environ, "SLURM_CONF": conf, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"),
+                                                       os.environ.get("PYTHONPATH")]))}
+    try:
+        yield env
+    finally:
+        stopped = _script("stop", STOP_TIMEOUT_S)
+        assert stopped.returncode == 0, stopped.stderr
+        alive = {name: pid for name, pid in pids.items() if _running(pid)}
+        assert not alive, f"still running after stop: {alive}"
+        assert not state.exists()
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _wait_job(job_id: str, env: dict, limit_s: float) -> str:
+    """Final state of a Slurm job (squeue; MinJobAge keeps finished jobs listed)."""
+    end = time.monotonic() + limit_s
+    state = ""
+    while time.monotonic() < end:
+        state = subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"],
+                               capture_output=True, text=True, env=env, timeout=30).stdout.strip()
+        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
+                     "OUT_OF_MEMORY", "BOOT_FAIL"):
+            return state
+        time.sleep(1)
+    subprocess.run(["scancel", job_id], env=env, timeout=30)
+    return f"still {state or 'unknown'} after {limit_s} s (cancelled)"
+
+
+DRIVER = """
+import os, subprocess, sys
+from scalestudy import launch
+# a GPU point on the fake GPUs (the probe itself only uses gloo)
+point = {"point_id": "probe-2x2", "nodes": 2, "procs_per_node": 2,
+         "platform": {"device": "cuda", "timeout_s": 200,
+                      "site": {"gpus_per_node": 2, "cpus_per_proc": 1}}}
+# what Snakemake's jobstep wrapper leaves of SLURM_* in a rule's shell
+env = {k: v for k, v in os.environ.items()
+       if not k.startswith("SLURM_") or k in ("SLURM_JOB_ID", "SLURM_JOBID")}
+argv = launch.launch_argv(point, sys.argv[1], environ=env, module="ss_probe")
+print(" ".join(argv), flush=True)
+sys.exit(subprocess.run(["timeout", "200", *argv], env=launch.launch_env(point, env)).returncode)
+"""
+
+
+def test_sbatch_two_nodes_two_procs_all_reduce(slurm, tmp_path):
+    from test_launch import check_probe, write_probe
+
+    write_probe(tmp_path)
+    (tmp_path / "driver.py").write_text(DRIVER)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    env = {**slurm, "PYTHONPATH": os.pathsep.join([str(tmp_path), slurm["PYTHONPATH"]])}
+    log = tmp_path / "job.log"
+    sub = subprocess.run(
+        ["sbatch", "--parsable", "--nodes", "2", "--ntasks", "2", "--cpus-per-task", "2",
+         "--gres=gpu:2", "--mem", "2500", "-t", "5", "-o", str(log), "-J", "ss-probe",
+         "--wrap", f"{sys.executable} {tmp_path / 'driver.py'} {run_dir}"],
+        capture_output=True, text=True, env=env, timeout=60)
+    assert sub.returncode == 0, sub.stderr
+    job_id = sub.stdout.strip().split(";")[0]
+    state = _wait_job(job_id, env, 300)
+    text = log.read_text() if log.exists() else "(no log)"
+    assert state == "COMPLETED", text[-3000:]
+    assert text.startswith("srun --nodes 2 --ntasks 2 --ntasks-per-node 1"), text[:500]
+    assert "--gres=gpu:2" in text.splitlines()[0]
+    recs = check_probe(run_dir, nodes=2, procs=2)
+    assert {r["job"] for r in recs} == {job_id}
+    assert sorted(r["node"] for r in recs) == ["n1", "n1", "n2", "n2"]  # 2 ranks per node
+    assert {r["gpus"] for r in recs} == {"0,1"}  # each rank sees its node's two GPUs
+
+
+def _snakemake(study: Path, results: Path, profile: Path, env: dict) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
+            "--directory", str(results), "--profile", str(profile),
+            "--config", f"study={study}", f"results={results}"]
+    results.mkdir(parents=True, exist_ok=True)
+    log = open(results / "snakemake.out", "w")
+    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, text=True,
+                            start_new_session=True)
+
+
+def _finish(proc: subprocess.Popen, results: Path, deadline: float) -> tuple[int, str, float]:
+    """Wait for a snakemake run until ``deadline`` (monotonic); (exit code, log, seconds)."""
+    try:
+        rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 15)  # snakemake cancels its Slurm jobs on SIGTERM
+        proc.wait(timeout=60)
+        rc = None
+    text = (results / "snakemake.out").read_text(errors="replace")
+    if rc is None:
+        pytest.fail(f"snakemake in {results.name} ran past its deadline:\n{text[-3000:]}")
+    return rc, text, time.monotonic() - proc.t0
+
+
+def _outcome(out: Path) -> dict:
+    plan = [ln.split("\t") for ln in (out / "plan.tsv").read_text().splitlines()]
+    ids = [dict(zip(plan[0], row))["point_id"] for row in plan[1:]]
+    return {pid: json.loads((out / "runs" / pid / "status.json").read_text())["state"]
+            for pid in ids}
+
+
+def test_study_through_slurm_matches_local(slurm, tmp_path):
+    import pandas as pd
+
+    study = tmp_path / "slurmci.yaml"
+    study.write_text(yaml.safe_dump(STUDY))
+    # Both runs at once: the Slurm run mostly waits (job start-up, status polling), so the
+    # local run's CPU work fills those gaps. Timings are not compared, only outcomes.
+    local_env = {k: v for k, v in slurm.items() if not k.startswith("SLURM_")}
+    deadline = time.monotonic() + 1000
+    runs = {}
+    try:
+        for name, profile, env in (("slurm", CI_PROFILE, slurm),
+                                   ("local", LOCAL_PROFILE, local_env)):
+            runs[name] = _snakemake(study, tmp_path / name, profile, env)
+            runs[name].t0 = time.monotonic()
+        rc_s, log_s, slurm_s = _finish(runs["slurm"], tmp_path / "slurm", deadline)
+        rc_l, log_l, local_s = _finish(runs["local"], tmp_path / "local", deadline)
+    finally:
+        for proc in runs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+                proc.wait(timeout=30)
+    assert rc_s == 0, log_s[-4000:]
+    assert rc_l == 0, log_l[-4000:]
+    assert "has been submitted with SLURM jobid" in log_s  # really went through Slurm
+    assert "has been submitted with SLURM jobid" not in log_l
+    print(f"slurm-ci run {slurm_s:.0f} s, local run {local_s:.0f} s (side by side)")
+
+    s_out, l_out = tmp_path / "slurm" / "slurmci", tmp_path / "local" / "slurmci"
+    s_state, l_state = _outcome(s_out), _outcome(l_out)
+    assert s_state == l_state  # same points (ids hash the resolved config), same statuses
+    assert set(s_state.values()) == {"ok"}
+
+    # the 2 x 2 point really ran as one srun task per node, 2 ranks each
+    multi = [pid for pid in s_state if json.loads(
+        (s_out / "runs" / pid / "point.json").read_text())["nodes"] == 2]
+    assert len(multi) == 1
+    env = json.loads((s_out / "runs" / multi[0] / "env.json").read_text())
+    assert env["world_size"] == 4
+    views = [r["env"] for r in env["ranks"]]
+    assert {v["SLURM_JOB_NODELIST"] for v in views} == {"n[1-2]"}
+    assert {v["SLURM_NNODES"] for v in views} == {"2"}
+    assert sorted(v["SLURM_NODEID"] for v in views) == ["0", "0", "1", "1"]
+    assert len({v["SLURM_JOB_ID"] for v in views}) == 1
+
+    for name in ("runs.csv", "efficiency.csv"):
+        s_tab, l_tab = pd.read_csv(s_out / name), pd.read_csv(l_out / name)
+        assert len(s_tab) == len(l_tab) > 0, name
+    s_runs, l_runs = pd.read_csv(s_out / "runs.csv"), pd.read_csv(l_out / "runs.csv")
+    key = ["point_id", "n", "nodes", "status"]
+    assert (s_runs[key].sort_values("point_id").reset_index(drop=True)
+            .equals(l_runs[key].sort_values("point_id").reset_index(drop=True)))
+    s_eff, l_eff = pd.read_csv(s_out / "efficiency.csv"), pd.read_csv(l_out / "efficiency.csv")
+    assert list(s_eff.columns) == list(l_eff.columns)
+    assert s_eff[["series", "n"]].values.tolist() == l_eff[["series", "n"]].values.tolist()
+    assert s_eff["efficiency"].notna().all() and l_eff["efficiency"].notna().all()
+    assert (s_out / "summary.md").is_file() and (s_out / "figures").is_dir()
