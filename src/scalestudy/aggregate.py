@@ -94,7 +94,7 @@ def _flops_from_point(point: dict | None, key: str, convention: str) -> float:
     """Model/hardware FLOPs per step from the resolved point (when no summary exists)."""
     if not point or convention not in flops.CONVENTIONS:
         return float("nan")
-    from scalestudy.model import GPTConfig
+    from scalestudy.model_config import GPTConfig
 
     try:
         cfg = GPTConfig.from_dict(point["model"])

@@ -42,7 +42,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from scalestudy.model import GPTConfig
+    from scalestudy.model_config import GPTConfig
 
 CONVENTIONS = ("megatron", "palm")
 CHECKPOINTING = ("none", "full", "selective", "selective_attention")

@@ -13,7 +13,6 @@ import re
 from functools import lru_cache
 from importlib import resources
 
-import pandas as pd
 
 DTYPES = ("fp32", "bf16", "fp16")
 
@@ -31,12 +30,14 @@ _NAME_PATTERNS: tuple[tuple[str, str], ...] = (
 
 
 @lru_cache(maxsize=1)
-def _peaks() -> pd.DataFrame:
+def _peaks() -> "pd.DataFrame":
+    import pandas as pd  # not at module level: every training rank imports this module
+
     with resources.files("scalestudy").joinpath("data", "hardware_peaks.csv").open() as f:
         return pd.read_csv(f)
 
 
-def load_peaks() -> pd.DataFrame:
+def load_peaks() -> "pd.DataFrame":
     """The peaks table: ``device, unit, dtype, peak_tflops_dense, memory_gb, source`` (``device`` is the key)
     (``dtype`` is a ``/``-separated list, e.g. ``bf16/fp16``)."""
     return _peaks().copy()

@@ -13,46 +13,14 @@ Eq. 2, ``12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h))``, plus the final norm (2h).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from scalestudy.model_config import GPTConfig
 
-@dataclass(frozen=True)
-class GPTConfig:
-    """Architecture. Sizes are counts (tokens, features), not bytes."""
-
-    vocab: int = 256
-    seq_len: int = 64
-    layers: int = 2
-    hidden: int = 64
-    heads: int = 4
-    ffn_hidden: int | None = None  # default: 4h for gelu, Llama's 2/3*4h rounded to 8 for swiglu
-    mlp: str = "gelu"  # "gelu" | "swiglu"
-    tied_embeddings: bool = False
-    bias: bool = True
-
-    @property
-    def ffn(self) -> int:
-        if self.ffn_hidden:
-            return int(self.ffn_hidden)
-        if self.mlp == "swiglu":
-            return 8 * ((int(8 * self.hidden / 3) + 7) // 8)
-        return 4 * self.hidden
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "GPTConfig":
-        names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in names})
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+__all__ = ["GPT", "GPTConfig", "num_params"]
 
 
 class Attention(nn.Module):

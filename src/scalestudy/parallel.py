@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import sys
 from dataclasses import dataclass, fields
 
 import torch
@@ -40,7 +41,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.tensor import DTensor
 
 from scalestudy.model import GPT, GPTConfig
 
@@ -52,6 +52,13 @@ PRECISIONS = ("fp32", "bf16")
 # Models up to this many parameters are built on CPU with the seed (bitwise identical start
 # for every layout); larger ones on the meta device, initialised shard by shard on the device.
 CPU_INIT_MAX_PARAMS = 200_000_000
+
+def _is_dtensor(t) -> bool:
+    """isinstance(t, DTensor) without importing torch.distributed.tensor (1.4 s per rank):
+    while that module is not loaded, nothing can be a DTensor."""
+    mod = sys.modules.get("torch.distributed.tensor")
+    return mod is not None and isinstance(t, mod.DTensor)
+
 
 
 @dataclass(frozen=True)
@@ -214,8 +221,8 @@ class Engine:
                              for n, p in m.named_parameters()]
         self.params = [p for _, p in self.named_params]
         # DTensor and plain parameters in separate groups: foreach/fused kernels cannot mix them
-        groups = [[p for p in self.params if isinstance(p, DTensor)],
-                  [p for p in self.params if not isinstance(p, DTensor)]]
+        groups = [[p for p in self.params if _is_dtensor(p)],
+                  [p for p in self.params if not _is_dtensor(p)]]
         param_groups = [{"params": g} for g in groups if g]
 
         # 3. Optimizer (fp32 state; fused kernel on CUDA).
@@ -459,7 +466,7 @@ class Engine:
         for p in self.params:
             if p.grad is None:
                 continue
-            if isinstance(p.grad, DTensor):
+            if _is_dtensor(p.grad):
                 key = p.grad.device_mesh
             elif hasattr(p, "_st_info") and any(pl.is_shard() for pl in p._st_info.placements):
                 key = ("local-shard", p._st_info.mesh)  # TP shard localised for DDP
@@ -469,7 +476,7 @@ class Engine:
         sq = torch.zeros((), device=self.device, dtype=torch.float32)
         for key, ps in groups.items():
             n = torch.nn.utils.get_total_norm([p.grad for p in ps], 2.0, foreach=True)
-            if isinstance(n, DTensor):
+            if _is_dtensor(n):
                 n = n.full_tensor()
             n2 = n.float() ** 2
             if key is not None and not isinstance(key, DeviceMesh):
@@ -489,10 +496,12 @@ class Engine:
         the single-process ``GPT``'s ``state_dict``."""
         local: dict[str, torch.Tensor] = {}
         for name, p in self.named_params:
-            if isinstance(p, DTensor):
+            if _is_dtensor(p):
                 t = p.full_tensor()
             elif hasattr(p, "_st_info"):  # TP shard localised for DDP (zero1 with tp > 1)
                 spec = p._st_info
+                from torch.distributed.tensor import DTensor
+
                 t = DTensor.from_local(p.detach(), spec.mesh, spec.placements, run_check=False,
                                        shape=spec.shape, stride=spec.stride).full_tensor()
             else:

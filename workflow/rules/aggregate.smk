@@ -15,4 +15,4 @@ rule aggregate:
                           category="Tables"),
         summary=report(f"{OUT}/summary.md", caption="../report/summary.rst", category="Tables"),
     shell:
-        "{PY:q} -m scalestudy.cli aggregate {OUT:q}"
+        "{PY:q} -m scalestudy.aggregate {OUT:q}"
