@@ -26,9 +26,9 @@ report: "workflow/report/workflow.rst"
 
 include: "workflow/rules/plan.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/microbench.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/plots.smk"
-include: "workflow/rules/microbench.smk"
 
 
 rule all:
@@ -39,3 +39,5 @@ rule all:
         f"{OUT}/summary.md",
         expand(f"{OUT}/figures/{{fig}}.{{ext}}", fig=FIGURES, ext=["png", "pdf", "csv"]),
         MICROBENCH_OUTPUTS,
+        # the performance model's residuals; on a GPU study: scalestudy predict --hardware H
+        [f"{OUT}/predict/predict_vs_measured.png"] if STUDY["platform"]["device"] == "cpu" else [],

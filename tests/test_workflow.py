@@ -100,6 +100,9 @@ def test_every_output_exists_and_is_consistent(study_run):
     for fig in FIGURES:
         for ext in ("png", "pdf", "csv"):
             assert (out / "figures" / f"{fig}.{ext}").stat().st_size > 0
+    residuals = pd.read_csv(out / "predict" / "predict_vs_measured.csv")
+    assert residuals["residual"].notna().sum() == 4  # every measured point has a prediction
+    assert (out / "predict" / "predict_vs_measured.png").stat().st_size > 0
     summary_md = (out / "summary.md").read_text()
     assert "| weak |" in summary_md and "efficiency" in summary_md
 

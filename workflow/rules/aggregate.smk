@@ -1,4 +1,4 @@
-localrules: aggregate
+localrules: aggregate, predict
 
 
 rule aggregate:
@@ -16,3 +16,21 @@ rule aggregate:
         summary=report(f"{OUT}/summary.md", caption="../report/summary.rst", category="Tables"),
     shell:
         "{PY:q} -m scalestudy.aggregate {OUT:q}"
+
+
+rule predict:
+    """Predicted (performance model, on this host's measured building blocks) vs measured step
+    time of every point, with the residuals."""
+    input:
+        f"{OUT}/runs.csv",
+        f"{OUT}/calibration.json",
+        MICROBENCH_OUTPUTS,
+    output:
+        predictions=f"{OUT}/predict/study_predictions.csv",
+        residuals=f"{OUT}/predict/predict_vs_measured.csv",
+        figure=report(f"{OUT}/predict/predict_vs_measured.png",
+                      caption="../report/predict_vs_measured.rst", category="Figures"),
+    params:
+        out=f"{OUT}/predict",
+    shell:
+        "{PY:q} -m scalestudy.predict {STUDY_FILE:q} --results {RESULTS:q} --out {params.out:q}"
