@@ -206,8 +206,6 @@ def figures(df, comp, out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from scalestudy.io import atomic_path
-
     paths = []
     fig, ax = plt.subplots(figsize=(6, 4))
     c = comp[comp["metric"].str.startswith("% of peak")]
@@ -220,10 +218,7 @@ def figures(df, comp, out: Path) -> list[Path]:
     ax.legend()
     fig.tight_layout()
     p = out / "predict_mfu.png"
-    with atomic_path(p) as tmp:
-        fig.savefig(tmp)
-    plt.close(fig)
-    paths.append(p)
+    paths.append(_save(fig, p))
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, kind in zip(axes, ("weak", "strong")):
@@ -242,10 +237,7 @@ def figures(df, comp, out: Path) -> list[Path]:
     axes[0].set_ylabel("efficiency (%)")
     fig.tight_layout()
     p = out / "predict_scaling.png"
-    with atomic_path(p) as tmp:
-        fig.savefig(tmp)
-    plt.close(fig)
-    paths.append(p)
+    paths.append(_save(fig, p))
     return paths
 
 
@@ -292,6 +284,18 @@ def versus_measured(pred, runs):
     return out
 
 
+def _save(fig, path: Path) -> Path:
+    """Write a matplotlib figure atomically and close it."""
+    import matplotlib.pyplot as plt
+
+    from scalestudy.io import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp)
+    plt.close(fig)
+    return path
+
+
 def residual_figure(df, path: Path) -> Path:
     """Step time predicted (lines) and measured (markers) vs N per series, and the residual."""
     import matplotlib
@@ -317,10 +321,7 @@ def residual_figure(df, path: Path) -> Path:
     axr.set_xlabel("N (devices)")
     axr.set_xscale("log", base=2)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def _write_csv(df, path: Path) -> None:
