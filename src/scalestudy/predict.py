@@ -303,8 +303,6 @@ def residual_figure(df, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from scalestudy.io import atomic_path
-
     fig, (ax, axr) = plt.subplots(2, 1, figsize=(6.5, 6), sharex=True,
                                   gridspec_kw={"height_ratios": [2, 1]})
     for series, g in df.sort_values("n").groupby("series"):
