@@ -132,6 +132,13 @@ def test_classify_root_cause_rank_exception_and_the_rest():
         "crashed", "the launcher was killed by SIGKILL")
 
 
+def test_classify_unprefixed_exception_beats_torchruns_child_failed_error():
+    # one process: no "[rankN]:" prefix; torchrun's own ChildFailedError comes last
+    log = ["FileNotFoundError: [Errno 2] No such file or directory: 'run/point.json'",
+           "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "]
+    assert runner.classify(1, False, log, False) == ("crashed", log[0])
+
+
 def test_evidence_keeps_the_injection_and_root_cause_lines():
     ev = runner._evidence(_lines(KILLED_RANK_LOG))
     assert any("fault injection" in ln for ln in ev)

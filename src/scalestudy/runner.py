@@ -195,7 +195,8 @@ def classify(exit_code: int | None, timed_out: bool, log_lines: list[str],
     rank_errors = [ln for ln in log_lines if re.match(r"\[rank\d+\]: \w+(Error|Exception)\b", ln)]
     if cause and any(ln.startswith(f"[rank{cause['rank']}]:") for ln in rank_errors):
         rank_errors = [ln for ln in rank_errors if ln.startswith(f"[rank{cause['rank']}]:")]
-    errors = rank_errors or [ln for ln in log_lines if re.search(r"(Error|Exception|error:)", ln)]
+    errors = rank_errors or [ln for ln in log_lines if re.search(r"(Error|Exception|error:)", ln)
+                             and "ChildFailedError" not in ln]  # torchrun's, not the cause
     first = errors[0].strip() if rank_errors else (errors[-1].strip() if errors else "")
     return "crashed", (first or f"exit code {exit_code}")[:300]
 

@@ -210,5 +210,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def exit_now(code: int) -> None:
+    """End a finished rank without the interpreter's teardown of torch's modules and
+    threads (~1.1 s per process on the 2-core dev host, measured around torchrun; more than
+    the rest of the start-up beyond ``import torch``). Only after ``run`` returned: every
+    record is written, closed and renamed, and the process group is destroyed."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
