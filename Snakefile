@@ -4,6 +4,7 @@
 import sys
 
 from scalestudy import launch
+from scalestudy.perfmodel import gemm_shapes
 from scalestudy.planner import plan_points
 from scalestudy.study import load_study
 

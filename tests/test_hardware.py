@@ -70,3 +70,19 @@ def test_calibrate_writes_record(tmp_path):
     assert rec["m"] == rec["n"] == rec["k"] == 64 and rec["dtype"] == "fp32"
     assert rec["flops_per_s"] > 0 and len(rec["samples_flops_per_s"]) == 3
     assert sorted(rec["samples_flops_per_s"])[1] == rec["flops_per_s"]  # the median
+
+
+def test_calibrate_times_the_studys_own_shapes(tmp_path):
+    import argparse
+
+    from scalestudy import calibrate
+    from scalestudy.io import read_json
+
+    out = tmp_path / "calibration.json"
+    assert calibrate.main(["--device", "cpu", "--out", str(out), "--size", "64", "--samples", "3",
+                           "--max-seconds", "0.5", "--shapes", "32x16x8", "64x64x64"]) == 0
+    shapes = read_json(out)["shapes"]
+    assert [(r["m"], r["n"], r["k"]) for r in shapes] == [(32, 16, 8), (64, 64, 64)]
+    assert all(r["flops_per_s"] > 0 and r["iters_per_sample"] >= 1 for r in shapes)
+    with pytest.raises(argparse.ArgumentTypeError, match="use MxNxK"):
+        calibrate.parse_shape("64x64")

@@ -64,9 +64,11 @@ def test_tensor_parallel_all_reduces_by_hand():
     r = predict_step_time(point(tp=2, mb=2), ideal_hw())
     msg = 2 * 128 * 256 * 4  # b s h fp32
     per = 1e-5 + 1.0 * msg / 1e10  # 2(p-1)/p = 1 at p = 2
-    assert r["tp_comm_s"] == pytest.approx(4 * 8 * per)
+    # embedding all-reduce; head: all-gather of the fp32 logits (p-1)/p = 1/2, input-grad all-reduce
+    edges = per + (1e-5 + 0.5 * 2 * 128 * 1000 * 4 / 1e10) + per
+    assert r["tp_comm_s"] == pytest.approx(4 * 8 * per + edges)
     r6 = predict_step_time(point(tp=2, mb=2, ckpt="full"), ideal_hw())
-    assert r6["tp_comm_s"] == pytest.approx(6 * 8 * per)
+    assert r6["tp_comm_s"] == pytest.approx(6 * 8 * per + edges)
     assert r["compute_s"] == pytest.approx(3 * fwd_flops(2) / 2 / 1e12)
 
 
@@ -170,3 +172,48 @@ def test_calibration_as_matmul_ceiling(tmp_path):
     r = predict_step_time(point(mb=2), ideal_hw(), m)
     assert r["matmul_rate_source"] == "measured"
     assert r["compute_s"] == pytest.approx(3 * fwd_flops(2) / 2e9, rel=1e-6)
+
+
+def test_calibrated_shapes_are_used_per_product(tmp_path):
+    import json
+
+    from scalestudy.planner import plan_points
+
+    cal = tmp_path / "calibration.json"
+    cal.write_text(json.dumps({"dtype": "fp32", "m": 512, "n": 512, "k": 512, "flops_per_s": 8e10,
+                               "shapes": [{"m": 256, "n": 256, "k": 256, "flops_per_s": 2e10}]}))
+    m = Measured.from_calibration(cal)
+    assert m.matmul_rate("fp32", 250, 250, 250) == 2e10  # the nearest measured shape
+    assert m.matmul_rate("fp32", 500, 500, 500) == 8e10
+    study = {"name": "s", "models": {"m": dict(MODEL)}, "series": [
+        {"name": "w", "mode": "weak", "model": "m", "gpus": [1, 2], "micro_batch": 2},
+        {"name": "t", "mode": "weak", "model": "m", "gpus": [2], "tp": 2, "micro_batch": 2}]}
+    from scalestudy.study import validate
+
+    shapes = perfmodel.gemm_shapes(plan_points(validate(study)))
+    h, f, s, V = 256, 1024, 128, 1000
+    assert (2 * s, h, h) in shapes and (2 * s, f, h) in shapes and (2 * s, V, h) in shapes
+    assert (2 * s, h // 2, h) in shapes and (2 * s, V // 2, h) in shapes  # per TP rank
+    assert (s, s, h // 8) in shapes and len(shapes) == len(set(shapes))
+
+
+def test_cpu_host_shares_cores_and_does_not_overlap():
+    """On a CPU host (compute_units declared) gloo's transfers use the computing cores: no
+    DP overlap, and with more processes than cores every phase is that much slower."""
+    cpu = ideal_hw(compute_units=2, devices_per_node=8)
+    r2 = predict_step_time(point(dp=2, mb=2), cpu)
+    assert r2["dp_overlap"] == 0.0
+    assert r2["step_time_s"] == pytest.approx(r2["compute_s"] + r2["dp_comm_s"])
+    r4 = predict_step_time(point(dp=4, mb=2), cpu)
+    assert r4["core_sharing_slowdown"] == 2.0
+    unshared = predict_step_time(point(dp=4, mb=2), ideal_hw(devices_per_node=8))
+    assert unshared["dp_overlap"] == 1.0 and unshared["dp_comm_exposed_s"] == 0.0
+    assert r4["step_time_s"] == pytest.approx(2 * (unshared["compute_s"] + unshared["dp_comm_s"]))
+
+
+def test_tensor_parallel_uses_dtensor_overhead():
+    ovh = {"fwd_bwd_fixed_s": 1e-3, "fwd_bwd_per_layer_s": 1e-4, "optimizer_fixed_s": 0.0,
+           "tp_fwd_bwd_fixed_s": 5e-3, "tp_fwd_bwd_per_layer_s": 1e-3, "optimizer_per_layer_s": 0.0}
+    hw = ideal_hw(overhead=ovh)
+    assert predict_step_time(point(mb=2, m=2), hw)["overhead_s"] == pytest.approx(2 * (1e-3 + 8e-4))
+    assert predict_step_time(point(tp=2, mb=2, m=2), hw)["overhead_s"] == pytest.approx(2 * (5e-3 + 8e-3))

@@ -8,6 +8,10 @@ clock read, warm-up matmuls are excluded, each sample runs enough matmuls to las
 and the result is the median of the samples. On CPU one "device" is one training process,
 which runs with one thread (torchrun's ``OMP_NUM_THREADS=1``), so the default is one thread.
 Bounded by ``--max-seconds`` (default 5 s) after warm-up.
+
+``--shapes MxNxK ...`` also times ``[M×K] @ [K×N]`` at each given shape (the study's own
+products, ``perfmodel.gemm_shapes``), the same way with samples of ≳ 10 ms: small products
+reach a fraction of the ceiling, and the performance model needs their rate.
 """
 
 from __future__ import annotations
@@ -99,6 +103,46 @@ def measure(
     }
 
 
+def measure_shapes(device_type: str, dtype: str, shapes: list[tuple[int, int, int]],
+                   samples: int = 5, min_time_s: float = 0.01) -> list[dict]:
+    """FLOP/s (median of ``samples``) of ``[M×K] @ [K×N]`` per ``(M, N, K)``; the device is
+    synchronised before each clock read and one warm-up product per shape is excluded."""
+    device = torch.device(device_type)
+    g = torch.Generator(device="cpu").manual_seed(0)
+    out = []
+    for m, n, k in shapes:
+        a = torch.randn(m, k, generator=g).to(device=device, dtype=_DTYPES[dtype])
+        b = torch.randn(k, n, generator=g).to(device=device, dtype=_DTYPES[dtype])
+        c = torch.mm(a, b)  # warm-up
+        _sync(device)
+        t0 = time.perf_counter()
+        torch.mm(a, b, out=c)
+        _sync(device)
+        iters = max(1, int(min_time_s / max(time.perf_counter() - t0, 1e-7)))
+        rates = []
+        for _ in range(samples):
+            _sync(device)
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                torch.mm(a, b, out=c)
+            _sync(device)
+            rates.append(2.0 * m * n * k * iters / (time.perf_counter() - t0))
+        out.append({"m": m, "n": n, "k": k, "flops_per_s": statistics.median(rates),
+                    "iters_per_sample": iters})
+    return out
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """``"MxNxK"`` -> ``(M, N, K)``."""
+    try:
+        m, n, k = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: use MxNxK, e.g. 256x64x64") from None
+    if min(m, n, k) < 1:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: sizes must be >= 1")
+    return m, n, k
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m scalestudy.calibrate", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
@@ -109,10 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--samples", type=int, default=15)
     p.add_argument("--max-seconds", type=float, default=5.0)
     p.add_argument("--threads", type=int, default=1, help="CPU threads (one training process)")
+    p.add_argument("--shapes", nargs="*", type=parse_shape, default=[],
+                   help="also time these MxNxK products (the study's own)")
     args = p.parse_args(argv)
-    rec = measure(resolve_device_type(args.device), args.dtype, args.size, args.samples,
-                  max_seconds=args.max_seconds,
+    device = resolve_device_type(args.device)
+    rec = measure(device, args.dtype, args.size, args.samples, max_seconds=args.max_seconds,
                   threads=args.threads)
+    rec["shapes"] = measure_shapes(device, args.dtype, args.shapes)
     write_json(args.out, rec)
     print(f"{rec['device_name']} {args.dtype} {rec['m']}^3 matmul: {rec['flops_per_s'] / 1e12:.4g} TFLOP/s "
           f"(median of {len(rec['samples_flops_per_s'])}) -> {args.out}")

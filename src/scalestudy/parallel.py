@@ -180,6 +180,88 @@ def _loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
 
+def tensor_parallelize(model: GPT, tp_mesh: DeviceMesh, sp: bool, tied: bool) -> None:
+    """Megatron-style TP of ``model`` in place over ``tp_mesh`` with ``parallelize_module``:
+    column-parallel q/k/v and MLP input, row-parallel output projections, a vocabulary-sharded
+    embedding and head; ``sp``: sequence parallelism for the norms and residual stream."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel,
+        parallelize_module)
+    act = Shard(1) if sp else Replicate()
+    top = {}
+    if model.tok_embeddings is not None:
+        top["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(),
+                                                output_layouts=Replicate())
+    if model.output is not None:
+        top["output"] = ColwiseParallel(input_layouts=act, output_layouts=Replicate())
+        if sp:
+            top["norm"] = SequenceParallel()
+    if top:
+        parallelize_module(model, tp_mesh, top)
+    if tied and model.output is not None:
+        model.output.weight = model.tok_embeddings.weight  # both Shard(0) over vocab
+    for key, block in model.layers.items():
+        plan = {
+            "attention.wq": ColwiseParallel(),
+            "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(output_layouts=act),
+            "feed_forward.w1": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(output_layouts=act),
+        }
+        if block.feed_forward.w3 is not None:
+            plan["feed_forward.w3"] = ColwiseParallel()
+        if sp:
+            plan.update({
+                "attention_norm": SequenceParallel(),
+                "attention": PrepareModuleInput(input_layouts=(Shard(1),),
+                                                desired_input_layouts=(Replicate(),)),
+                "ffn_norm": SequenceParallel(),
+                "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),),
+                                                   desired_input_layouts=(Replicate(),)),
+            })
+            if key == "0":  # the replicated embedding sum enters the sharded stream
+                plan[""] = PrepareModuleInput(input_layouts=(Replicate(),),
+                                              desired_input_layouts=(Shard(1),),
+                                              use_local_output=True)
+        parallelize_module(block, tp_mesh, plan)
+
+
+@torch.no_grad()
+def clip_grad_norm_(params, max_norm: float, device: torch.device,
+                    pp_group=None) -> torch.Tensor:
+    """Clip the global gradient 2-norm of ``params`` (plain, DTensor and TP-local shards
+    mixed) to ``max_norm``: norms are reduced per DTensor mesh (``full_tensor``), summed as
+    squares, then summed over pipeline stages (``pp_group``). Returns the norm before clipping."""
+    groups: dict = {}
+    for p in params:
+        if p.grad is None:
+            continue
+        if _is_dtensor(p.grad):
+            key = p.grad.device_mesh
+        elif hasattr(p, "_st_info") and any(pl.is_shard() for pl in p._st_info.placements):
+            key = ("local-shard", p._st_info.mesh)  # TP shard localised for DDP
+        else:
+            key = None
+        groups.setdefault(key, []).append(p)
+    sq = torch.zeros((), device=device, dtype=torch.float32)
+    for key, ps in groups.items():
+        n = torch.nn.utils.get_total_norm([p.grad for p in ps], 2.0, foreach=True)
+        if _is_dtensor(n):
+            n = n.full_tensor()
+        n2 = n.float() ** 2
+        if key is not None and not isinstance(key, DeviceMesh):
+            dist.all_reduce(n2, group=key[1].get_group())  # sum of squares over shards
+        sq = sq + n2
+    if pp_group is not None:
+        dist.all_reduce(sq, group=pp_group)
+    total = sq.sqrt()
+    for ps in groups.values():
+        torch.nn.utils.clip_grads_with_norm_(ps, max_norm, total, foreach=True)
+    return total
+
+
 class Engine:
     """One rank's share of a parallel training run. See the module docstring."""
 
@@ -273,7 +355,8 @@ class Engine:
     def _parallelize(self, model: GPT) -> nn.Module:
         L = self.layout
         if L.tp > 1:
-            self._apply_tp(model)
+            tensor_parallelize(model, self.tp_mesh, self.layout.sequence_parallel,
+                               self.cfg.tied_embeddings)
         if L.activation_checkpointing != "none":
             from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
                 CheckpointImpl, checkpoint_wrapper)
@@ -294,51 +377,6 @@ class Engine:
         else:
             model.to(self.device)
         return self._apply_dp(model)
-
-    def _apply_tp(self, model: GPT) -> None:
-        from torch.distributed.tensor import Replicate, Shard
-        from torch.distributed.tensor.parallel import (
-            ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel,
-            parallelize_module)
-        sp = self.layout.sequence_parallel
-        act = Shard(1) if sp else Replicate()
-        top = {}
-        if model.tok_embeddings is not None:
-            top["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(),
-                                                    output_layouts=Replicate())
-        if model.output is not None:
-            top["output"] = ColwiseParallel(input_layouts=act, output_layouts=Replicate())
-            if sp:
-                top["norm"] = SequenceParallel()
-        if top:
-            parallelize_module(model, self.tp_mesh, top)
-        if self.cfg.tied_embeddings and model.output is not None:
-            model.output.weight = model.tok_embeddings.weight  # both Shard(0) over vocab
-        for key, block in model.layers.items():
-            plan = {
-                "attention.wq": ColwiseParallel(),
-                "attention.wk": ColwiseParallel(),
-                "attention.wv": ColwiseParallel(),
-                "attention.wo": RowwiseParallel(output_layouts=act),
-                "feed_forward.w1": ColwiseParallel(),
-                "feed_forward.w2": RowwiseParallel(output_layouts=act),
-            }
-            if block.feed_forward.w3 is not None:
-                plan["feed_forward.w3"] = ColwiseParallel()
-            if sp:
-                plan.update({
-                    "attention_norm": SequenceParallel(),
-                    "attention": PrepareModuleInput(input_layouts=(Shard(1),),
-                                                    desired_input_layouts=(Replicate(),)),
-                    "ffn_norm": SequenceParallel(),
-                    "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),),
-                                                       desired_input_layouts=(Replicate(),)),
-                })
-                if key == "0":  # the replicated embedding sum enters the sharded stream
-                    plan[""] = PrepareModuleInput(input_layouts=(Replicate(),),
-                                                  desired_input_layouts=(Shard(1),),
-                                                  use_local_output=True)
-            parallelize_module(block, self.tp_mesh, plan)
 
     def _apply_dp(self, model: GPT) -> nn.Module:
         L = self.layout
@@ -456,38 +494,11 @@ class Engine:
             return torch.stack([l.detach().float() for l in losses]).sum()  # each is /ga
         return None
 
-    @torch.no_grad()
     def _clip(self) -> torch.Tensor | None:
-        """Clip the global gradient 2-norm to ``grad_clip``: norms are reduced per DTensor mesh
-        (``full_tensor``), summed as squares, then summed over pipeline stages."""
         if self.grad_clip is None:
             return None
-        groups: dict = {}
-        for p in self.params:
-            if p.grad is None:
-                continue
-            if _is_dtensor(p.grad):
-                key = p.grad.device_mesh
-            elif hasattr(p, "_st_info") and any(pl.is_shard() for pl in p._st_info.placements):
-                key = ("local-shard", p._st_info.mesh)  # TP shard localised for DDP
-            else:
-                key = None
-            groups.setdefault(key, []).append(p)
-        sq = torch.zeros((), device=self.device, dtype=torch.float32)
-        for key, ps in groups.items():
-            n = torch.nn.utils.get_total_norm([p.grad for p in ps], 2.0, foreach=True)
-            if _is_dtensor(n):
-                n = n.full_tensor()
-            n2 = n.float() ** 2
-            if key is not None and not isinstance(key, DeviceMesh):
-                dist.all_reduce(n2, group=key[1].get_group())  # sum of squares over shards
-            sq = sq + n2
-        if self.pp > 1:
-            dist.all_reduce(sq, group=self.pp_mesh.get_group())
-        total = sq.sqrt()
-        for ps in groups.values():
-            torch.nn.utils.clip_grads_with_norm_(ps, self.grad_clip, total, foreach=True)
-        return total
+        return clip_grad_norm_(self.params, self.grad_clip, self.device,
+                               self.pp_mesh.get_group() if self.pp > 1 else None)
 
     # ---------------------------------------------------------------- state
     @torch.no_grad()

@@ -11,16 +11,23 @@ of ``s`` tokens (hidden ``h``, ``a`` heads, MLP width ``f``, vocabulary ``V``):
    ``scalestudy.parallel`` runs it; ``selective_attention``: the attention core,
    ``4·s²·h·b``). Time = FLOPs / rate, where the rate is the
    *measured* matmul throughput of the device for the dtype at the nearest measured shape
-   (per product: projections, MLP, attention ``Q K^T``/``A V``, head) when ``measured`` has
-   it, else ``peak × matmul_efficiency`` declared by the hardware preset. Framework overhead
-   (dispatch, autograd, optimizer bookkeeping) per micro-batch and per layer is added when
-   measured (``microbench overhead``) or declared (``overhead:`` in the preset; 0 for GPUs,
-   whose asynchronous launches hide it behind large kernels).
+   (per product: projections, MLP, attention ``Q K^T``/``A V``, head; a measured fused
+   attention kernel when there is one) when ``measured`` has it, else ``peak ×
+   matmul_efficiency`` declared by the hardware preset. Non-matmul kernels (LayerNorm,
+   residual adds, GELU/SwiGLU, log-softmax) are memory-bound: their bytes
+   (``elementwise_bytes``) at ``mem_bw``. Framework overhead (dispatch, autograd, clipping
+   and optimizer bookkeeping) per micro-batch and per layer is added when measured
+   (``microbench overhead``) or declared (``overhead:`` in the preset; 0 for GPUs, whose
+   asynchronous launches hide it behind large kernels); with ``tp > 1`` the ``tp_`` figures
+   apply, measured with the model under DTensor on a one-rank mesh (DTensor's per-op
+   dispatch, which on a CPU costs more than the tiny model's arithmetic).
 2. **Tensor-parallel collectives.** Megatron TP does 2 all-reduces of ``b·s·h`` activations
    per layer in the forward pass and 2 in the backward (2 more for every layer whose
    forward is re-run); sequence parallelism swaps each for an all-gather + reduce-scatter
-   of the same total volume. Ring cost ``α + 2(p-1)/p · n/β`` with the intra-node link (TP
-   stays in a node). Not overlapped with compute.
+   of the same total volume. The vocabulary-sharded embedding adds one all-reduce (first
+   stage), the head an all-gather of the logits and an all-reduce of its input gradient
+   (last stage). Ring cost ``α + 2(p-1)/p · n/β`` with the intra-node link (TP stays in a
+   node). Not overlapped with compute.
 3. **Pipeline.** Each micro-batch sends its ``b·s·h`` activations forward and their
    gradient backward (``α + n/β``; inter-node link when the job spans nodes). With ``m``
    micro-batches and ``v`` virtual stages the step takes ``(m + (pp-1)/v)`` micro-batch slots
@@ -34,17 +41,21 @@ of ``s`` tokens (hidden ``h``, ``a`` heads, MLP width ``f``, vocabulary ``V``):
    node. A fraction ``dp_overlap`` of it hides behind backward compute (the last
    micro-batch's backward; FSDP's per-micro-batch gathers behind that micro-batch's compute).
    Default ``dp_overlap``: 1 without PP, 0 with PP (the pipeline engines of DeepSpeed and
-   ``torch.distributed.pipelining`` reduce gradients after the flush).
+   ``torch.distributed.pipelining`` reduce gradients after the flush), and 0 on a CPU host
+   (``compute_units`` declared): gloo's transfers run on the cores that compute.
 5. **Shared cores.** A CPU host declares ``compute_units`` (cores): when it runs more
-   processes than that, each computes ``procs / compute_units`` times slower.
+   processes than that, every phase of the step (compute, dispatch, gloo's copies) takes
+   ``procs / compute_units`` times longer.
 6. **Optimizer.** AdamW is memory-bound: 28 bytes touched per parameter of the optimizer
-   shard (read weight/gradient/moments/master, write them back) at ``mem_bw``.
+   shard (read weight/gradient/moments/master, write them back) at ``mem_bw``; gradient
+   clipping of sharded gradients (TP, PP, FSDP) adds one small all-reduce.
 
 Step time = pipeline (compute + TP collectives + p2p of every micro-batch slot, bubble
-included) + exposed DP time + optimizer. Not modelled: non-matmul kernels (norms, softmax, GELU: memory-bound, < 5% of a
-large model's time on a GPU, more on CPU and for tiny models), kernel-launch and framework
-overheads, load imbalance between stages other than the head, network contention between
-concurrent collectives beyond the per-device NIC share, and stragglers.
+included) + exposed DP time + optimizer. Not modelled: kernel-launch gaps on GPUs, load
+imbalance between stages other than the head, network contention between concurrent
+collectives beyond the per-device NIC share, the operating system's scheduling of more
+processes than cores beyond the ``compute_units`` slowdown, and stragglers. Where these
+matter the model under-predicts: it is a lower bound on the step time of a correct trainer.
 """
 
 from __future__ import annotations
@@ -232,7 +243,10 @@ class Measured:
 
         with open(path) as f:
             c = json.load(f)
-        return cls(matmul={c["dtype"]: [(int(c["m"]), int(c["n"]), int(c["k"]), float(c["flops_per_s"]))]})
+        rows = [(int(c["m"]), int(c["n"]), int(c["k"]), float(c["flops_per_s"]))]
+        rows += [(int(r["m"]), int(r["n"]), int(r["k"]), float(r["flops_per_s"]))
+                 for r in c.get("shapes") or []]
+        return cls(matmul={c["dtype"]: rows})
 
     @classmethod
     def from_csv(cls, matmul_csv: str | None = None, collectives_csv: str | None = None,
@@ -275,16 +289,17 @@ class Measured:
                 coll[(op, int(p))] = (max(alpha, 0.0), 1.0 / slope)
         if overhead is not None:
             df = pd.DataFrame(overhead)
-            for phase in ("fwd_bwd", "optimizer"):
-                g = df[df["phase"] == phase].groupby("layers")["seconds"].agg(slow)
+            if "layout" not in df:
+                df["layout"] = "plain"
+            for (layout, phase), sub in df.groupby(["layout", "phase"]):
+                g = sub.groupby("layers")["seconds"].agg(slow)
                 if len(g) >= 2:
                     slope, fixed = np.polyfit(g.index.to_numpy(float), g.to_numpy(float), 1)
-                elif len(g) == 1:
-                    slope, fixed = 0.0, float(g.iloc[0])
                 else:
-                    continue
-                ovh[f"{phase}_fixed_s"] = max(float(fixed), 0.0)
-                ovh[f"{phase}_per_layer_s"] = max(float(slope), 0.0)
+                    slope, fixed = 0.0, float(g.iloc[0])
+                pre = "" if layout == "plain" else f"{layout}_"
+                ovh[f"{pre}{phase}_fixed_s"] = max(float(fixed), 0.0)
+                ovh[f"{pre}{phase}_per_layer_s"] = max(float(slope), 0.0)
         att = {}
         if attention is not None:
             df = pd.DataFrame(attention)
@@ -348,6 +363,22 @@ def layer_gemms(model: dict, s: int, b: int, tp: int = 1, attention_only: bool =
     if attention_only:
         return attn
     return [(b * s, h / tp, h, 4), (b * s, f / tp, h, k)] + attn
+
+
+def gemm_shapes(points) -> list[tuple[int, int, int]]:
+    """The distinct forward matrix products ``(M, N, K)`` of the feasible points (per TP rank:
+    projections, MLP, attention, head), for measuring them where the study runs
+    (``scalestudy.calibrate --shapes``)."""
+    shapes = set()
+    for p in points:
+        if not p.get("feasible", True):
+            continue
+        model, tp = p["model"], int(p.get("tp", 1))
+        s, b = int(p.get("seq_len") or model["seq_len"]), int(p["micro_batch"])
+        for M, N, K, _ in layer_gemms(model, s, b, tp) + [(b * s, int(model["vocab"]) / tp,
+                                                           int(model["hidden"]), 1)]:
+            shapes.add((int(M), int(N), int(K)))
+    return sorted(shapes)
 
 
 def elementwise_bytes(model: dict, s: int, b: int, act_bytes: int, tp: int = 1,
@@ -440,7 +471,12 @@ def predict_step_time(point: dict, hw: HardwareSpec, measured: Measured | None =
         return t_r + ((3 * head_t + ew_head) if r == pp - 1 else 0.0)
 
     ovh = hw.overhead if measured is None or not measured.overhead else measured.overhead
-    t_ovh_mb = ovh.get("fwd_bwd_fixed_s", 0.0) + ovh.get("fwd_bwd_per_layer_s", 0.0) * lps
+    pre = "tp_" if tp > 1 and "tp_fwd_bwd_fixed_s" in ovh else ""  # DTensor's dispatch
+
+    def overhead(phase: str) -> float:
+        return ovh.get(f"{pre}{phase}_fixed_s", 0.0) + ovh.get(f"{pre}{phase}_per_layer_s", 0.0) * lps
+
+    t_ovh_mb = overhead("fwd_bwd")
 
     # 2. tensor parallel: 4 per layer, 2 more per fully recomputed layer
     act_msg = b * s * h * ab
@@ -450,8 +486,16 @@ def predict_step_time(point: dict, hw: HardwareSpec, measured: Measured | None =
     else:
         per = collective_time("all_reduce", act_msg, tp, hw.intra, measured)
 
+    # the vocabulary-sharded embedding's all-reduce (first stage); the head's logits
+    # all-gather and its input-gradient all-reduce (last stage)
+    emb = collective_time("all_reduce", act_msg, tp, hw.intra, measured)
+    head = collective_time("all_gather", b * s * V * ab, tp, hw.intra, measured) + per
+
     def stage_tp(r: int) -> float:
-        return (4 * lps + 2 * ckpts[r]) * per if tp > 1 else 0.0
+        if tp == 1:
+            return 0.0
+        return ((4 * lps + 2 * ckpts[r]) * per + (emb if r == 0 else 0.0)
+                + (head if r == pp - 1 else 0.0))
 
     worst = max(range(pp), key=lambda r: stage_compute(r) + stage_tp(r))  # the bottleneck
     t_comp, t_tp = stage_compute(worst), stage_tp(worst)
@@ -491,25 +535,29 @@ def predict_step_time(point: dict, hw: HardwareSpec, measured: Measured | None =
         else:
             raise ValueError(f"parallel.dp_mode={dp_mode!r} is not supported; use one of "
                              f"{', '.join(memory.DP_MODES)}")
-    ov = (1.0 if pp == 1 else 0.0) if dp_overlap is None else float(dp_overlap)
+    if dp_overlap is not None:
+        ov = float(dp_overlap)
+    else:  # a CPU host has no engine of its own for gloo's transfers: its cores compute
+        ov = 0.0 if (pp > 1 or hw.compute_units) else 1.0
     exposed_step = max(0.0, t_dp_step - ov * t_bwd_mb)
     exposed_mb = max(0.0, t_dp_mb - ov * t_comp) * m
     t_dp_exposed = exposed_step + exposed_mb
 
     # 5. optimizer
     opt_params = params_dev / (dp if dp_mode != "ddp" else 1)
-    t_opt = (OPT_BYTES_TOUCHED * opt_params / hw.mem_bw + ovh.get("optimizer_fixed_s", 0.0)
-             + ovh.get("optimizer_per_layer_s", 0.0) * lps)
+    # gradient clipping reduces the squared norm of sharded gradients (DTensor, stages)
+    clip = point.get("train", {}).get("grad_clip", 1.0)
+    sharded = tp > 1 or pp > 1 or (dp > 1 and dp_mode in ("fsdp", "fsdp_grad_op"))
+    t_clip = collective_time("all_reduce", 4, n, hw.intra, measured) if clip and sharded else 0.0
+    t_opt = OPT_BYTES_TOUCHED * opt_params / hw.mem_bw + overhead("optimizer") + t_clip
 
-    # a CPU host whose processes outnumber its cores: every process computes that much slower
+    # a CPU host whose processes outnumber its cores: every phase (compute, dispatch, gloo's
+    # copies) runs on a time-shared core, that much slower
     slow = 1.0
     if hw.compute_units:
         local = int(point.get("procs_per_node") or min(n, dpn))
         slow = max(1.0, local / hw.compute_units)
-    if slow > 1.0:
-        t_pipe += slots * (t_comp + t_ovh_mb) * (slow - 1.0)
-        t_opt *= slow
-    step = t_pipe + t_dp_exposed + t_opt
+    step = slow * (t_pipe + t_dp_exposed + t_opt)
     gb = int(point.get("global_batch", dp * b * m))
     tokens = gb * s
     pt = {**point, "global_batch": gb}
@@ -520,19 +568,19 @@ def predict_step_time(point: dict, hw: HardwareSpec, measured: Measured | None =
         "step_time_s": step,
         "compute_s": m * t_comp * slow,
         "core_sharing_slowdown": slow,
-        "overhead_s": m * t_ovh_mb,
+        "overhead_s": m * t_ovh_mb * slow,
         "attention_s": m * slow * (lps * (3 * attn_t + att_re) + ckpts[worst] * attn_t),
         "elementwise_s": m * slow * (lps * ew_layer + ckpts[worst] * ew_layer / 3
                                      + (ew_head if worst == pp - 1 else 0.0)),
         "bottleneck_stage": worst,
-        "tp_comm_s": m * t_tp,
-        "pp_p2p_s": m * t_p2p,
-        "pp_bubble_s": t_bubble,
+        "tp_comm_s": m * t_tp * slow,
+        "pp_p2p_s": m * t_p2p * slow,
+        "pp_bubble_s": t_bubble * slow,
         "bubble_fraction": (slots - m) / m,
-        "dp_comm_s": t_dp_step + m * t_dp_mb,
-        "dp_comm_exposed_s": t_dp_exposed,
-        "optimizer_s": t_opt,
-        "micro_batch_slot_s": t_slot,
+        "dp_comm_s": (t_dp_step + m * t_dp_mb) * slow,
+        "dp_comm_exposed_s": t_dp_exposed * slow,
+        "optimizer_s": t_opt * slow,
+        "micro_batch_slot_s": t_slot * slow,
         "tokens_per_step": tokens,
         "tokens_per_s": tokens / step,
         "model_flops_per_step": mflops,
@@ -551,6 +599,6 @@ def predict_step_time(point: dict, hw: HardwareSpec, measured: Measured | None =
 
 
 __all__ = [
-    "HardwareSpec", "Link", "Measured", "collective_time", "layer_forward_flops",
+    "HardwareSpec", "Link", "Measured", "collective_time", "gemm_shapes", "layer_forward_flops",
     "model_flops_per_step", "predict_step_time", "presets",
 ]

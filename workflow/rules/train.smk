@@ -1,6 +1,7 @@
 rule calibrate:
-    """Measured matmul ceiling of this study's device: the denominator of 'utilisation vs
-    measured ceiling'. Timed, so it never shares the host with a training job."""
+    """Measured matmul ceiling of this study's device (the denominator of 'utilisation vs
+    measured ceiling') and the rate of the study's own matrix products (for the performance
+    model). Timed, so it never shares the host with a training job."""
     output:
         f"{OUT}/calibration.json",
     resources:
@@ -11,9 +12,10 @@ rule calibrate:
     params:
         device=STUDY["platform"]["device"],
         dtype=STUDY["train"]["precision"],
+        shapes=" ".join("x".join(map(str, s)) for s in gemm_shapes(POINTS.values())),
     shell:
         "{PY:q} -m scalestudy.calibrate --device {params.device} --dtype {params.dtype}"
-        " --out {output:q}"
+        " --out {output:q} --shapes {params.shapes}"
 
 
 rule train:
