@@ -15,7 +15,8 @@ Runs the study exactly as ``scalestudy run`` does (the Snakemake sweep, then
   while they block the timed jobs, scheduling latency).
 
 The floor for start-up is measured too: an empty torchrun job (``import torch``,
-``init_process_group``, barrier, ``destroy_process_group``) at each N of the study.
+``init_process_group``, barrier, ``destroy_process_group``, then the same fast exit as a
+trainer rank: no interpreter teardown) at each N of the study.
 """
 
 from __future__ import annotations
@@ -117,8 +118,8 @@ def split(sweep_wall_s: float, runs: list[dict], jobs: list[dict]) -> dict:
     }
 
 
-_NOOP = ("import torch, torch.distributed as d; d.init_process_group('gloo'); d.barrier(); "
-         "d.destroy_process_group()")
+_NOOP = ("import os, torch, torch.distributed as d; d.init_process_group('gloo'); d.barrier(); "
+         "d.destroy_process_group(); os._exit(0)")  # ends like a trainer rank (train.exit_now)
 
 
 def startup_floor(n: int, repeats: int = 1, timeout: float = 300) -> float:
