@@ -169,15 +169,15 @@ def read_run(plan_row: dict, run_dir, calibration: dict | None, convention: str 
     convention; None: take each point's (``point.json``)."""
     row = {k: plan_row[k] for k in RUN_COLUMNS if k in plan_row}
     run_dir = None if run_dir is None else str(run_dir)
-    summary = _read_json(os.path.join(run_dir, "summary.json")) if run_dir else None
+    summary = _read_json(run_dir + "/summary.json") if run_dir else None
     summary = summary or {}
-    status = _read_json(os.path.join(run_dir, "status.json")) if run_dir else None
+    status = _read_json(run_dir + "/status.json") if run_dir else None
     point = _UNREAD
 
     def get_point() -> dict:
         nonlocal point
         if point is _UNREAD:
-            point = (_read_json(os.path.join(run_dir, "point.json")) if run_dir else None) or {}
+            point = (_read_json(run_dir + "/point.json") if run_dir else None) or {}
         return point
 
     feasible = str(plan_row.get("feasible", "True")).lower() in ("true", "1", "yes")
@@ -197,7 +197,7 @@ def read_run(plan_row: dict, run_dir, calibration: dict | None, convention: str 
         if state not in STATES:
             state, reason = "invalid", f"unknown state {state!r} in status.json"
     if state == "ok":  # (status.json exists, so run_dir does)
-        times = steady_times(read_steps(os.path.join(run_dir, "steps.jsonl")), detect_warmup).tolist()
+        times = steady_times(read_steps(run_dir + "/steps.jsonl"), detect_warmup).tolist()
         if not times:
             state, reason = "invalid", "status ok but no steady-state steps in steps.jsonl"
     row["status"], row["reason"] = state, reason
