@@ -215,3 +215,63 @@ def test_ok_without_steps_is_invalid_and_unknown_state_too(tmp_path):
     # the other repeat still carries the point: efficiency is unchanged
     weak = e[e["series"] == "weak-dp"].set_index("n")
     assert weak.loc[2, "n_ok"] == 1 and weak.loc[2, "efficiency"] == pytest.approx(1.0)
+
+
+def test_run_cis_equal_the_per_run_bootstrap(study):
+    # runs.csv's CI comes from the batched bootstrap: identical to bootstrapping each run alone
+    from scalestudy import stats
+
+    runs = pd.read_csv(study / "runs.csv").set_index("point_id")
+    ok = runs[runs["status"] == "ok"]
+    assert len(ok) >= 5
+    for pid in ok.index[:5]:
+        times = aggregate.steady_times(aggregate.read_steps(study / "runs" / pid / "steps.jsonl"))
+        dist = stats.bootstrap_medians(times.tolist(), seed=aggregate._seed(pid))
+        lo, hi = stats.percentile_ci(dist)
+        assert ok.loc[pid, "step_time_ci_lo_s"] == pytest.approx(lo, rel=1e-5)  # csv: 6 digits
+        assert ok.loc[pid, "step_time_ci_hi_s"] == pytest.approx(hi, rel=1e-5)
+    rows, _, ctx = aggregate.collect(study)
+    r = rows.set_index("point_id")
+    for pid in ok.index[:5]:
+        row, times, dist = aggregate.run_row(
+            {**r.loc[pid].to_dict(), "point_id": pid, "feasible": True}, study / "runs" / pid,
+            ctx["calibration"], ctx["convention"])
+        for c in ("step_time_median_s", "step_time_ci_lo_s", "step_time_ci_hi_s", "mfu",
+                  "util_vs_measured_ceiling", "tokens_per_s_per_device"):
+            assert np.array_equal(row[c], r.loc[pid, c], equal_nan=True), c
+
+
+def test_csv_text_is_pandas_to_csv():
+    df = pd.DataFrame({
+        "f": [1.0, np.nan, np.inf, -np.inf, -0.0, 1e-300, 123456789.0],
+        "i": [1, 2, 3, 4, 5, 6, 7], "s": ["x,y", None, "", 'q"', "a\nb", "z", "w"],
+        "b": [True, False, True, True, False, True, False],
+        "o": [None, 1.5, "s", 2, np.nan, 3.0, "t"], "f32": np.arange(7, dtype=np.float32)})
+    for frame in (df, df.iloc[:0], df[["s"]], df.assign(c=df["s"].astype("category")),
+                  df.assign(n=pd.array([1, None, 3, 4, 5, 6, 7], dtype="Int64"))):
+        assert aggregate.csv_text(frame) == frame.to_csv(index=False, float_format="%.6g")
+
+
+def test_point_json_read_only_when_needed(tmp_path, monkeypatch):
+    # ok runs: summary.json holds the FLOPs and device; point.json is not opened
+    d = make_study(tmp_path)
+    opened = []
+    real = aggregate._read_json
+    monkeypatch.setattr(aggregate, "_read_json", lambda p: opened.append(str(p)) or real(p))
+    runs, _, _ = aggregate.collect(d)
+    points = {Path(p).parent.name for p in opened if p.endswith("point.json")}
+    st = runs.set_index("point_id")["status"]
+    assert points == set(st[st.isin(["oom", "timeout", "not_run"])].index)
+    assert runs.loc[runs["status"] == "oom", "model_flops_per_step"].gt(0).all()
+
+
+def test_study_convention_applies_to_every_row(tmp_path):
+    # a point.json left from before the study switched convention does not mix conventions
+    d = make_study(tmp_path)
+    pid = "weak-dp_n2_dp2-tp1-pp1_gb8_abcd0002_r0"
+    point = json.loads((d / "runs" / pid / "point.json").read_text())
+    write_json(d / "runs" / pid / "point.json", dict(point, flops_convention="palm"))
+    runs, _, ctx = aggregate.collect(d)
+    assert ctx["convention"] == "megatron" and (runs["flops_convention"] == "megatron").all()
+    mf = flops.model_flops_per_step(GPTConfig.from_dict(MODEL), 8, "megatron")
+    assert runs.set_index("point_id").loc[pid, "model_flops_per_step"] == pytest.approx(mf)

@@ -58,3 +58,36 @@ def test_hierarchical_bootstrap_widens_with_repeat_to_repeat_spread():
     d2 = stats.bootstrap_medians([[1.0], [2.0, 2.0, 2.0]], n_boot=200)
     assert set(np.unique(d2)) <= {1.0, 1.5, 2.0}
     assert stats.summarize(reps)["n_repeats"] == 3
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 8, 9, 10, 11, 16])
+def test_rows_functions_equal_the_one_sample_functions(m):
+    # the batched functions aggregation uses give exactly the one-run values, row by row
+    rng = np.random.default_rng(m)
+    x = rng.lognormal(0.0, 0.05, (6, m))
+    x[1] = x[1].round(2)  # ties
+    x[2] = 0.5  # constant
+    seeds = [int(s) for s in rng.integers(0, 2**32, 6)]
+    rows = stats.bootstrap_medians_rows(x, seeds, n_boot=300)
+    assert rows.shape == (6, 300)
+    med, q25, q75 = stats.median_iqr_rows(x)
+    lo, hi = stats.percentile_ci_rows(rows)
+    for i in range(6):
+        one = stats.bootstrap_medians(x[i], n_boot=300, seed=seeds[i])
+        assert np.array_equal(rows[i], one)
+        assert (lo[i], hi[i]) == stats.percentile_ci(one)
+        assert med[i] == float(np.median(x[i])) and (q25[i], q75[i]) == stats.iqr(x[i])
+
+
+def test_percentile_ci_rows_equals_percentile_ci_with_nonfinite_rows():
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 7, 2000, 2001):
+        d = rng.normal(size=(40, n))
+        d[3] = d[3].round(1)
+        if n > 2:
+            d[4, 1], d[5, 0], d[6] = np.inf, -np.inf, np.nan
+        lo, hi = stats.percentile_ci_rows(d)
+        for i in range(40):
+            assert np.array_equal([lo[i], hi[i]], stats.percentile_ci(d[i]), equal_nan=True)
+    lo, hi = stats.percentile_ci_rows(np.empty((3, 0)))
+    assert np.isnan(lo).all() and np.isnan(hi).all()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from scalestudy.stats import ALPHA, percentile_ci
+from scalestudy.stats import ALPHA, percentile_ci_rows
 
 MODES = ("weak", "strong")
 OK = "ok"
@@ -45,7 +45,7 @@ def invariant_problem(series: str, mode: str, ns, tokens_per_step, labels=None) 
     what = "tokens per device per step" if _mode(mode) == "weak" else "tokens per step"
     ns = np.asarray(ns, dtype=float)
     v = np.asarray(tokens_per_step, dtype=float) / (ns if mode == "weak" else 1.0)
-    if v.size == 0:
+    if v.size == 0 or (v == v[0]).all():  # (NaNs compare unequal: they go the long way)
         return None
     vals, counts = np.unique(v, return_counts=True)
     ref = vals[np.argmax(counts)]  # the value most points agree on
@@ -104,6 +104,7 @@ def curve(ns, tokens_per_step, step_time_s, status=None, baseline_n: int | None 
         e, sp = x / x[i0], t[i0] / t
         b0 = np.asarray(boot.get(n0, []), dtype=float) if boot is not None else np.empty(0)
         if b0.size:
+            rows, dist = [], []
             for i in np.nonzero(ok)[0]:
                 bi = np.asarray(boot.get(int(ns[i]), []), dtype=float)
                 if bi.size != b0.size:
@@ -111,8 +112,13 @@ def curve(ns, tokens_per_step, step_time_s, status=None, baseline_n: int | None 
                 if ns[i] == n0:  # E(N0) = 1 by definition, no interval
                     e_lo[i] = e_hi[i] = s_lo[i] = s_hi[i] = 1.0
                     continue
-                e_lo[i], e_hi[i] = percentile_ci((tok[i] / tok[i0]) * (b0 * n0) / (bi * ns[i]), alpha)
-                s_lo[i], s_hi[i] = percentile_ci(b0 / bi, alpha)
+                rows.append(i)
+                dist.append(bi)
+            if rows:  # the ratio distributions of all points at once (row i: point rows[i])
+                r, bi = np.array(rows), np.array(dist)
+                e_lo[r], e_hi[r] = percentile_ci_rows(
+                    (tok[r] / tok[i0])[:, None] * (b0 * n0) / (bi * ns[r][:, None]), alpha)
+                s_lo[r], s_hi[r] = percentile_ci_rows(b0 / bi, alpha)
     cols = {
         "n": ns, "baseline_n": np.full(ns.size, float(n0) if n0 is not None else np.nan),
         "step_time_s": t, "tokens_per_step": tok, "tokens_per_s_per_device": x,

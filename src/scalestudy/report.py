@@ -4,6 +4,7 @@ its numbers readable (FLOPs convention, peak, statistics, failed points)."""
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 
 import pandas as pd
 
@@ -50,7 +51,11 @@ def headline_table(runs: pd.DataFrame, efficiency: pd.DataFrame) -> tuple[str, s
             "step time ms [95% CI]", "tokens/s/device", "efficiency [95% CI]", "speedup",
             util_name, "status"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    for r in efficiency.itertuples(index=False):
+    for r in _rows(efficiency, ["series", "mode", "n", "dp", "tp", "pp", "global_batch",
+                                "tokens_per_step", "step_time_s", "step_time_ci_lo_s",
+                                "step_time_ci_hi_s", "tokens_per_s_per_device", "efficiency",
+                                "efficiency_ci_lo", "efficiency_ci_hi", "speedup", util_col,
+                                "status", "n_ok", "n_repeats"]):
         cells = [
             str(r.series), str(r.mode), str(r.n), f"{r.dp}×{r.tp}×{r.pp}", _fmt(r.global_batch, "g"),
             _fmt(r.tokens_per_step, "g"),
@@ -62,6 +67,13 @@ def headline_table(runs: pd.DataFrame, efficiency: pd.DataFrame) -> tuple[str, s
         ]
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     return "\n".join(lines), util_name
+
+
+def _rows(df: pd.DataFrame, cols: list[str]):
+    """``df[cols].itertuples(index=False)`` (same values), from each column's ``tolist()``:
+    iterating text columns value by value is slow."""
+    row = namedtuple("Row", cols, rename=True)
+    return map(row._make, zip(*(df[c].tolist() for c in cols)))
 
 
 def summary_markdown(runs: pd.DataFrame, efficiency: pd.DataFrame, context: dict) -> str:
@@ -109,6 +121,6 @@ def summary_markdown(runs: pd.DataFrame, efficiency: pd.DataFrame, context: dict
     bad = runs[runs["status"] != "ok"]
     if len(bad):
         out += ["", "## Points that did not run successfully", ""]
-        for r in bad.itertuples(index=False):
+        for r in _rows(bad, ["point_id", "status", "reason"]):
             out.append(f"- `{r.point_id}`: {r.status} — {r.reason}")
     return "\n".join(out) + "\n"

@@ -3,6 +3,10 @@
 Pure numpy. Times are seconds; every bootstrap uses a fixed seed so a table is reproducible.
 Repeats of a point are separate jobs: their uncertainty enters through a *hierarchical*
 bootstrap (resample repeats, then steps within each drawn repeat, then take the median).
+
+The ``*_rows`` functions do the same for many samples at once (one per row) and return exactly
+what the one-sample functions return for each row: aggregation of a 10,000-point study calls
+them once per step count instead of once per run.
 """
 
 from __future__ import annotations
@@ -83,6 +87,112 @@ def bootstrap_medians(groups, n_boot: int = N_BOOT, seed: int = SEED) -> np.ndar
     buf.sort(axis=1)
     idx = np.arange(n_boot)
     return 0.5 * (buf[idx, (total - 1) // 2] + buf[idx, total // 2])
+
+
+def bootstrap_medians_rows(samples, seeds, n_boot: int = N_BOOT) -> np.ndarray:
+    """Bootstrap distributions of the median of ``k`` samples of equal size ``m`` (s): a
+    ``(k, n_boot)`` array whose row ``i`` is exactly ``bootstrap_medians(samples[i], n_boot,
+    seeds[i])`` (same generator and draws per row, same medians).
+
+    ``samples``: ``(k, m)`` finite step times, one sample per row; ``seeds``: ``k`` seeds.
+    Only the draws are made per row; for ``m <= 10`` the medians are read off the ranks of the
+    drawn steps (their counts packed into one integer per replicate) instead of sorting."""
+    x = np.asarray(samples, dtype=float)
+    if x.ndim != 2 or len(seeds) != x.shape[0]:
+        raise ValueError(f"samples must be (k, m) with k seeds; got {x.shape} and {len(seeds)} seeds")
+    k, m = x.shape
+    out = np.empty((k, n_boot if m else 0))
+    if m == 0 or k == 0:
+        return out
+    order = np.argsort(x, axis=1, kind="stable")
+    srt = np.take_along_axis(x, order, axis=1)
+    lo_k, hi_k = (m - 1) // 2, m // 2  # order statistics averaged by np.median
+    if m > _PACK_MAX or not hasattr(np, "bitwise_count"):  # (numpy < 2: no popcount)
+        for i in range(k):
+            idx = np.random.default_rng(seeds[i]).integers(0, x[i].size, size=(n_boot, m))
+            out[i] = np.median(x[i][idx], axis=1)
+        return out
+    # A replicate draws m step indices; count the drawn ranks in 5-bit lanes (lane r = how many
+    # draws have rank r, <= m <= 10: 4 bits), summed by a matmul, exact in float64 (< 2**50).
+    # Multiplying by 0b00001...00001 turns the counts into prefix counts c_r (draws of rank <= r);
+    # the j-th smallest drawn rank is #{r : c_r <= j}, found by adding 15 - j to every lane and
+    # counting the lanes whose bit 4 is set (c_r > j).
+    rank = np.empty((k, m), dtype=np.intp)
+    np.put_along_axis(rank, order, np.arange(m), axis=1)
+    weight = np.ldexp(1.0, _LANE * rank)  # 2**(5·rank), exact
+    lanes = np.arange(m, dtype=np.uint64) * np.uint64(_LANE)
+    ones = np.uint64(1) << lanes
+    prefix = np.bitwise_or.reduce(ones)
+    high = np.bitwise_or.reduce(np.uint64(16) << lanes)
+
+    def order_stat(cum: np.ndarray, j: int) -> np.ndarray:
+        add = np.uint64(15 - j) * prefix
+        return m - np.bitwise_count((cum + add) & high).astype(np.intp)
+
+    sum_lanes = np.ones(m)
+    for i in range(k):
+        idx = np.random.default_rng(seeds[i]).integers(0, m, size=(n_boot, m))
+        counts = (weight[i].take(idx) @ sum_lanes).astype(np.uint64)
+        cum = counts * prefix
+        lo = srt[i].take(order_stat(cum, lo_k))
+        out[i] = lo if lo_k == hi_k else (lo + srt[i].take(order_stat(cum, hi_k))) / 2
+    return out
+
+
+_LANE = 5
+_PACK_MAX = 10  # 10 lanes of 5 bits: sums below 2**50, exact in a float64's 53-bit mantissa
+
+
+def percentiles_sorted(rows: np.ndarray, q) -> np.ndarray:
+    """Linear-interpolation percentiles ``q`` (in %) of each row of ``rows``, rows already
+    sorted ascending and finite: a ``(len(q), k)`` array equal to ``np.percentile(row, q)``
+    per row (same virtual index ``(n-1)·q/100`` and the same interpolation)."""
+    s = np.asarray(rows, dtype=float)
+    n = s.shape[1]
+    out = np.empty((len(q), s.shape[0]))
+    for j, qq in enumerate(np.true_divide(np.asarray(q, dtype=float), 100)):
+        v = (n - 1) * qq
+        if v >= n - 1:
+            out[j] = s[:, -1]
+            continue
+        i = int(np.floor(v))
+        a, b, t = s[:, i], s[:, i + 1], v - np.floor(v)
+        diff = b - a
+        out[j] = b - diff * (1 - t) if t >= 0.5 else a + diff * t
+    return out
+
+
+def median_iqr_rows(samples) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(median, q25, q75)`` (s) of each row of a ``(k, m)`` array of finite step times, ``m >
+    0``: per row exactly ``np.median(row)`` and ``iqr(row)``."""
+    s = np.sort(np.asarray(samples, dtype=float), axis=1)
+    m = s.shape[1]
+    med = s[:, m // 2] if m % 2 else (s[:, m // 2 - 1] + s[:, m // 2]) / 2
+    q25, q75 = percentiles_sorted(s, [25, 75])
+    return med, q25, q75
+
+
+def percentile_ci_rows(dists, alpha: float = ALPHA) -> tuple[np.ndarray, np.ndarray]:
+    """``percentile_ci`` of each row of a ``(k, n)`` array of bootstrap distributions:
+    ``(lo, hi)`` arrays, exactly the one-row values (rows with non-finite values go one by
+    one)."""
+    d = np.asarray(dists, dtype=float)
+    k = d.shape[0]
+    lo, hi = np.full(k, np.nan), np.full(k, np.nan)
+    if k == 0 or d.shape[1] == 0:
+        return lo, hi
+    step = max(1, _CHUNK // d.shape[1])
+    for a in range(0, k, step):  # a few MB at a time: no copy of the whole array
+        s = np.sort(d[a:a + step], axis=1)  # -inf first, +inf and NaN last
+        with np.errstate(invalid="ignore"):  # rows with inf/NaN are redone below
+            lo[a:a + step], hi[a:a + step] = percentiles_sorted(
+                s, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+        for i in np.nonzero(~(np.isfinite(s[:, 0]) & np.isfinite(s[:, -1])))[0]:
+            lo[a + i], hi[a + i] = percentile_ci(d[a + i], alpha)
+    return lo, hi
+
+
+_CHUNK = 1 << 19  # values sorted at a time (4 MB)
 
 
 def percentile_ci(dist: np.ndarray, alpha: float = ALPHA) -> tuple[float, float]:
