@@ -54,6 +54,7 @@ def test_collectives_under_torchrun(tmp_path):
     assert png.exists()
 
 
+@pytest.mark.timing
 def test_predicted_vs_measured_step_time_on_cpu():
     """The perf model, fed with building blocks measured here (matmul at the model's shapes,
     fused attention, copy bandwidth, framework overhead), against real fp32 steps of the

@@ -29,7 +29,7 @@ import pytest
 
 from scalestudy.cli import REPO, snakemake_argv
 
-pytestmark = pytest.mark.workflow
+pytestmark = [pytest.mark.workflow, pytest.mark.timing]
 
 
 def _settled_load(limit: float, wait_s: float = 150.0) -> float:
