@@ -83,6 +83,6 @@ def test_calibrate_times_the_studys_own_shapes(tmp_path):
                            "--max-seconds", "0.5", "--shapes", "32x16x8", "64x64x64"]) == 0
     shapes = read_json(out)["shapes"]
     assert [(r["m"], r["n"], r["k"]) for r in shapes] == [(32, 16, 8), (64, 64, 64)]
-    assert all(r["flops_per_s"] > 0 and r["iters_per_sample"] >= 1 for r in shapes)
+    assert all(r["flops_per_s"] > 0 for r in shapes)
     with pytest.raises(argparse.ArgumentTypeError, match="use MxNxK"):
         calibrate.parse_shape("64x64")

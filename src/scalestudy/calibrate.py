@@ -107,28 +107,17 @@ def measure_shapes(device_type: str, dtype: str, shapes: list[tuple[int, int, in
                    samples: int = 5, min_time_s: float = 0.01) -> list[dict]:
     """FLOP/s (median of ``samples``) of ``[M×K] @ [K×N]`` per ``(M, N, K)``; the device is
     synchronised before each clock read and one warm-up product per shape is excluded."""
+    from scalestudy.microbench import timed_samples
+
     device = torch.device(device_type)
     g = torch.Generator(device="cpu").manual_seed(0)
     out = []
     for m, n, k in shapes:
         a = torch.randn(m, k, generator=g).to(device=device, dtype=_DTYPES[dtype])
         b = torch.randn(k, n, generator=g).to(device=device, dtype=_DTYPES[dtype])
-        c = torch.mm(a, b)  # warm-up
-        _sync(device)
-        t0 = time.perf_counter()
-        torch.mm(a, b, out=c)
-        _sync(device)
-        iters = max(1, int(min_time_s / max(time.perf_counter() - t0, 1e-7)))
-        rates = []
-        for _ in range(samples):
-            _sync(device)
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                torch.mm(a, b, out=c)
-            _sync(device)
-            rates.append(2.0 * m * n * k * iters / (time.perf_counter() - t0))
-        out.append({"m": m, "n": n, "k": k, "flops_per_s": statistics.median(rates),
-                    "iters_per_sample": iters})
+        c = torch.empty(m, n, device=device, dtype=_DTYPES[dtype])
+        secs = timed_samples(lambda: torch.mm(a, b, out=c), device, 1, samples, min_time_s)
+        out.append({"m": m, "n": n, "k": k, "flops_per_s": 2.0 * m * n * k / statistics.median(secs)})
     return out
 
 

@@ -81,7 +81,7 @@ def _device_name(device) -> str:
 # --- matmul ---------------------------------------------------------------------------------
 
 
-def _timed_samples(call, device, warmup: int, samples: int, min_time_s: float) -> list[float]:
+def timed_samples(call, device, warmup: int, samples: int, min_time_s: float) -> list[float]:
     """Seconds per ``call()``: ``samples`` measurements, each repeating the call until
     ``min_time_s`` has passed, after ``warmup`` untimed calls; the device is synchronised
     before every clock read."""
@@ -125,7 +125,7 @@ def bench_matmul(
         for m, n, k in shapes:
             a = torch.randn(m, k, device=device, dtype=dtype)
             b = torch.randn(k, n, device=device, dtype=dtype)
-            secs = _timed_samples(lambda: torch.mm(a, b), device, warmup, samples, min_time_s)
+            secs = timed_samples(lambda: torch.mm(a, b), device, warmup, samples, min_time_s)
             for i, dt_s in enumerate(secs):
                 rows.append({
                     "device": device.type, "device_name": _device_name(device), "dtype": dt,
@@ -431,7 +431,7 @@ def bench_attention(shapes: list[tuple[int, int, int, int]], dtypes: list[str], 
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
                 y.backward(g)
 
-            for i, sec in enumerate(_timed_samples(call, device, warmup, samples, min_time_s)):
+            for i, sec in enumerate(timed_samples(call, device, warmup, samples, min_time_s)):
                 rows.append({"device": device.type, "dtype": dt, "batch_heads": b * a, "seq": s,
                              "head_dim": hd, "sample": i, "seconds": sec,
                              "flops_per_s": 3 * 4.0 * s * s * hd * b * a / sec})
