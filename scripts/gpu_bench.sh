@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU benchmark (issue 7): a ~1.1B-parameter GPT (seq 2048, bf16 autocast + fp32 master weights,
 # fused AdamW, SDPA/flash attention) for 20 steps on one GPU, through the real pipeline path
-# (point.json -> scalestudy.runner -> torchrun -> scalestudy.train), with activation
+# (point.json -> scalestudy.run.runner -> torchrun -> scalestudy.train), with activation
 # checkpointing off and on, and torch.compile. Writes tokens/s, MFU vs the spec peak (H200-SXM:
 # 989 TFLOP/s dense bf16) and vs the measured bf16 matmul ceiling, and peak memory.
 #

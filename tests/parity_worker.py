@@ -20,10 +20,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from scalestudy.data import SyntheticTokens
-from scalestudy.io import write_json
-from scalestudy.model import GPT, GPTConfig
-from scalestudy.parallel import Engine, Layout, build_mesh
+from scalestudy.train.data import SyntheticTokens
+from scalestudy.record.io import write_json
+from scalestudy.models.gpt import GPT, GPTConfig
+from scalestudy.distributed.engine import Engine, Layout, build_mesh
 
 CFG = GPTConfig(vocab=64, seq_len=16, layers=2, hidden=32, heads=4, mlp="gelu",
                 tied_embeddings=False, bias=True)

@@ -8,10 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalestudy import aggregate, flops
-from scalestudy.io import write_json, write_text
-from scalestudy.model import GPTConfig
-from scalestudy.planner import PLAN_COLUMNS
+from scalestudy.analysis import aggregate
+from scalestudy.perf import flops
+from scalestudy.record.io import write_json, write_text
+from scalestudy.models.gpt import GPTConfig
+from scalestudy.plan.planner import PLAN_COLUMNS
 
 MODEL = {"name": "tiny", "vocab": 256, "seq_len": 64, "layers": 2, "hidden": 64, "heads": 4,
          "ffn_hidden": None, "mlp": "gelu", "tied_embeddings": False, "bias": True}
@@ -219,7 +220,7 @@ def test_ok_without_steps_is_invalid_and_unknown_state_too(tmp_path):
 
 def test_run_cis_equal_the_per_run_bootstrap(study):
     # runs.csv's CI comes from the batched bootstrap: identical to bootstrapping each run alone
-    from scalestudy import stats
+    from scalestudy.analysis import stats
 
     runs = pd.read_csv(study / "runs.csv").set_index("point_id")
     ok = runs[runs["status"] == "ok"]

@@ -45,7 +45,7 @@ def test_figure_verdict_and_table():
 def test_trainer_loops_do_the_same_work_and_record_is_complete():
     rec = trainer.measure(trainer.default_point(), rounds=2, block=2)
     eq = rec["equivalence"]
-    # same init, batches, AdamW and clipping: fp32 on CPU agrees to rounding (DESIGN §6)
+    # same init, batches, AdamW and clipping: fp32 on CPU agrees to rounding
     assert eq["steps"] == 2
     assert eq["loss_max_abs_diff"] < 1e-5 and eq["param_max_abs_diff"] < 2e-4, eq
     assert len(rec["rounds_detail"]) == 2
@@ -124,7 +124,7 @@ def _check_gpu_records(rec: dict, names: list[str], fresh_process: bool = True) 
             assert r[k] is not None and r[k] > 0, k
         assert r["peak_memory_gb"] is not None
         assert r["peak_memory_gb"] > 0 if fresh_process else r["peak_memory_gb"] >= 0
-        # no spec peak for a CPU: no MFU, never a guess (DESIGN §3)
+        # no spec peak for a CPU: no MFU, never a guess
         assert r["mfu"] is None and r["peak_tflops"] is None
         assert r["tokens_per_s"] == pytest.approx(r["tokens_per_step"] / r["step_time_median_s"])
     full = {r["activation_checkpointing"]: r for r in rec["records"]}

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalestudy.efficiency import InvariantError, check_invariant, efficiency_table
+from scalestudy.analysis.efficiency import InvariantError, check_invariant, efficiency_table
 
 NS = [1, 2, 4, 8]
 

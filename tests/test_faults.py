@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from scalestudy import runner
+from scalestudy.run import runner
 from scalestudy.cli import REPO, snakemake_argv
-from scalestudy.planner import plan_points
-from scalestudy.study import validate
+from scalestudy.plan.planner import plan_points
+from scalestudy.config.study import validate
 
 # --------------------------------------------------------------------------------------------
 # Real log snippets, produced by this repo's trainer under torchrun (gloo, torch 2.13 CPU) with

@@ -6,8 +6,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 from torch.utils.flop_counter import FlopCounterMode
 
-from scalestudy import flops
-from scalestudy.model import GPT, GPTConfig, num_params
+from scalestudy.perf import flops
+from scalestudy.models.gpt import GPT, GPTConfig, num_params
 
 # Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
 # Megatron-LM" (SC21), Table 1 (V = 51,200, s = 2048): (params in billions, layers, hidden).
@@ -27,10 +27,10 @@ CONFIGS = [
 
 def counted_flops(cfg: GPTConfig, rows: int, wrap_layers: str | bool = False) -> int:
     """Forward + backward FLOPs as FlopCounterMode counts them, on the meta device, under the
-    math SDPA backend (the default CPU flash kernel is not counted: DESIGN §6)."""
+    math SDPA backend (the default CPU flash kernel is not counted: FlopCounterMode has no formula for it)."""
     with torch.device("meta"):
         model = GPT(cfg)
-    if wrap_layers:  # activation checkpointing as scalestudy.parallel applies it
+    if wrap_layers:  # activation checkpointing as scalestudy.distributed.engine applies it
         for key, layer in model.layers.items():
             if wrap_layers == "selective" and int(key) % 2:
                 continue  # selective: layers 0, 2, 4, ... only
@@ -68,7 +68,7 @@ def test_full_recompute_matches_flop_counter():
 
 
 def test_selective_recompute_matches_flop_counter():
-    # scalestudy.parallel's "selective": layers 0, 2, ... re-run (3 layers -> 2 recomputed)
+    # scalestudy.distributed.engine's "selective": layers 0, 2, ... re-run (3 layers -> 2 recomputed)
     cfg = GPTConfig(vocab=128, seq_len=32, layers=3, hidden=64, heads=4, mlp="swiglu")
     formula = flops.hardware_flops_per_step(cfg, 2, "megatron", "selective")
     with set_checkpoint_early_stop(False):

@@ -1,6 +1,6 @@
 import pytest
 
-from scalestudy import hardware
+from scalestudy.perf import hardware
 
 
 @pytest.mark.parametrize(
@@ -57,8 +57,8 @@ def test_detect_cpu():
 
 
 def test_calibrate_writes_record(tmp_path):
-    from scalestudy import calibrate
-    from scalestudy.io import read_json
+    from scalestudy.measure import calibrate
+    from scalestudy.record.io import read_json
 
     out = tmp_path / "calibration.json"
     assert calibrate.main(["--device", "cpu", "--dtype", "fp32", "--out", str(out), "--size", "64",
@@ -75,8 +75,8 @@ def test_calibrate_writes_record(tmp_path):
 def test_calibrate_times_the_studys_own_shapes(tmp_path):
     import argparse
 
-    from scalestudy import calibrate
-    from scalestudy.io import read_json
+    from scalestudy.measure import calibrate
+    from scalestudy.record.io import read_json
 
     out = tmp_path / "calibration.json"
     assert calibrate.main(["--device", "cpu", "--out", str(out), "--size", "64", "--samples", "3",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scalestudy import launch
+from scalestudy.run import launch
 
 
 def make_point(nodes=1, procs=2, device="cpu", timeout_s=600, pid="weak-dp_n4_x_r0"):
@@ -62,7 +62,7 @@ def test_multi_node_is_one_srun_task_per_node():
     assert "--kill-on-bad-exit=1" in argv
     assert not any(a.startswith("--gres") for a in argv)  # CPU point
     i = argv.index("py")
-    assert argv[i:i + 4] == ["py", "-m", "scalestudy.launch", "node"]
+    assert argv[i:i + 4] == ["py", "-m", "scalestudy.run.launch", "node"]
     node = argv[i + 4:]
     assert flag(node, "--nnodes") == "2" and flag(node, "--nproc-per-node") == "2"
     assert flag(node, "--rdzv-id") == "1234-weak-dp_n4_x_r0"
@@ -86,7 +86,7 @@ def test_multi_node_gpu_requests_gpus_per_node():
 
 def test_multi_node_outside_slurm_emulates_nodes_on_this_host():
     argv = launch.launch_argv(make_point(2, 2), RUN, python="py", environ={})
-    assert argv[:4] == ["py", "-m", "scalestudy.launch", "local-nodes"]
+    assert argv[:4] == ["py", "-m", "scalestudy.run.launch", "local-nodes"]
     assert flag(argv, "--nnodes") == "2" and flag(argv, "--nproc-per-node") == "2"
     assert argv[argv.index("--"):] == ["--", "-m", "scalestudy.train", str(RUN / "point.json"),
                                        str(RUN)]

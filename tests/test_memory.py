@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from scalestudy import memory
-from scalestudy.microbench import memory_point
+from scalestudy.perf import memory
+from scalestudy.measure.microbench import memory_point
 
 TINY = dict(vocab=256, seq_len=64, layers=2, hidden=64, heads=4)
 
@@ -25,7 +25,7 @@ def point(model=TINY, mb=2, dp=1, tp=1, pp=1, m=1, dp_mode="ddp", ckpt="none", p
     {"hidden": 128, "layers": 3, "vocab": 1000, "ffn_hidden": 200},
 ])
 def test_total_params_matches_model(kw):
-    from scalestudy.model import GPT, GPTConfig, num_params
+    from scalestudy.models.gpt import GPT, GPTConfig, num_params
 
     cfg = GPTConfig(**kw)
     assert memory.total_params(cfg.to_dict()) == num_params(GPT(cfg))
@@ -91,7 +91,7 @@ def test_checkpointing():
     assert none["activations"] == pytest.approx(4 * per_layer + emb)
     assert sel_att["activations"] == pytest.approx(4 * s * b * h * 34 + emb)
     assert full["activations"] == pytest.approx(4 * 2 * s * b * h + per_layer + emb)
-    # layer-selective (scalestudy.parallel): layers 0 and 2 checkpointed, 1 and 3 kept
+    # layer-selective (scalestudy.distributed.engine): layers 0 and 2 checkpointed, 1 and 3 kept
     assert sel["activations"] == pytest.approx(2 * 2 * s * b * h + 2 * per_layer + per_layer + emb)
 
 
@@ -123,7 +123,7 @@ def test_pipeline_stages_hold_embeddings_and_head():
 
 
 def test_frontier_headline_14_tb():
-    from scalestudy.predict import reference
+    from scalestudy.perf.predict import reference
 
     pub = reference("frontier_dash2024")
     r = pub[pub["model"] == "gpt-1t"].iloc[0]
@@ -138,7 +138,7 @@ def test_frontier_headline_14_tb():
 
 
 def test_frontier_configs_fit_a_gcd_and_single_gcd_does_not():
-    from scalestudy.predict import config_point, reference
+    from scalestudy.perf.predict import config_point, reference
 
     cfgs = reference("frontier_dash2024_configs")
     for _, r in cfgs.iterrows():
@@ -166,7 +166,7 @@ def test_estimate_matches_measured_peak_on_cpu():  # single process, plain train
     Observed errors: -0.2% (state-dominated), -4.5% (activations), +5.1% (full
     checkpointing). Bound 15%: allocator granularity and page-level RSS noise are a few MiB
     on totals of 70-180 MiB, and the model omits optimizer/autograd temporaries."""
-    from scalestudy.microbench import MEMORY_CASES, bench_memory
+    from scalestudy.measure.microbench import MEMORY_CASES, bench_memory
 
     cases = {k: MEMORY_CASES[k] for k in ("state", "activations_full_ckpt")}
     rows = bench_memory(cases)

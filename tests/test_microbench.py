@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from scalestudy import microbench
+from scalestudy.measure import microbench
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ def test_collectives_under_torchrun(tmp_path):
     out = tmp_path / "coll.csv"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
     cmd = ["timeout", "120", sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc-per-node", "2", "-m", "scalestudy.microbench", "collectives", "--out",
+           "--nproc-per-node", "2", "-m", "scalestudy.measure.microbench", "collectives", "--out",
            str(out), "--sizes", "4096", "65536", "--samples", "2"]
     subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=150)
     df = pd.read_csv(out)

@@ -12,9 +12,9 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scalestudy.data import SyntheticTokens  # noqa: E402
-from scalestudy.model import GPTConfig  # noqa: E402
-from scalestudy.parallel import Engine, Layout, build_mesh, check_layout, split_layers  # noqa: E402
+from scalestudy.train.data import SyntheticTokens  # noqa: E402
+from scalestudy.models.gpt import GPTConfig  # noqa: E402
+from scalestudy.distributed.engine import Engine, Layout, build_mesh, check_layout, split_layers  # noqa: E402
 
 POINT = {
     "n": 8, "dp": 2, "tp": 2, "pp": 2, "micro_batch": 2, "grad_accum": 4,

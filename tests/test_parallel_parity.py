@@ -2,7 +2,7 @@
 
 One torchrun launch per world size trains all layouts of that size one after another
 (tests/parity_worker.py) and compares each with a single-process reference computed in the
-same job. Tolerances (DESIGN §6): per-step loss 1e-5 absolute, parameters after 5 AdamW steps
+same job. Tolerances (reduction order differs between layouts): per-step loss 1e-5 absolute, parameters after 5 AdamW steps
 2e-4 absolute (reduction order differs between layouts).
 """
 

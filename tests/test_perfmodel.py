@@ -2,9 +2,9 @@
 
 import pytest
 
-from scalestudy import perfmodel
-from scalestudy.microbench import memory_point
-from scalestudy.perfmodel import HardwareSpec, Link, Measured, collective_time, predict_step_time
+from scalestudy.perf import stepmodel as perfmodel
+from scalestudy.measure.microbench import memory_point
+from scalestudy.perf.stepmodel import HardwareSpec, Link, Measured, collective_time, predict_step_time
 
 MODEL = dict(vocab=1000, seq_len=128, layers=8, hidden=256, heads=8)
 
@@ -86,7 +86,7 @@ def test_data_parallel_volume_and_overlap():
     hw = ideal_hw()
     ddp = predict_step_time(point(dp=4, mb=2), hw, dp_overlap=0.0)
     grad = memory_point(MODEL, 2, "none")
-    from scalestudy import memory
+    from scalestudy.perf import memory
 
     P = memory.total_params(MODEL)
     assert ddp["dp_comm_s"] == pytest.approx(1e-5 + 1.5 * 4 * P / 1e10)
@@ -148,8 +148,8 @@ def test_tp_larger_than_node_is_rejected():
 @pytest.mark.parametrize("ckpt", ["none", "full", "selective", "selective_attention"])
 @pytest.mark.parametrize("mlp", ["gelu", "swiglu"])
 def test_flops_agree_with_flops_module(ckpt, mlp):
-    from scalestudy import flops
-    from scalestudy.model import GPTConfig
+    from scalestudy.perf import flops
+    from scalestudy.models.gpt import GPTConfig
 
     p = point(mb=2, m=3, ckpt=ckpt)
     p["model"]["mlp"] = mlp
@@ -177,7 +177,7 @@ def test_calibration_as_matmul_ceiling(tmp_path):
 def test_calibrated_shapes_are_used_per_product(tmp_path):
     import json
 
-    from scalestudy.planner import plan_points
+    from scalestudy.plan.planner import plan_points
 
     cal = tmp_path / "calibration.json"
     cal.write_text(json.dumps({"dtype": "fp32", "m": 512, "n": 512, "k": 512, "flops_per_s": 8e10,
@@ -188,7 +188,7 @@ def test_calibrated_shapes_are_used_per_product(tmp_path):
     study = {"name": "s", "models": {"m": dict(MODEL)}, "series": [
         {"name": "w", "mode": "weak", "model": "m", "gpus": [1, 2], "micro_batch": 2},
         {"name": "t", "mode": "weak", "model": "m", "gpus": [2], "tp": 2, "micro_batch": 2}]}
-    from scalestudy.study import validate
+    from scalestudy.config.study import validate
 
     shapes = perfmodel.gemm_shapes(plan_points(validate(study)))
     h, f, s, V = 256, 1024, 128, 1000

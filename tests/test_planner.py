@@ -4,8 +4,8 @@ import copy
 
 import pytest
 
-from scalestudy.planner import config_hash, expand_series, plan_points, plan_table
-from scalestudy.study import StudyError, validate
+from scalestudy.plan.planner import config_hash, expand_series, plan_points, plan_table
+from scalestudy.config.study import StudyError, validate
 
 BASE = {
     "name": "t",

@@ -3,7 +3,8 @@
 import pandas as pd
 import pytest
 
-from scalestudy import aggregate, plots
+from scalestudy.analysis import aggregate
+from scalestudy.report import plots
 from test_aggregate import make_study
 
 EXPECTED = {f"{f}.{e}" for f in plots.FIGURES for e in ("png", "pdf", "csv")}

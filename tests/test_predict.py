@@ -3,7 +3,8 @@
 import pandas as pd
 import pytest
 
-from scalestudy import perfmodel, predict
+from scalestudy.perf import stepmodel as perfmodel
+from scalestudy.perf import predict
 
 
 def test_series_shapes():

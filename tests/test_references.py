@@ -1,7 +1,7 @@
 import pandas as pd
 import pytest
 
-from scalestudy import references
+from scalestudy.report import references
 
 
 def test_frontier_values_as_published():

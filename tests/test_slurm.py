@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scalestudy import launch
+from scalestudy.run import launch
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "slurm-local.sh"
@@ -117,7 +117,7 @@ def _wait_job(job_id: str, env: dict, limit_s: float) -> str:
 
 DRIVER = """
 import os, subprocess, sys
-from scalestudy import launch
+from scalestudy.run import launch
 # a GPU point on the fake GPUs (the probe itself only uses gloo)
 point = {"point_id": "probe-2x2", "nodes": 2, "procs_per_node": 2,
          "platform": {"device": "cuda", "timeout_s": 200,

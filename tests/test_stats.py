@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from scalestudy import stats
+from scalestudy.analysis import stats
 
 
 def test_steady_state_drops_declared_warmup_and_nonfinite():

@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from scalestudy.study import StudyError, load_study
+from scalestudy.config.study import StudyError, load_study
 
 GOOD = """
 name: s1

@@ -2,7 +2,8 @@
 
 import yaml
 
-from scalestudy import perfmodel, tune
+from scalestudy.perf import stepmodel as perfmodel
+from scalestudy.perf import tune
 
 
 def test_tune_tiny_writes_study(tmp_path):
@@ -14,8 +15,8 @@ def test_tune_tiny_writes_study(tmp_path):
     for s in doc["series"]:
         assert s["gpus"] == [4] and 4 % (s["tp"] * s["pp"]) == 0
     # the written study is valid and plans to exactly the ranked, feasible points
-    from scalestudy.planner import plan_points
-    from scalestudy.study import load_study
+    from scalestudy.plan.planner import plan_points
+    from scalestudy.config.study import load_study
 
     pts = plan_points(load_study(str(out)))
     assert len(pts) == 3 and all(p["feasible"] for p in pts)
@@ -25,8 +26,8 @@ def test_tune_frontier_study_validates(tmp_path):
     out = tmp_path / "study.yaml"
     assert tune.main(["--model", "gpt-175b", "--n", "1024", "--hardware", "frontier", "--top",
                       "4", "--out", str(out)]) == 0
-    from scalestudy.planner import plan_points
-    from scalestudy.study import load_study
+    from scalestudy.plan.planner import plan_points
+    from scalestudy.config.study import load_study
 
     study = load_study(str(out))
     assert study["platform"]["hardware"] == "MI250X-GCD"

@@ -17,30 +17,30 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scalestudy.study import StudyError
+from scalestudy import paths
+from scalestudy.config.point import PointError
+from scalestudy.config.study import StudyError
 
-REPO = Path(__file__).resolve().parents[2]
 # subcommands implemented by other modules' main(argv)
 DELEGATED = {
-    "predict": "scalestudy.predict",
-    "tune": "scalestudy.tune",
-    "bench": "scalestudy.bench",
-    "run-point": "scalestudy.runner",
+    "predict": "scalestudy.perf.predict",
+    "tune": "scalestudy.perf.tune",
+    "run-point": "scalestudy.run.runner",
 }
 PLAN_VIEW = ["point_id", "mode", "n", "dp", "tp", "pp", "micro_batch", "grad_accum",
              "global_batch", "tokens_per_step", "feasible", "reason"]
 
 
 def _load(path: str):
-    from scalestudy.planner import plan_points
-    from scalestudy.study import load_study
+    from scalestudy.plan.planner import plan_points
+    from scalestudy.config.study import load_study
 
     study = load_study(path)
     return study, plan_points(study)
 
 
 def cmd_plan(args) -> int:
-    from scalestudy.planner import plan_rows, write_plan
+    from scalestudy.plan.planner import plan_rows, write_plan
 
     study, points = _load(args.study)
     rows = plan_rows(points)
@@ -50,7 +50,7 @@ def cmd_plan(args) -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(PLAN_VIEW))]
     for row in table:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-    n_ok = sum(p["feasible"] for p in points)
+    n_ok = sum(p.feasible for p in points)
     print(f"\n{study['name']}: {len(points)} runs planned, {n_ok} feasible, "
           f"{len(points) - n_ok} skipped")
     return 0
@@ -59,7 +59,7 @@ def cmd_plan(args) -> int:
 def snakemake_argv(study: str, results: str, profile: str | None, extra: list[str]) -> list[str]:
     # Snakemake's metadata and locks live beside the results (one .snakemake per results root)
     Path(results).mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
+    argv = [sys.executable, "-m", "snakemake", "--snakefile", str(paths.snakefile()),
             "--directory", str(Path(results).resolve())]
     if profile:
         argv += ["--profile", profile]
@@ -70,6 +70,7 @@ def snakemake_argv(study: str, results: str, profile: str | None, extra: list[st
 def cmd_run(args) -> int:
     study, _ = _load(args.study)  # fail fast, before Snakemake starts anything
     extra = args.snakemake_args
+    args.profile = args.profile or str(paths.profile("local"))
     argv = snakemake_argv(args.study, args.results, args.profile, extra)
     rc = subprocess.call(argv)
     locks = Path(args.results).resolve() / ".snakemake" / "locks"
@@ -87,14 +88,14 @@ def cmd_run(args) -> int:
 
 
 def cmd_aggregate(args) -> int:
-    from scalestudy import aggregate
+    from scalestudy.analysis import aggregate
 
     aggregate.run(Path(args.study_dir))
     return 0
 
 
 def cmd_plot(args) -> int:
-    from scalestudy import plots
+    from scalestudy.report import plots
 
     for path in plots.run(Path(args.study_dir)):
         print(path)
@@ -112,8 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a study through Snakemake")
     p.add_argument("study")
     p.add_argument("--results", default="results")
-    p.add_argument("--profile", default=str(REPO / "workflow/profiles/local"),
-                   help="Snakemake profile (default: workflow/profiles/local)")
+    p.add_argument("--profile", default=None,
+                   help="Snakemake profile folder (default: the shipped workflow/profiles/local)")
     p.add_argument("--no-report", action="store_true", help="skip report.html")
     p.set_defaults(func=cmd_run)
     for name, fn in (("aggregate", cmd_aggregate), ("plot", cmd_plot)):
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     args.snakemake_args = extra
     try:
         return int(args.func(args) or 0)
-    except StudyError as e:
+    except (StudyError, PointError) as e:
         print(f"scalestudy: error: {e}", file=sys.stderr)
         return 2
 

@@ -15,7 +15,7 @@ rule aggregate:
                           category="Tables"),
         summary=report(f"{OUT}/summary.md", caption="../report/summary.rst", category="Tables"),
     shell:
-        "{PY:q} -m scalestudy.aggregate {OUT:q}"
+        "{PY:q} -m scalestudy.analysis.aggregate {OUT:q}"
 
 
 rule predict:
@@ -33,4 +33,4 @@ rule predict:
     params:
         out=f"{OUT}/predict",
     shell:
-        "{PY:q} -m scalestudy.predict {STUDY_FILE:q} --results {RESULTS:q} --out {params.out:q}"
+        "{PY:q} -m scalestudy.perf.predict {STUDY_FILE:q} --results {RESULTS:q} --out {params.out:q}"

@@ -1,4 +1,4 @@
-# Building-block measurements (scalestudy.microbench) on the study's own hardware: matmul
+# Building-block measurements (scalestudy.measure.microbench) on the study's own hardware: matmul
 # throughput by shape and dtype, collective bandwidth/latency by size and group size, one
 # tidy CSV and one figure each. They feed `scalestudy predict` (perfmodel.Measured).
 # Study key (proposed schema fragment, all optional):
@@ -28,7 +28,7 @@ rule microbench_matmul:
         sizes=" ".join(str(int(s)) for s in MB.get("matmul_sizes", [256, 512, 1024])),
         dtypes=" ".join(MB.get("dtypes", [STUDY["train"].get("precision", "fp32")])),
     shell:
-        "OMP_NUM_THREADS=1 timeout 300 {PY:q} -m scalestudy.microbench matmul --device {params.device}"
+        "OMP_NUM_THREADS=1 timeout 300 {PY:q} -m scalestudy.measure.microbench matmul --device {params.device}"
         " --sizes {params.sizes} --dtypes {params.dtypes} --out {output:q} > {log:q} 2>&1"
 
 
@@ -45,7 +45,7 @@ rule microbench_collectives:
         groups=" ".join(str(g) for g in MB_GROUPS),
     shell:
         "OMP_NUM_THREADS=1 timeout 300 {PY:q} -m torch.distributed.run --standalone"
-        " --nproc-per-node {params.nproc} -m scalestudy.microbench collectives --sizes {params.sizes}"
+        " --nproc-per-node {params.nproc} -m scalestudy.measure.microbench collectives --sizes {params.sizes}"
         " --group-sizes {params.groups} --out {output:q} > {log:q} 2>&1"
 
 
@@ -57,4 +57,4 @@ rule microbench_plot:
     wildcard_constraints:
         kind="matmul|collectives",
     shell:
-        "{PY:q} -m scalestudy.microbench plot {wildcards.kind} {input:q} --out {output:q}"
+        "{PY:q} -m scalestudy.measure.microbench plot {wildcards.kind} {input:q} --out {output:q}"

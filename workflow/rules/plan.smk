@@ -9,8 +9,8 @@ rule plan:
         plan=report(f"{OUT}/plan.tsv", caption="../report/plan.rst", category="Plan"),
         study=f"{OUT}/study.json",
     run:
-        from scalestudy.io import write_json
-        from scalestudy.planner import write_plan
+        from scalestudy.record.io import write_json
+        from scalestudy.plan.planner import write_plan
 
         write_plan(list(POINTS.values()), OUT)
         write_json(output.study, STUDY)
@@ -22,6 +22,6 @@ rule point_spec:
     output:
         f"{OUT}/runs/{{pid}}/point.json",
     run:
-        from scalestudy.io import write_json
+        from scalestudy.record.io import write_text
 
-        write_json(output[0], POINTS[wildcards.pid])
+        write_text(output[0], POINTS[wildcards.pid].json_text())

@@ -11,4 +11,4 @@ rule plots:
                     category="Figures") for fig in FIGURES],
         other=expand(f"{OUT}/figures/{{fig}}.{{ext}}", fig=FIGURES, ext=["pdf", "csv"]),
     shell:
-        "{PY:q} -m scalestudy.plots {OUT:q}"
+        "{PY:q} -m scalestudy.report.plots {OUT:q}"

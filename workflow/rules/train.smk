@@ -7,14 +7,14 @@ rule calibrate:
     resources:
         timed_slot=1,
         # Slurm: one process on one device of a node, like a 1-device point
-        **launch.rule_resources(lambda w: {"point_id": "calibrate", "nodes": 1,
-                                           "procs_per_node": 1, "platform": STUDY["platform"]}),
+        **slurm.rule_resources(lambda w: slurm.job_resources(1, 1, PLATFORM,
+                                                             label="calibrate")),
     params:
         device=STUDY["platform"]["device"],
         dtype=STUDY["train"]["precision"],
         shapes=" ".join("x".join(map(str, s)) for s in gemm_shapes(POINTS.values())),
     shell:
-        "{PY:q} -m scalestudy.calibrate --device {params.device} --dtype {params.dtype}"
+        "{PY:q} -m scalestudy.measure.calibrate --device {params.device} --dtype {params.dtype}"
         " --out {output:q} --shapes {params.shapes}"
 
 
@@ -30,6 +30,6 @@ rule train:
     resources:
         timed_slot=1,
         # Slurm: nodes, tasks, cpus_per_task, mem_mb, runtime, gres, mpi (multi-node), ...
-        **launch.rule_resources(lambda w: POINTS[w.pid]),
+        **slurm.rule_resources(lambda w: slurm.point_resources(POINTS[w.pid])),
     shell:
-        "{PY:q} -m scalestudy.runner {input:q} {params.run_dir:q}"
+        "{PY:q} -m scalestudy.run.runner {input:q} {params.run_dir:q}"

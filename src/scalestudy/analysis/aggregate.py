@@ -1,0 +1,543 @@
+"""Run records → tidy tables: ``runs.csv`` (+ ``runs.parquet``), ``efficiency.csv``, ``summary.md``.
+
+    python -m scalestudy.analysis.aggregate RESULTS/STUDY      (or: scalestudy aggregate RESULTS/STUDY)
+
+Reads ``plan.tsv`` (every point × repeat, feasible or not), each ``runs/<id>/{summary,
+status}.json`` + ``steps.jsonl`` (``point.json`` only for a run without ``summary.json``), and
+optionally ``calibration.json`` and ``study.json`` (whose FLOPs convention applies to every row).
+One row per planned run, failed and infeasible ones included: a run dir without
+``status.json`` is ``not_run``; an infeasible plan row is ``infeasible`` with the planner's
+reason. Step times are the steady-state window (declared warm-up steps dropped); per run the
+median, IQR and a bootstrap 95% CI; per (series, N) the repeats are pooled and the CI comes
+from a hierarchical bootstrap (repeats, then steps). Every file is written atomically.
+
+Runs are read one by one into plain lists; their statistics are computed in batches of runs
+with equal step counts (``stats.*_rows``) and the tables are built once at the end.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import locale
+import math
+import os
+import sys
+import zlib
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from scalestudy.analysis import efficiency as eff
+from scalestudy.analysis import stats
+from scalestudy.config.point import Point, PointError
+from scalestudy.config.vocab import FlopsConvention
+from scalestudy.perf import flops, hardware
+from scalestudy.record.io import atomic_path, write_text
+from scalestudy.record.states import RunState
+
+RUN_COLUMNS = [
+    "study", "series", "mode", "model", "point_id", "config_hash", "repeat",
+    "n", "dp", "tp", "pp", "nodes", "micro_batch", "grad_accum", "global_batch", "seq_len",
+    "tokens_per_step", "tokens_per_device_step", "dp_mode", "pp_schedule",
+    "activation_checkpointing", "precision", "baseline_n",
+    "status", "reason",
+    "step_time_median_s", "step_time_q25_s", "step_time_q75_s", "step_time_iqr_s",
+    "step_time_ci_lo_s", "step_time_ci_hi_s", "n_steady_steps",
+    "tokens_per_s", "tokens_per_s_per_device",
+    "flops_convention", "model_flops_per_step", "hardware_flops_per_step",
+    "model_tflops_per_device", "hardware_tflops_per_device",
+    "device_type", "device_name", "hardware", "peak_tflops", "peak_source", "mfu", "hfu",
+    "measured_ceiling_tflops", "util_vs_measured_ceiling",
+    "peak_memory_gb", "memory_kind", "mem_estimate_gb", "loss_first", "loss_last",
+    "n_params", "exit_code", "wall_s",
+]
+
+EFFICIENCY_COLUMNS = [
+    "series", "mode", "model", "n", "dp", "tp", "pp", "global_batch", "tokens_per_step",
+    "baseline_n", "n_repeats", "n_ok", "step_time_s", "step_time_ci_lo_s", "step_time_ci_hi_s",
+    "tokens_per_s_per_device", "tokens_per_s_per_device_ci_lo", "tokens_per_s_per_device_ci_hi",
+    "efficiency", "efficiency_ci_lo", "efficiency_ci_hi",
+    "speedup", "speedup_ci_lo", "speedup_ci_hi", "ideal_speedup",
+    "mfu", "hfu", "util_vs_measured_ceiling", "status", "reason", "note",
+]
+
+
+def _read_text(path) -> str:
+    """The text of a file, read as ``open(path).read()`` does (locale encoding, universal
+    newlines) with two system calls instead of Python's buffered file objects. OSError when
+    it cannot be read; UnicodeDecodeError when it is not text."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.read(fd, 1 << 16)
+        if len(data) == 1 << 16:  # a larger file: read the rest
+            parts = [data]
+            while chunk := os.read(fd, 1 << 20):
+                parts.append(chunk)
+            data = b"".join(parts)
+    finally:
+        os.close(fd)
+    text = data.decode(_ENCODING)
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
+_ENCODING = locale.getpreferredencoding(False)  # what open() decodes text files with
+
+
+def _read_json(path) -> dict | None:
+    """The JSON object in ``path``; None when it is missing or unreadable."""
+    try:
+        return json.loads(_read_text(path))
+    except (OSError, ValueError):
+        return None
+
+
+def read_steps(path: Path) -> list[dict]:
+    """Lines of ``steps.jsonl``; a torn or corrupt line is skipped."""
+    try:
+        lines = _read_text(path).split("\n")
+    except OSError:
+        return []
+    out, decode = [], _DECODER.decode  # json.loads without its per-call checks
+    for line in lines:
+        try:
+            out.append(decode(line))
+        except ValueError:
+            continue
+    return out
+
+
+_DECODER = json.JSONDecoder()
+
+
+def steady_times(steps: list[dict], detect: bool = False) -> np.ndarray:
+    """Steady-state step times (s): steps flagged ``warmup`` dropped (+ optional detection)."""
+    times = [s.get("step_time_s", np.nan) for s in steps if not s.get("warmup", False)]
+    return stats.steady_state(times, 0, detect=detect)
+
+
+def _num(x) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return float("nan")
+    return v
+
+
+def _flops_from_point(point: dict | None, key: str, convention: str) -> float:
+    """Model/hardware FLOPs per step from a ``point.json`` object (when no summary exists);
+    NaN when it is not a readable point."""
+    try:
+        p = Point.from_json(point or {})
+        if key == "model":
+            return flops.model_flops_per_step(p.model, p.global_batch, convention)
+        return flops.hardware_flops_per_step(p.model, p.global_batch, convention,
+                                             p.parallel.activation_checkpointing)
+    except (PointError, ValueError):
+        return float("nan")
+
+
+def _seed(key: str) -> int:
+    """A fixed bootstrap seed per point: distributions of different points are independent
+    (the efficiency CI divides them) and every rerun gives the same table."""
+    return stats.SEED + zlib.crc32(key.encode())
+
+
+# the columns computed from the median step time t (s) and the run's constants
+_STEP_COLUMNS = ("step_time_median_s", "step_time_q25_s", "step_time_q75_s", "step_time_iqr_s",
+                 "step_time_ci_lo_s", "step_time_ci_hi_s", "n_steady_steps", "tokens_per_s",
+                 "tokens_per_s_per_device", "model_tflops_per_device",
+                 "hardware_tflops_per_device", "mfu", "hfu", "util_vs_measured_ceiling")
+# per run, for those columns: tokens per step, N, model and hardware FLOPs per step,
+# spec peak and measured ceiling (FLOP/s per device)
+_CONSTANTS = ("tokens", "n", "model_flops", "hardware_flops", "peak", "ceiling")
+
+
+def read_run(plan_row: dict, run_dir, calibration: dict | None, convention: str | None,
+             detect_warmup: bool = False) -> tuple[dict, list[float], tuple]:
+    """A run's row of ``runs.csv`` without the step-time columns (``_STEP_COLUMNS``), its
+    steady-state step times (s) and its constants for those columns (``_CONSTANTS``).
+
+    Reads ``status.json``, ``summary.json`` and, for an ok run, ``steps.jsonl``; ``point.json``
+    only when they lack what it holds (no summary: a failed or unfinished run). ``run_dir``
+    None: the run has no directory (nothing to read). ``convention`` is the study's FLOPs
+    convention; None: take each point's (``point.json``)."""
+    row = {k: plan_row[k] for k in RUN_COLUMNS if k in plan_row}
+    run_dir = None if run_dir is None else str(run_dir)
+    summary = _read_json(run_dir + "/summary.json") if run_dir else None
+    summary = summary or {}
+    status = _read_json(run_dir + "/status.json") if run_dir else None
+    point = _UNREAD
+
+    def get_point() -> dict:
+        nonlocal point
+        if point is _UNREAD:
+            point = (_read_json(run_dir + "/point.json") if run_dir else None) or {}
+        return point
+
+    feasible = str(plan_row.get("feasible", "True")).lower() in ("true", "1", "yes")
+    conv = convention or get_point().get("flops_convention") or FlopsConvention.MEGATRON
+    row["flops_convention"] = conv
+
+    times: list[float] = []
+    if not feasible:
+        state, reason = RunState.INFEASIBLE, plan_row.get("reason") or "infeasible"
+    elif status is None:
+        state, reason = RunState.NOT_RUN, "no status.json (not run yet)"
+    else:
+        reason = status.get("reason", "") or ""
+        row["exit_code"] = status.get("exit_code")
+        row["wall_s"] = status.get("wall_s")
+        try:
+            state = RunState(status.get("state", "invalid"))
+        except ValueError:
+            state, reason = RunState.INVALID, f"unknown state {status.get('state')!r} in status.json"
+    if state == RunState.OK:  # (status.json exists, so run_dir does)
+        times = steady_times(read_steps(run_dir + "/steps.jsonl"), detect_warmup).tolist()
+        if not times:
+            state, reason = RunState.INVALID, "status ok but no steady-state steps in steps.jsonl"
+    row["status"], row["reason"] = str(state), reason
+
+    mf = _num((summary.get("model_flops_per_step") or {}).get(conv))
+    hf = _num((summary.get("hardware_flops_per_step") or {}).get(conv))
+    if not math.isfinite(mf):
+        mf = _flops_from_point(get_point(), "model", conv)
+    if not math.isfinite(hf):
+        hf = _flops_from_point(get_point(), "hardware", conv)
+    row["model_flops_per_step"], row["hardware_flops_per_step"] = mf, hf
+
+    precision = plan_row.get("precision") or summary.get("dtype")
+    peak, source, key = summary.get("peak_flops_per_device"), summary.get("peak_source"), summary.get("hardware")
+    if not summary and get_point().get("platform", {}).get("hardware") and precision:
+        key, peak, source = _resolve_peak(get_point()["platform"]["hardware"], precision)
+    peak = _num(peak)
+    row.update(device_type=summary.get("device_type") or get_point().get("platform", {}).get("device"),
+               device_name=summary.get("device_name"), hardware=key,
+               peak_tflops=peak / 1e12, peak_source=source)
+
+    ceiling = float("nan")
+    if calibration and calibration.get("dtype") == precision and (
+            row["device_type"] in (None, calibration.get("device_type"))):
+        ceiling = _num(calibration.get("flops_per_s"))
+    row["measured_ceiling_tflops"] = ceiling / 1e12
+
+    mem = _num(summary.get("peak_memory_bytes"))
+    row.update(peak_memory_gb=mem / 1e9, memory_kind=summary.get("memory_kind"),
+               loss_first=summary.get("loss_first"), loss_last=summary.get("loss_last"),
+               n_params=summary.get("n_params"))
+    constants = (_num(plan_row.get("tokens_per_step")), _num(plan_row.get("n")), mf, hf, peak,
+                 ceiling)
+    return row, times, constants
+
+
+_UNREAD = object()
+_resolve_peak = lru_cache(maxsize=None)(hardware.resolve_peak)  # a pure lookup in a fixed table
+
+
+def step_columns(times: list[list[float]], seeds: list[int], constants: np.ndarray
+                 ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+    """The ``_STEP_COLUMNS`` of many runs at once, and each run's bootstrap distribution of
+    its median step time (empty without steps).
+
+    ``times``: steady-state step times (s) per run; ``seeds``: bootstrap seed per run;
+    ``constants``: ``(runs, 6)`` array of ``_CONSTANTS``. Runs with equal step counts share one
+    batch of ``stats.*_rows`` calls; every value equals the one-run computation."""
+    k = len(times)
+    cols = {c: np.full(k, np.nan) for c in _STEP_COLUMNS}
+    cols["n_steady_steps"] = np.array([len(t) for t in times], dtype=np.int64)
+    dists: list[np.ndarray] = [np.empty(0)] * k
+    by_len: dict[int, list[int]] = {}
+    for i, t in enumerate(times):
+        if t:
+            by_len.setdefault(len(t), []).append(i)
+    for idx in by_len.values():
+        x = np.array([times[i] for i in idx], dtype=float)
+        boot = stats.bootstrap_medians_rows(x, [seeds[i] for i in idx])
+        med, q25, q75 = stats.median_iqr_rows(x)
+        lo, hi = stats.percentile_ci_rows(boot)
+        for c, v in (("step_time_median_s", med), ("step_time_q25_s", q25),
+                     ("step_time_q75_s", q75), ("step_time_ci_lo_s", lo), ("step_time_ci_hi_s", hi)):
+            cols[c][idx] = v
+        for j, i in enumerate(idx):
+            dists[i] = boot[j]
+    cols["step_time_iqr_s"] = cols["step_time_q75_s"] - cols["step_time_q25_s"]
+    tokens, n, mf, hf, peak, ceiling = np.asarray(constants, dtype=float).reshape(k, 6).T
+    t = cols["step_time_median_s"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cols["tokens_per_s"] = tokens / t
+        cols["tokens_per_s_per_device"] = tokens / t / n
+        cols["model_tflops_per_device"] = mf / t / n / 1e12
+        cols["hardware_tflops_per_device"] = hf / t / n / 1e12
+        cols["mfu"] = mf / (t * n * peak)
+        cols["hfu"] = hf / (t * n * peak)
+        cols["util_vs_measured_ceiling"] = mf / (t * n * ceiling)
+    return cols, dists
+
+
+def run_row(plan_row: dict, run_dir: Path, calibration: dict | None, convention: str | None,
+            detect_warmup: bool = False) -> tuple[dict, list[float], np.ndarray]:
+    """One tidy row of ``runs.csv``, the run's steady-state step times (s) and the bootstrap
+    distribution of their median (``read_run`` + ``step_columns`` for one run)."""
+    row, times, constants = read_run(plan_row, run_dir, calibration, convention, detect_warmup)
+    cols, dists = step_columns([times], [_seed(str(plan_row.get("point_id")))], [constants])
+    for c, v in cols.items():
+        row[c] = v[0].item()
+    return row, times, dists[0]
+
+
+def _named_baselines(study: dict | None) -> dict[str, int]:
+    out = {}
+    for s in (study or {}).get("series", []) or []:
+        if isinstance(s, dict) and s.get("baseline") is not None:
+            out[s["name"]] = int(s["baseline"])
+    return out
+
+
+def _series_status(states: list[str]) -> str:
+    """The state that speaks for several repeats: ok if any ran, else the first failure in
+    ``RunState``'s order."""
+    for s in RunState:
+        if s in states:
+            return str(s)
+    return states[0] if states else str(RunState.NOT_RUN)
+
+
+def _records(df: pd.DataFrame, cols: list[str]) -> list[dict]:
+    """``df[cols].to_dict("records")`` (Python scalars, NaN for missing), built column-wise."""
+    values = [df[c].tolist() for c in cols]
+    return [dict(zip(cols, v)) for v in zip(*values)]
+
+
+def _median(values: list[float]) -> float:
+    """``float(np.median(values))`` of a short list of floats, in pure Python (same value)."""
+    v = sorted(values)
+    h = len(v) // 2
+    return float(v[h]) if len(v) % 2 else (v[h - 1] + v[h]) / 2
+
+
+def efficiency_rows(runs: pd.DataFrame, times: dict[str, list[float]],
+                    study: dict | None = None,
+                    dists: dict[str, np.ndarray] | None = None,
+                    cis: dict[str, tuple[float, float]] | None = None
+                    ) -> tuple[pd.DataFrame, list[str]]:
+    """``efficiency.csv`` rows (per series and N) and the messages for series without a curve.
+    ``times``: steady-state step times per point_id; ``dists``: their bootstrap distributions
+    (reused when a point has a single successful repeat); ``cis``: ``stats.percentile_ci`` of
+    those distributions where already computed (s)."""
+    named = _named_baselines(study)
+    cols = ["series", "mode", "model", "n", "dp", "tp", "pp", "global_batch", "tokens_per_step",
+            "baseline_n", "point_id", "status", "reason", "mfu", "hfu", "util_vs_measured_ceiling"]
+    by_series: dict[str, dict[int, list[dict]]] = {}
+    for rec in _records(runs, cols):
+        by_series.setdefault(rec["series"], {}).setdefault(int(rec["n"]), []).append(rec)
+
+    # per (series, N): the pooled median and the bootstrap distribution of the step time
+    series_rows: list[tuple[str, str, dict, list[dict], dict]] = []
+    for series, per_n_recs in by_series.items():
+        mode = str(next(iter(per_n_recs.values()))[0]["mode"])
+        per_n, boot = [], {}
+        for n in sorted(per_n_recs):
+            recs = per_n_recs[n]
+            ok = [r for r in recs if r["status"] == "ok" and times.get(r["point_id"])]
+            groups = [times[r["point_id"]] for r in ok]
+            ci = None
+            if len(ok) == 1 and dists is not None and ok[0]["point_id"] in dists:
+                boot[n] = dists[ok[0]["point_id"]]
+                ci = (cis or {}).get(ok[0]["point_id"])
+            elif groups:  # hierarchical over repeats
+                boot[n] = stats.bootstrap_medians(groups, seed=_seed(f"{series}|{n}"))
+            else:
+                boot[n] = np.empty(0)
+            if len(groups) == 1:
+                median = _median(groups[0])
+            else:
+                median = float(np.median(np.concatenate(groups))) if groups else np.nan
+            first = recs[0]
+
+            def med(col):
+                v = [r[col] for r in ok if pd.notna(r[col])]
+                return _median(v) if v else np.nan
+
+            per_n.append({
+                "series": series, "mode": mode, "model": first["model"], "n": n,
+                "dp": first["dp"], "tp": first["tp"], "pp": first["pp"],
+                "global_batch": first["global_batch"], "tokens_per_step": first["tokens_per_step"],
+                "n_repeats": len(recs), "n_ok": len(groups),
+                "step_time_s": median, "step_time_ci_lo_s": ci[0] if ci else np.nan,
+                "step_time_ci_hi_s": ci[1] if ci else np.nan,
+                "mfu": med("mfu"), "hfu": med("hfu"),
+                "util_vs_measured_ceiling": med("util_vs_measured_ceiling"),
+                "status": _series_status([r["status"] for r in recs]),
+                "reason": "; ".join(sorted({f"{r['status']}: {r['reason']}" for r in recs
+                                            if r["status"] != "ok" and r["reason"]})),
+                "point_id": f"{series} N={n}",
+            })
+        series_rows.append((series, mode, per_n_recs, per_n, boot))
+
+    # the step-time CIs of all (series, N), in batches of equal bootstrap sizes
+    by_size: dict[int, list[tuple[dict, np.ndarray]]] = {}
+    for _, _, _, per_n, boot in series_rows:
+        for r in per_n:
+            b = boot[r["n"]]
+            if len(b) and np.isnan(r["step_time_ci_lo_s"]):  # (NaN: not known yet)
+                by_size.setdefault(len(b), []).append((r, b))
+    for pairs in by_size.values():
+        for a in range(0, len(pairs), 256):
+            chunk = pairs[a:a + 256]
+            lo, hi = stats.percentile_ci_rows(np.array([b for _, b in chunk]))
+            for (r, _), x, z in zip(chunk, lo.tolist(), hi.tolist()):
+                r["step_time_ci_lo_s"], r["step_time_ci_hi_s"] = x, z
+
+    rows, messages = [], []
+    for series, mode, per_n_recs, per_n, boot in series_rows:
+        ns = [r["n"] for r in per_n]
+        base = named.get(series) or next((b for k, b in named.items() if series.startswith(k + "-")), None)
+        planned = [r["baseline_n"] for recs in per_n_recs.values() for r in recs if pd.notna(r["baseline_n"])]
+        statuses = [r["status"] for r in per_n]
+        note = ""
+        if base is None and planned:
+            base = int(planned[0])
+            if not any(n == base and st == "ok" for n, st in zip(ns, statuses)):
+                note = f"planned baseline N0={base} did not run successfully; baseline = smallest N that did"
+                base = None
+        tok = [r["tokens_per_step"] for r in per_n]
+        problem = eff.invariant_problem(series, mode, ns, tok, [r["point_id"] for r in per_n])
+        cols, cnote = eff.curve(ns, tok, [r["step_time_s"] for r in per_n], statuses, base,
+                                boot=None if problem else boot)
+        if problem:
+            messages.append(f"series {series!r} ({mode}): no efficiency curve: {problem}")
+            for c in ("efficiency", "efficiency_ci_lo", "efficiency_ci_hi", "speedup",
+                      "speedup_ci_lo", "speedup_ci_hi"):
+                cols[c] = np.full(len(ns), np.nan)
+            text = f"invariant broken: {problem}"
+        else:
+            text = "; ".join(x for x in (note, cnote) if x)
+            if not np.isfinite(cols["efficiency"]).any():
+                messages.append(f"series {series!r} ({mode}): no efficiency curve: {text}")
+        for i, r in enumerate(per_n):
+            r.pop("point_id")
+            for c in ("baseline_n", "step_time_s", "tokens_per_s_per_device", "efficiency",
+                      "efficiency_ci_lo", "efficiency_ci_hi", "speedup", "speedup_ci_lo",
+                      "speedup_ci_hi", "ideal_speedup"):
+                r[c] = cols[c][i]
+            r["note"] = text
+            # a longer step means fewer tokens/s: the CI bounds swap
+            r["tokens_per_s_per_device_ci_lo"] = r["tokens_per_step"] / (r["step_time_ci_hi_s"] * r["n"])
+            r["tokens_per_s_per_device_ci_hi"] = r["tokens_per_step"] / (r["step_time_ci_lo_s"] * r["n"])
+            rows.append(r)
+    return pd.DataFrame(rows, columns=EFFICIENCY_COLUMNS), messages
+
+
+def csv_text(df: pd.DataFrame) -> str:
+    """``df.to_csv(index=False, float_format="%.6g")``, the same text, written column-wise:
+    floats as ``%.6g`` (NaN empty), ints and bools as ``str``, text as is (missing empty).
+    Other column types (dates, nullable extension types) are left to pandas."""
+    cols = []
+    for c in df.columns:
+        s = df[c]
+        v = s.to_numpy()
+        if v.dtype.kind == "f":
+            text = ["%.6g" % x for x in v.tolist()]
+            missing = np.isnan(v)
+        elif v.dtype.kind in "iub" and not isinstance(s.dtype, pd.api.extensions.ExtensionDtype):
+            text, missing = v.tolist(), None
+        elif v.dtype == object and (s.dtype == object or isinstance(s.dtype, pd.StringDtype)):
+            text, missing = v.tolist(), s.isna().to_numpy()
+        else:
+            return df.to_csv(index=False, float_format="%.6g")
+        if missing is not None:
+            for i in np.flatnonzero(missing).tolist():
+                text[i] = ""
+        cols.append(text)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")  # pandas' defaults: ',', '"', minimal quoting
+    w.writerow(list(df.columns))
+    w.writerows(zip(*cols))
+    return buf.getvalue()
+
+
+def _write_csv(path: Path, df: pd.DataFrame) -> None:
+    write_text(path, csv_text(df))
+
+
+def load_plan(study_dir: Path) -> pd.DataFrame:
+    path = study_dir / "plan.tsv"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: run `scalestudy plan STUDY --write` first")
+    return pd.read_csv(path, sep="\t", keep_default_na=False, na_values=[""])
+
+
+def collect(study_dir: Path, detect_warmup: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """``(runs, efficiency, context)`` for a study directory, without writing anything."""
+    study_dir = Path(study_dir)
+    plan = load_plan(study_dir)
+    study = _read_json(study_dir / "study.json")
+    calibration = _read_json(study_dir / "calibration.json")
+    convention = (study or {}).get("flops_convention", "megatron")
+    runs_dir = str(study_dir / "runs")
+    try:  # one listing instead of failed opens for every run without a directory
+        present = set(os.listdir(runs_dir))
+    except OSError:
+        present = set()
+    rows, times, constants, ids = [], [], [], []
+    for rec in _records(plan, list(plan.columns)):
+        pid = str(rec["point_id"])
+        row, t, c = read_run(rec, os.path.join(runs_dir, pid) if pid in present else None,
+                             calibration, (study or {}).get("flops_convention"), detect_warmup)
+        rows.append(row)
+        times.append(t)
+        constants.append(c)
+        ids.append(pid)
+    step, dists = step_columns(times, [_seed(pid) for pid in ids], constants)
+    cis = dict(zip(ids, zip(step["step_time_ci_lo_s"].tolist(), step["step_time_ci_hi_s"].tolist())))
+    runs = pd.DataFrame(rows)
+    for c, v in step.items():
+        runs[c] = v
+    runs["study"] = (study or {}).get("name") or study_dir.name
+    for c in RUN_COLUMNS:
+        if c not in runs.columns:
+            runs[c] = np.nan
+    runs = runs[RUN_COLUMNS]
+    efficiency, messages = efficiency_rows(runs, dict(zip(ids, times)), study,
+                                           dict(zip(ids, dists)), cis)
+    context = {"study": study, "calibration": calibration, "messages": messages,
+               "convention": convention}
+    return runs, efficiency, context
+
+
+def run(study_dir: Path, detect_warmup: bool = False) -> None:
+    """Write ``runs.csv``, ``runs.parquet``, ``efficiency.csv`` and ``summary.md`` (atomically)."""
+    from scalestudy.report import summary as report
+
+    study_dir = Path(study_dir)
+    runs, efficiency, context = collect(study_dir, detect_warmup)
+    _write_csv(study_dir / "runs.csv", runs)
+    with atomic_path(study_dir / "runs.parquet") as tmp:
+        try:
+            runs.to_parquet(tmp, index=False)
+        except (TypeError, ValueError, ImportError):  # mixed-type object column: store as text
+            obj = runs.select_dtypes(include="object").columns
+            runs.astype({c: "string" for c in obj}).to_parquet(tmp, index=False)
+    _write_csv(study_dir / "efficiency.csv", efficiency)
+    write_text(study_dir / "summary.md", report.summary_markdown(runs, efficiency, context))
+    for msg in context["messages"]:
+        print(msg, file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m scalestudy.analysis.aggregate", description=__doc__.split("\n\n")[0])
+    p.add_argument("study_dir", type=Path)
+    p.add_argument("--detect-warmup", action="store_true",
+                   help="also drop a slow start the declared warm-up missed")
+    args = p.parse_args(argv)
+    run(args.study_dir, args.detect_warmup)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

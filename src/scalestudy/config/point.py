@@ -1,0 +1,361 @@
+"""The typed sweep point: what one training run is, read by every stage.
+
+A :class:`Point` is a model, a parallel layout, training settings and a platform, plus the
+batch arithmetic that ties them together (N = dp·tp·pp; global batch = micro_batch ·
+grad_accum · dp sequences). The planner makes them (:meth:`Point.build`), the trainer, the
+memory and performance models, ``predict``, ``tune`` and the benchmarks read them, and
+``point.json`` is their JSON form (:meth:`Point.to_json` / :meth:`Point.from_json`,
+versioned by :data:`SCHEMA_VERSION`). No other code builds a point by hand.
+
+Units: batch sizes count sequences (rows), ``seq_len`` tokens, memory GB (1e9 bytes),
+times seconds. An infeasible point may hold fractional ``dp`` / ``grad_accum`` /
+``global_batch`` (the derivation that failed, e.g. dp = 1.5); a feasible one never does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from scalestudy.config.vocab import (
+    MLP, Attention, Checkpointing, Device, DPMode, DType, FlopsConvention, PPSchedule,
+    ScalingMode, TRAIN_PRECISIONS,
+)
+
+#: Version of the ``point.json`` layout; a file with another version is refused.
+SCHEMA_VERSION = 2
+#: Hex digits of the config hash shown in a point id (the record holds the full SHA-256).
+ID_HASH_CHARS = 12
+
+
+class PointError(ValueError):
+    """A point that cannot be read or built; ``str()`` is one line naming the field."""
+
+
+def _coerce(obj, name: str, enum) -> None:
+    value = getattr(obj, name)
+    try:
+        object.__setattr__(obj, name, enum(value))
+    except ValueError:
+        allowed = ", ".join(m.value for m in enum)
+        raise PointError(f"{type(obj).__name__.lower()}.{name}: {value!r} is not allowed; "
+                         f"expected one of {allowed}") from None
+
+
+@dataclass(frozen=True)
+class Model:
+    """A decoder-only transformer's shape. Sizes are counts (tokens, features, layers)."""
+
+    name: str = "model"
+    layers: int = 2
+    hidden: int = 64
+    heads: int = 4
+    seq_len: int = 64  # tokens per sequence
+    vocab: int = 256
+    ffn_hidden: int | None = None  # None: 4h (gelu) or Llama's 8h/3 rounded up to 8 (swiglu)
+    mlp: MLP = MLP.GELU
+    tied_embeddings: bool = False
+    bias: bool = True
+    attention: Attention = Attention.FUSED
+
+    def __post_init__(self):
+        _coerce(self, "mlp", MLP)
+        _coerce(self, "attention", Attention)
+
+    @property
+    def ffn(self) -> int:
+        """The MLP's hidden width."""
+        if self.ffn_hidden:
+            return int(self.ffn_hidden)
+        if self.mlp == MLP.SWIGLU:
+            return 8 * ((int(8 * self.hidden / 3) + 7) // 8)
+        return 4 * self.hidden
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices of the MLP: 2 for GELU (up, down), 3 for SwiGLU (gate, up, down)."""
+        return 3 if self.mlp == MLP.SWIGLU else 2
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """Parallelism options besides the (dp, tp, pp) shape."""
+
+    dp_mode: DPMode = DPMode.DDP
+    pp_schedule: PPSchedule = PPSchedule.ONE_F_ONE_B
+    virtual_stages: int = 1  # pipeline stages per pp rank (interleaved schedule)
+    sequence_parallel: bool = False
+    activation_checkpointing: Checkpointing = Checkpointing.NONE
+
+    def __post_init__(self):
+        _coerce(self, "dp_mode", DPMode)
+        _coerce(self, "pp_schedule", PPSchedule)
+        _coerce(self, "activation_checkpointing", Checkpointing)
+
+
+@dataclass(frozen=True)
+class Train:
+    """The optimisation run of one point (AdamW on the synthetic token stream)."""
+
+    steps: int = 12  # optimizer steps, warm-up included
+    warmup_steps: int = 3  # first steps excluded from timing
+    lr: float = 0.003
+    weight_decay: float = 0.0
+    grad_clip: float | None = 1.0
+    seed: int = 0
+    precision: DType = DType.FP32  # bf16: bf16 compute, fp32 master weights and optimizer state
+    compile: bool = False  # torch.compile every block
+
+    def __post_init__(self):
+        _coerce(self, "precision", DType)
+        if self.precision not in TRAIN_PRECISIONS:
+            raise PointError(f"train.precision: {self.precision.value!r} is not trained; "
+                             f"use one of {', '.join(TRAIN_PRECISIONS)}")
+
+
+#: Platform settings that do not change what is measured: not hashed, so changing them never
+#: reruns a point.
+UNHASHED_PLATFORM = ("timeout_s", "collective_timeout_s", "site", "max_nodes", "memory_limit_mb")
+
+
+@dataclass(frozen=True)
+class Platform:
+    """Where a point runs. ``hardware`` names a device of the hardware table (None: detect)."""
+
+    device: Device = Device.AUTO
+    hardware: str | None = None
+    devices_per_node: int = 8  # ranks one node runs (its GPUs; on a CPU host, processes)
+    max_nodes: int = 1
+    memory_per_device_gb: float | None = None  # capacity for the memory check (GB, 1e9 B)
+    timeout_s: float = 900  # watchdog on the whole point
+    collective_timeout_s: float = 120  # process-group timeout
+    memory_limit_mb: int | None = None  # CPU only: RLIMIT_AS per training process (MiB)
+    site: Mapping[str, Any] = field(default_factory=dict)  # Slurm specifics (run.slurm)
+
+    def __post_init__(self):
+        _coerce(self, "device", Device)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One sweep point (× repeat). See the module docstring for units and conventions."""
+
+    model: Model
+    n: int  # world size: devices (processes on a CPU host)
+    dp: int | float
+    tp: int
+    pp: int
+    micro_batch: int  # sequences per micro-batch per data-parallel rank
+    grad_accum: int | float  # micro-batches per optimizer step per DP rank (= PP micro-batches)
+    global_batch: int | float  # sequences per optimizer step
+    nodes: int = 1
+    procs_per_node: int = 1
+    parallel: Parallel = field(default_factory=Parallel)
+    train: Train = field(default_factory=Train)
+    platform: Platform = field(default_factory=Platform)
+    study: str = ""
+    series: str = ""
+    mode: ScalingMode = ScalingMode.STRONG
+    repeat: int = 0
+    baseline_n: int | None = None
+    flops_convention: FlopsConvention = FlopsConvention.MEGATRON
+    references: tuple[str, ...] = ()
+    retries: int = 0  # extra attempts after a crash or timeout
+    feasible: bool = True
+    reason: str = ""  # why the point is infeasible
+    mem_estimate_gb: float | None = None
+    config_hash: str = ""  # SHA-256 over everything that changes the measurement
+    point_id: str = ""
+
+    def __post_init__(self):
+        _coerce(self, "mode", ScalingMode)
+        _coerce(self, "flops_convention", FlopsConvention)
+        object.__setattr__(self, "references", tuple(self.references))
+
+    # -- the batch arithmetic ---------------------------------------------------------------
+    @property
+    def seq_len(self) -> int:
+        return self.model.seq_len
+
+    @property
+    def tokens_per_step(self) -> int | float:
+        return self.global_batch * self.model.seq_len
+
+    @property
+    def tokens_per_device_step(self) -> float:
+        return self.tokens_per_step / self.n
+
+    @property
+    def rows_per_rank(self) -> int:
+        """Sequences one data-parallel rank processes per optimizer step."""
+        return int(self.micro_batch * self.grad_accum)
+
+    @property
+    def stages(self) -> int:
+        """Pipeline stages in total (pp · virtual stages)."""
+        return self.pp * self.parallel.virtual_stages
+
+    def replace(self, **changes) -> "Point":
+        return dataclasses.replace(self, **changes)
+
+    # -- construction -----------------------------------------------------------------------
+    @classmethod
+    def build(cls, model: Model, *, n: int, tp: int = 1, pp: int = 1, micro_batch: int = 1,
+              grad_accum: int | None = None, global_batch: int | None = None,
+              devices_per_node: int | None = None, **rest) -> "Point":
+        """A point on ``n`` devices: dp = n/(tp·pp); with ``global_batch`` given,
+        grad_accum = global_batch/(micro_batch·dp) (strong scaling), else global_batch =
+        micro_batch·grad_accum·dp (weak scaling; grad_accum defaults to 1). Fractions are
+        kept for the constraints to report. ``rest``: the other fields of :class:`Point`."""
+        dp = _whole(n / (tp * pp))
+        if global_batch is not None:
+            ga = _whole(global_batch / (micro_batch * dp))
+            gb = global_batch
+        else:
+            ga = 1 if grad_accum is None else grad_accum
+            gb = _whole(micro_batch * ga * dp)
+        platform = rest.get("platform") or Platform()
+        per_node = devices_per_node or platform.devices_per_node
+        nodes = max(1, -(-n // per_node))
+        return cls(model=model, n=n, dp=dp, tp=tp, pp=pp, micro_batch=micro_batch,
+                   grad_accum=ga, global_batch=gb, nodes=nodes, procs_per_node=-(-n // nodes),
+                   **rest)
+
+    @classmethod
+    def for_layout(cls, model: Model, *, dp: int = 1, tp: int = 1, pp: int = 1,
+                   micro_batch: int = 1, grad_accum: int = 1, **options) -> "Point":
+        """A point from its parallel shape; ``options`` are fields of :class:`Parallel`,
+        :class:`Train` or :class:`Platform` by name (``dp_mode="fsdp"``, ``precision=...``)
+        or of :class:`Point` itself."""
+        parts: dict[str, dict] = {"parallel": {}, "train": {}, "platform": {}}
+        names = {k: {f.name for f in fields(c)} for k, c in
+                 (("parallel", Parallel), ("train", Train), ("platform", Platform))}
+        top = {}
+        for key, value in options.items():
+            owner = next((k for k, ns in names.items() if key in ns), None)
+            (parts[owner] if owner else top)[key] = value
+        return cls.build(model, n=dp * tp * pp, tp=tp, pp=pp, micro_batch=micro_batch,
+                         grad_accum=grad_accum, parallel=Parallel(**parts["parallel"]),
+                         train=Train(**parts["train"]), platform=Platform(**parts["platform"]),
+                         **top)
+
+    # -- JSON (point.json) ------------------------------------------------------------------
+    def to_json(self) -> dict:
+        """The ``point.json`` object (derived batch figures included for readers)."""
+        out = {"schema_version": SCHEMA_VERSION}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if dataclasses.is_dataclass(value):
+                value = {g.name: _plain(getattr(value, g.name)) for g in fields(value)}
+            out[f.name] = _plain(value)
+        out.update(seq_len=self.seq_len, tokens_per_step=self.tokens_per_step,
+                   tokens_per_device_step=self.tokens_per_device_step)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping, source: str = "point.json") -> "Point":
+        """The point of a ``point.json`` object; :class:`PointError` (one line) for a file of
+        another version or a foreign one."""
+        if not isinstance(data, Mapping):
+            raise PointError(f"{source}: not a scalestudy point (a JSON object is expected)")
+        version = data.get("schema_version")
+        if version is None:
+            raise PointError(f"{source}: no schema_version: written by an older scalestudy or "
+                             "not a point at all; plan the study again (scalestudy run STUDY)")
+        if version != SCHEMA_VERSION:
+            raise PointError(f"{source}: schema_version {version!r}; this scalestudy reads "
+                             f"version {SCHEMA_VERSION}: plan the study again with it")
+        parts = {"model": Model, "parallel": Parallel, "train": Train, "platform": Platform}
+        known = {f.name for f in fields(cls)}
+        derived = {"schema_version", "seq_len", "tokens_per_step", "tokens_per_device_step"}
+        unknown = sorted(set(data) - known - derived)
+        if unknown:
+            raise PointError(f"{source}: unknown key {unknown[0]!r}; not a point of this "
+                             "scalestudy version")
+        kw = {}
+        for key in known & set(data):
+            value = data[key]
+            if key in parts:
+                value = _sub(parts[key], value, f"{source}: {key}")
+            kw[key] = value
+        if "model" not in kw:
+            raise PointError(f"{source}: model: missing")
+        try:
+            return cls(**kw)
+        except TypeError as e:
+            raise PointError(f"{source}: {e}") from None
+
+    def json_text(self) -> str:
+        return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
+
+
+def _sub(cls, value, where: str):
+    if not isinstance(value, Mapping):
+        raise PointError(f"{where}: expected an object, got {type(value).__name__}")
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(value) - names)
+    if unknown:
+        raise PointError(f"{where}.{unknown[0]}: unknown key; allowed: {', '.join(sorted(names))}")
+    return cls(**value)
+
+
+def _plain(value):
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
+
+
+def _whole(x: float) -> int | float:
+    """``x`` as an int when it is whole, else unchanged (an infeasible derivation)."""
+    return int(x) if float(x).is_integer() else x
+
+
+# --- identity -------------------------------------------------------------------------------
+
+#: Fields that label or judge a point without changing what is measured: not hashed.
+UNHASHED = ("study", "series", "repeat", "baseline_n", "feasible", "reason", "mem_estimate_gb",
+            "flops_convention", "references", "retries", "config_hash", "point_id")
+
+
+def config_hash(point: Point) -> str:
+    """SHA-256 (hex) over everything that changes the measurement: the model, the layout,
+    the training settings and the platform (not names, repeat, timeouts or Slurm site)."""
+    doc = point.to_json()
+    for key in UNHASHED + ("schema_version",):
+        doc.pop(key, None)
+    doc["platform"] = {k: v for k, v in doc["platform"].items() if k not in UNHASHED_PLATFORM}
+    blob = json.dumps(doc, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def _fmt(x) -> str:
+    return str(int(x)) if float(x).is_integer() else "x"
+
+
+def point_id(point: Point) -> str:
+    """The readable id, also the run folder's name:
+    ``<series>_n<N>_dp<dp>-tp<tp>-pp<pp>_mb<mb>-ga<ga>-gb<gb>_<hash prefix>_r<repeat>``."""
+    if not point.config_hash:
+        raise PointError("point_id: the point has no config_hash yet")
+    return (f"{point.series}_n{point.n}_dp{_fmt(point.dp)}-tp{point.tp}-pp{point.pp}"
+            f"_mb{point.micro_batch}-ga{_fmt(point.grad_accum)}-gb{_fmt(point.global_batch)}"
+            f"_{point.config_hash[:ID_HASH_CHARS]}_r{point.repeat}")
+
+
+def identify(point: Point, repeat: int = 0) -> Point:
+    """``point`` with its ``config_hash``, ``repeat`` and ``point_id`` set."""
+    p = point.replace(config_hash=config_hash(point), repeat=repeat)
+    return p.replace(point_id=point_id(p))
+
+
+__all__ = ["Model", "Parallel", "Train", "Platform", "Point", "PointError", "SCHEMA_VERSION",
+           "config_hash", "point_id", "identify", "UNHASHED_PLATFORM"]

@@ -1,0 +1,113 @@
+"""The vocabulary of a study: every enumerated setting, defined once.
+
+The study schema's ``enum`` lists are filled from these classes when it is loaded
+(``scalestudy.config.study.schema``), so the schema, the typed point, the trainer and the
+models accept exactly the same words. Members are ``str`` (``StrEnum``): they compare equal to
+their value, format as it, and serialise to JSON as plain strings.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ScalingMode(StrEnum):
+    """weak: tokens per device per step fixed; strong: tokens per step fixed."""
+
+    WEAK = "weak"
+    STRONG = "strong"
+
+
+class DPMode(StrEnum):
+    """How the data-parallel group holds the model state."""
+
+    DDP = "ddp"  # full replicas, gradient all-reduce
+    ZERO1 = "zero1"  # optimizer state sharded (ZeroRedundancyOptimizer)
+    FSDP_GRAD_OP = "fsdp_grad_op"  # gradients + optimizer state sharded (ZeRO-2-like)
+    FSDP = "fsdp"  # everything sharded (ZeRO-3)
+
+
+class PPSchedule(StrEnum):
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED_1F1B = "interleaved1f1b"
+
+
+class Checkpointing(StrEnum):
+    """Activation checkpointing (what is recomputed in the backward pass)."""
+
+    NONE = "none"
+    FULL = "full"  # every transformer block
+    SELECTIVE = "selective"  # every other block (global index 0, 2, 4, ...), torchtitan-style
+    SELECTIVE_ATTENTION = "selective_attention"  # the attention core only (Megatron's selective)
+
+
+class DType(StrEnum):
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+
+
+#: What the trainer trains in: fp32, or bf16 compute with fp32 master weights and state.
+TRAIN_PRECISIONS = (DType.FP32, DType.BF16)
+
+
+class MLP(StrEnum):
+    GELU = "gelu"  # 4h, Megatron / GPT-2
+    SWIGLU = "swiglu"  # Llama
+
+
+class Attention(StrEnum):
+    """The attention kernel: ``fused`` (SDPA's flash / memory-efficient kernels, O(s) memory)
+    or ``math`` (the s x s score matrix is materialised)."""
+
+    FUSED = "fused"
+    MATH = "math"
+
+
+class Device(StrEnum):
+    AUTO = "auto"  # cuda when a GPU is visible, else cpu
+    CPU = "cpu"
+    CUDA = "cuda"  # also ROCm builds of torch
+
+
+class FlopsConvention(StrEnum):
+    MEGATRON = "megatron"  # Narayanan et al. SC21, Eq. 3
+    PALM = "palm"  # Chowdhery et al. 2022, App. B
+
+
+class Reference(StrEnum):
+    """Published results a study can overlay (``scalestudy.report.references``)."""
+
+    FRONTIER_DASH2024 = "frontier_dash2024"  # Dash et al., ISC 2024
+    MEGATRON_SC21 = "megatron_sc21"  # Narayanan et al., SC21, Table 1
+
+
+class GPURequest(StrEnum):
+    """How a Slurm job asks for its GPUs."""
+
+    GRES = "gres"  # --gres=gpu:P per node
+    GPUS_PER_NODE = "gpus-per-node"  # --gpus-per-node=P (e.g. Frontier)
+    NONE = "none"  # the nodes' GPUs come with the node
+
+
+def allowed(enum: type[StrEnum]) -> str:
+    """``'a, b, c'``: the values of an enum, for error messages."""
+    return ", ".join(m.value for m in enum)
+
+
+#: The schema's ``$defs`` entries whose ``enum`` lists come from here.
+SCHEMA_ENUMS: dict[str, tuple[str, ...]] = {
+    "scaling_mode": tuple(ScalingMode),
+    "dp_mode": tuple(DPMode),
+    "pp_schedule": tuple(PPSchedule),
+    "activation_checkpointing": tuple(Checkpointing),
+    "precision": TRAIN_PRECISIONS,
+    "dtype": tuple(DType),
+    "mlp": tuple(MLP),
+    "attention": tuple(Attention),
+    "device": tuple(Device),
+    "flops_convention": tuple(FlopsConvention),
+    "reference": tuple(Reference),
+    "gpu_request": tuple(GPURequest),
+}

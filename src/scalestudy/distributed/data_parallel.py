@@ -1,0 +1,78 @@
+"""Data parallelism over the mesh's ``dp`` dimension, PyTorch's own wrappers:
+
+- ``ddp``: ``DistributedDataParallel`` when tp == pp == 1; FSDP2's ``replicate`` (DTensor
+  based DDP) when combined with TP or PP;
+- ``zero1``: the same gradient all-reduce (DDP) plus ``ZeroRedundancyOptimizer`` (optimizer
+  state sharded over dp; built by the engine); with TP it uses PyTorch's TP + DDP recipe;
+- ``fsdp_grad_op``: ``fully_shard(reshard_after_forward=False)`` per block + root (ZeRO-2-like);
+- ``fsdp``: ``fully_shard`` per block + root (ZeRO-3).
+
+Precision ``bf16``: fp32 master weights and optimizer state, bf16 compute. The FSDP2 family
+casts with ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``; classic DDP /
+ZeRO-1 (and no DP wrapper) run under ``torch.autocast``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+
+from scalestudy.config.point import Point
+from scalestudy.config.vocab import DPMode, DType
+
+
+def uses_fsdp2(point: Point) -> bool:
+    """Whether the DP wrapper is of the FSDP2 family (``fully_shard`` or ``replicate``)."""
+    mode = point.parallel.dp_mode
+    return point.dp > 1 and (mode in (DPMode.FSDP, DPMode.FSDP_GRAD_OP) or (
+        mode == DPMode.DDP and (point.tp > 1 or point.pp > 1)))
+
+
+def apply_data_parallel(model: nn.Module, point: Point, dp_mesh: DeviceMesh,
+                        device: torch.device) -> nn.Module:
+    """``model`` wrapped for data parallelism over ``dp_mesh`` (unchanged when dp == 1)."""
+    if point.dp == 1:
+        return model
+    mode = point.parallel.dp_mode
+    if uses_fsdp2(point):
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+              if point.train.precision == DType.BF16 else MixedPrecisionPolicy())
+        if mode in (DPMode.FSDP, DPMode.FSDP_GRAD_OP):
+            reshard = mode == DPMode.FSDP
+            for block in model.layers.values():
+                fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
+            fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
+            return model
+        # ddp with tp > 1 or pp > 1: DTensor-based DDP (FSDP2 machinery, replicate only).
+        from torch.distributed._composable.replicate_with_fsdp import replicate
+        return replicate(model, mesh=dp_mesh, mp_policy=mp)
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    if point.tp > 1:  # zero1 with TP: DDP over the TP-local shards (PyTorch's TP+DDP recipe)
+        from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
+        _pre_dp_module_transform(model)
+    # find_unused_parameters under PP: PipelineStage drives DDP's reducer per micro-batch and
+    # DDP's bucket rebuild after the first step then asserts (torch 2.13); finding unused
+    # parameters disables the rebuild.
+    return DDP(model, process_group=dp_mesh.get_group(),
+               device_ids=[device.index] if device.type == "cuda" else None,
+               find_unused_parameters=point.pp > 1)
+
+
+def make_optimizer(params: list, point: Point, dp_mesh: DeviceMesh, device: torch.device,
+                   betas=(0.9, 0.95)):
+    """AdamW (fp32 state; fused on CUDA, foreach elsewhere) over ``params``, sharded over the
+    dp group for ``zero1`` (``ZeroRedundancyOptimizer``). DTensor and plain parameters go into
+    separate groups: foreach/fused kernels cannot mix them."""
+    from scalestudy.distributed.mesh import is_dtensor
+
+    groups = [[p for p in params if is_dtensor(p)], [p for p in params if not is_dtensor(p)]]
+    param_groups = [{"params": g} for g in groups if g]
+    kw = dict(lr=point.train.lr, betas=tuple(betas), weight_decay=point.train.weight_decay)
+    kw["fused" if device.type == "cuda" else "foreach"] = True
+    if point.parallel.dp_mode == DPMode.ZERO1 and point.dp > 1:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        return ZeroRedundancyOptimizer(param_groups, optimizer_class=torch.optim.AdamW,
+                                       process_group=dp_mesh.get_group(), **kw)
+    return torch.optim.AdamW(param_groups, **kw)

@@ -1,0 +1,140 @@
+"""Measured matmul ceiling of one device: the denominator of "utilisation vs measured ceiling",
+which gives a CPU run (no spec peak) a meaningful percentage.
+
+    python -m scalestudy.measure.calibrate --device cpu|cuda --dtype fp32|bf16 --out FILE [--size N]
+
+Times square ``N×N @ N×N`` matmuls (2·N³ FLOPs each): the device is synchronised before every
+clock read, warm-up matmuls are excluded, each sample runs enough matmuls to last ≳ 20 ms,
+and the result is the median of the samples. On CPU one "device" is one training process,
+which runs with one thread (torchrun's ``OMP_NUM_THREADS=1``), so the default is one thread.
+Bounded by ``--max-seconds`` (default 5 s) after warm-up.
+
+``--shapes MxNxK ...`` also times ``[M×K] @ [K×N]`` at each given shape (the study's own
+products, ``scalestudy.perf.stepmodel.gemm_shapes``), the same way with samples of ≳ 10 ms: small products
+reach a fraction of the ceiling, and the performance model needs their rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import socket
+import statistics
+import sys
+import time
+
+import torch
+
+from scalestudy.config.vocab import DType, TRAIN_PRECISIONS
+from scalestudy.measure.microbench import timed_samples
+from scalestudy.record.io import write_json
+from scalestudy.train.device import TORCH_DTYPES, detect_device, resolve_device_type, sync
+
+_DEFAULT_SIZE = {"cpu": 512, "cuda": 8192}
+
+
+def measure(
+    device_type: str = "cpu",
+    dtype: str = "fp32",
+    size: int | None = None,
+    samples: int = 15,
+    warmup: int = 3,
+    max_seconds: float = 5.0,
+    threads: int | None = 1,
+) -> dict:
+    """Measure the matmul ceiling; returns the ``calibration.json`` record (FLOP/s)."""
+    torch_dtype = TORCH_DTYPES[DType(dtype)]
+    info = detect_device(device_type)
+    device = torch.device(device_type)
+    if device_type == "cpu" and threads:
+        torch.set_num_threads(threads)
+    n = int(size or _DEFAULT_SIZE[device_type])
+    while True:
+        g = torch.Generator(device="cpu").manual_seed(0)
+        a = torch.randn(n, n, generator=g).to(device=device, dtype=torch_dtype)
+        b = torch.randn(n, n, generator=g).to(device=device, dtype=torch_dtype)
+        torch.mm(a, b)
+        sync(device)
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        sync(device)
+        per = max(time.perf_counter() - t0, 1e-7)
+        # A pathologically slow path (bf16 on a CPU without bf16 units) would blow the time
+        # budget: halve the size unless it was given explicitly.
+        if size or per * samples <= max_seconds or n <= 128:
+            break
+        n //= 2
+    out = torch.empty_like(a)
+    secs = timed_samples(lambda: torch.mm(a, b, out=out), device, warmup, samples, 0.02)
+    rates = [2.0 * n**3 / t for t in secs]
+
+    return {
+        "device_name": info["device_name"],
+        "device_type": device_type,
+        "host": socket.gethostname(),
+        "dtype": dtype,
+        "m": n, "n": n, "k": n,
+        "flops_per_s": statistics.median(rates),
+        "samples_flops_per_s": rates,
+        "warmup": warmup,
+        "threads": torch.get_num_threads() if device_type == "cpu" else None,
+        "torch": torch.__version__,
+        "measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "method": "median of samples of back-to-back square matmuls, device synchronised "
+                  "before each clock read, warm-up excluded",
+    }
+
+
+def measure_shapes(device_type: str, dtype: str, shapes: list[tuple[int, int, int]],
+                   samples: int = 5, min_time_s: float = 0.01) -> list[dict]:
+    """FLOP/s (median of ``samples``) of ``[M×K] @ [K×N]`` per ``(M, N, K)``; the device is
+    synchronised before each clock read and one warm-up product per shape is excluded."""
+    device = torch.device(device_type)
+    g = torch.Generator(device="cpu").manual_seed(0)
+    out = []
+    for m, n, k in shapes:
+        torch_dtype = TORCH_DTYPES[DType(dtype)]
+        a = torch.randn(m, k, generator=g).to(device=device, dtype=torch_dtype)
+        b = torch.randn(k, n, generator=g).to(device=device, dtype=torch_dtype)
+        c = torch.empty(m, n, device=device, dtype=torch_dtype)
+        secs = timed_samples(lambda: torch.mm(a, b, out=c), device, 1, samples, min_time_s)
+        out.append({"m": m, "n": n, "k": k, "flops_per_s": 2.0 * m * n * k / statistics.median(secs)})
+    return out
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """``"MxNxK"`` -> ``(M, N, K)``."""
+    try:
+        m, n, k = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: use MxNxK, e.g. 256x64x64") from None
+    if min(m, n, k) < 1:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: sizes must be >= 1")
+    return m, n, k
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m scalestudy.measure.calibrate", description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="auto: cuda when a GPU is visible, else cpu (as the trainer decides)")
+    p.add_argument("--dtype", choices=[d.value for d in TRAIN_PRECISIONS], default="fp32")
+    p.add_argument("--out", required=True, help="calibration.json to write (atomically)")
+    p.add_argument("--size", type=int, default=None, help="matrix size N (default: 512 cpu, 8192 cuda)")
+    p.add_argument("--samples", type=int, default=15)
+    p.add_argument("--max-seconds", type=float, default=5.0)
+    p.add_argument("--threads", type=int, default=1, help="CPU threads (one training process)")
+    p.add_argument("--shapes", nargs="*", type=parse_shape, default=[],
+                   help="also time these MxNxK products (the study's own)")
+    args = p.parse_args(argv)
+    device = resolve_device_type(args.device)
+    rec = measure(device, args.dtype, args.size, args.samples, max_seconds=args.max_seconds,
+                  threads=args.threads)
+    rec["shapes"] = measure_shapes(device, args.dtype, args.shapes)
+    write_json(args.out, rec)
+    print(f"{rec['device_name']} {args.dtype} {rec['m']}^3 matmul: {rec['flops_per_s'] / 1e12:.4g} TFLOP/s "
+          f"(median of {len(rec['samples_flops_per_s'])}) -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

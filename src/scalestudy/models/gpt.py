@@ -1,0 +1,131 @@
+"""A GPT decoder you can read in one sitting.
+
+Pre-norm blocks, causal SDPA attention with separate q/k/v projections (so tensor parallelism
+splits heads cleanly), GELU (4h, Megatron/GPT-2) or SwiGLU MLP, learned position embeddings,
+tied or untied output head. Layers live in a ``ModuleDict`` keyed by their global index and
+every top-level piece may be ``None``, so a pipeline stage is the same class with the pieces it
+does not own deleted (the torchtitan convention).
+
+With ``bias=True``, GELU, ffn = 4h and tied embeddings the parameter count is Megatron's
+Eq. 2, ``12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h))``, plus the final norm (2h).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from scalestudy.config.point import Model
+from scalestudy.config.vocab import Attention as AttentionKernel
+
+__all__ = ["GPT"]
+
+
+def attention_core(q, k, v, kernel: AttentionKernel) -> torch.Tensor:
+    """Causal scaled dot-product attention; ``math`` materialises the s x s scores."""
+    if kernel == AttentionKernel.MATH:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel(SDPBackend.MATH):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: Model):
+        super().__init__()
+        h = cfg.hidden
+        self.head_dim = cfg.head_dim
+        self.kernel = cfg.attention
+        self.recompute_core = False  # selective_attention checkpointing (distributed.checkpointing)
+        self.wq = nn.Linear(h, h, bias=cfg.bias)
+        self.wk = nn.Linear(h, h, bias=cfg.bias)
+        self.wv = nn.Linear(h, h, bias=cfg.bias)
+        self.wo = nn.Linear(h, h, bias=cfg.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        # -1 heads: under tensor parallelism each rank holds heads / tp of them.
+        q = self.wq(x).view(b, s, -1, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(b, s, -1, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(b, s, -1, self.head_dim).transpose(1, 2)
+        if self.recompute_core and torch.is_grad_enabled():
+            from torch.utils.checkpoint import checkpoint
+
+            y = checkpoint(attention_core, q, k, v, self.kernel, use_reentrant=False)
+        else:
+            y = attention_core(q, k, v, self.kernel)
+        return self.wo(y.transpose(1, 2).reshape(b, s, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: Model):
+        super().__init__()
+        h, f = cfg.hidden, cfg.ffn
+        self.swiglu = cfg.mlp == "swiglu"
+        self.w1 = nn.Linear(h, f, bias=cfg.bias)  # up (gelu) / gate (swiglu)
+        self.w3 = nn.Linear(h, f, bias=cfg.bias) if self.swiglu else None  # up (swiglu)
+        self.w2 = nn.Linear(f, h, bias=cfg.bias)  # down
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.swiglu:
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return self.w2(F.gelu(self.w1(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: Model):
+        super().__init__()
+        self.attention_norm = nn.LayerNorm(cfg.hidden, bias=cfg.bias)
+        self.attention = Attention(cfg)
+        self.ffn_norm = nn.LayerNorm(cfg.hidden, bias=cfg.bias)
+        self.feed_forward = MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x))
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class GPT(nn.Module):
+    """Token ids [batch, seq] -> logits [batch, seq, vocab] (or hidden states on a stage
+    without the output head)."""
+
+    def __init__(self, cfg: Model):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_embeddings = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.pos_embeddings = nn.Embedding(cfg.seq_len, cfg.hidden)
+        self.layers = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.layers)})
+        self.norm = nn.LayerNorm(cfg.hidden, bias=cfg.bias)
+        self.output = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
+        if cfg.tied_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """GPT-2 init: N(0, 0.02), residual output projections scaled by 1/sqrt(2 l)."""
+        std_out = 0.02 / math.sqrt(2 * self.cfg.layers)
+        for name, p in self.named_parameters():
+            if p.dim() == 1:
+                nn.init.ones_(p) if name.endswith("norm.weight") else nn.init.zeros_(p)
+            elif name.endswith(("wo.weight", "w2.weight")):
+                nn.init.normal_(p, 0.0, std_out)
+            else:
+                nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = tokens
+        if self.tok_embeddings is not None:
+            pos = torch.arange(tokens.shape[1], device=tokens.device)
+            h = self.tok_embeddings(tokens) + self.pos_embeddings(pos)
+        for layer in self.layers.values():
+            h = layer(h)
+        if self.norm is not None:
+            h = self.norm(h)
+        if self.output is not None:
+            h = self.output(h)
+        return h

@@ -1,0 +1,164 @@
+"""FLOPs and parameter formulas, under named conventions. Pure functions; units are FLOPs
+(multiply + add = 2 FLOPs) and parameter counts.
+
+What is counted: matrix multiplications only (the projections, the MLP, the output head and
+the two attention matmuls ``Q K^T`` and ``A V``), forward + backward = 3 × forward. Attention
+is counted over the full ``s × s`` score matrix, as Megatron and PaLM do (a causal kernel does
+about half of that work). Norms, activations, softmax, bias adds and the loss are not counted;
+they are < 1% for real models. This is exactly what ``torch.utils.flop_counter.FlopCounterMode``
+counts for ``scalestudy.model.GPT`` under the math SDPA backend.
+
+Conventions (the name is stored next to every number):
+
+- ``megatron`` — Narayanan et al. SC21, Eq. 3, generalised to any MLP. Per sequence and
+  layer the forward pass costs ``2·(4h² + m·h·f)·s + 4·s²·h`` (``m`` = 2 weight matrices for
+  GELU, 3 for SwiGLU; ``f`` = ffn hidden size) and the output head ``2·s·h·V``, always counted
+  (tied or not). For GELU with ``f = 4h`` this is Eq. 3 exactly:
+  ``72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h))``.
+- ``palm`` — Chowdhery et al. 2022, App. B: ``6·N + 12·l·H·Q·s`` per token with ``N`` the
+  non-embedding matmul parameters. An untied output head is a matmul weight and counts; a
+  tied head *is* the embedding table and does not (PaLM shares its embeddings). With an untied
+  head ``palm`` equals ``megatron``.
+
+Hardware FLOPs add what activation checkpointing recomputes:
+
+- ``none`` — nothing: hardware = model FLOPs.
+- ``full`` — one more forward pass of every transformer layer (not of the embedding or the
+  output head): for GELU 4h this is Eq. 3's recompute form ``96·B·s·l·h²·(1 + s/(6h) +
+  V/(16·l·h))``. (PyTorch's non-reentrant checkpoint stops recomputing early and skips each
+  layer's last matmul, ``2·h·f·s`` per sequence: the convention is that much above the work
+  actually done.)
+- ``selective`` — what ``scalestudy.distributed.engine`` runs under that name (torchtitan's layer-
+  selective checkpointing): every other layer (global index 0, 2, 4, …, i.e. ``ceil(l/2)``
+  layers) re-runs its forward pass.
+- ``selective_attention`` — Megatron's selective recompute (Korthikanti et al. 2022,
+  "Reducing Activation Recomputation"): only the attention core is recomputed, one more
+  ``Q K^T`` and ``A V``: ``4·s²·h`` per sequence and layer. (Not a trainer mode today; here so
+  a study that adopts it counts it correctly.)
+"""
+
+from __future__ import annotations
+
+from scalestudy.config.point import Model
+from scalestudy.config.vocab import Checkpointing, FlopsConvention
+
+
+# --- the published formulas, verbatim -------------------------------------------------------
+
+
+def megatron_params(l: int, h: int, V: int, s: int) -> float:
+    """SC21 Eq. 2: parameters of a GPT with ``l`` layers, hidden ``h``, vocabulary ``V`` and
+    ``s`` learned positions (GELU 4h MLP, biases, tied embeddings):
+    ``12·l·h²·(1 + 13/(12h) + (V+s)/(12·l·h))``."""
+    return 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (V + s) / (12.0 * l * h))
+
+
+def megatron_flops_per_step(B: int, s: int, l: int, h: int, V: int, recompute: bool = False) -> float:
+    """SC21 Eq. 3: FLOPs of one optimizer step over ``B`` sequences of length ``s``.
+    ``72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h))``; with full recompute
+    ``96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))``."""
+    if recompute:
+        return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h))
+    return 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h))
+
+
+def palm_flops_per_token(n_nonembed_matmul_params: float, l: int, H: int, Q: int, s: int) -> float:
+    """PaLM App. B: training FLOPs per token ``6·N + 12·l·H·Q·s`` (``H`` heads of size ``Q``,
+    sequence length ``s``)."""
+    return 6.0 * n_nonembed_matmul_params + 12.0 * l * H * Q * s
+
+
+# --- model-aware ----------------------------------------------------------------------------
+
+
+def layer_params(model: Model, tp: int = 1) -> dict:
+    """Parameters of one transformer layer on one TP rank: ``{"sharded", "replicated"}``.
+    Matrices and the column-parallel biases (q, k, v, MLP up/gate) are split over ``tp``;
+    the norms and the row-parallel output biases (attention out, MLP down) are not."""
+    h, f, m = model.hidden, model.ffn, model.mlp_matrices
+    nb = 1 if model.bias else 0
+    sharded = 4 * h * h + 3 * h * nb + m * h * f + nb * (m - 1) * f
+    replicated = 2 * h * nb + 2 * (h + nb * h)  # wo/w2 biases, two norms (weight + bias)
+    return {"sharded": sharded / tp, "replicated": replicated}
+
+
+def layer_matmul_params(model: Model) -> int:
+    """Matmul weights of one transformer layer: q, k, v, o (``4h²``) + MLP (``m·h·f``)."""
+    h = model.hidden
+    return 4 * h * h + model.mlp_matrices * h * model.ffn
+
+
+def nonembedding_matmul_params(model: Model) -> int:
+    """PaLM's ``N``: the layers' matmul weights plus the output head when it is untied."""
+    head = 0 if model.tied_embeddings else model.hidden * model.vocab
+    return model.layers * layer_matmul_params(model) + head
+
+
+def param_count(model: Model) -> int:
+    """Unique parameters of the built-in model (a tied head counts once): layers, token and
+    position embeddings, the final norm, the head."""
+    h, nb = model.hidden, (1 if model.bias else 0)
+    lp = layer_params(model)
+    emb = model.vocab * h + model.seq_len * h
+    head = 0 if model.tied_embeddings else h * model.vocab
+    return int(model.layers * (lp["sharded"] + lp["replicated"]) + emb + (h + nb * h) + head)
+
+
+def layer_forward_flops(model: Model, rows: float, seq_len: int | None = None) -> float:
+    """Forward FLOPs of one transformer layer on ``rows`` sequences: its matmuls
+    (``2·(4h² + m·h·f)`` per token) plus ``Q K^T`` and ``A V`` (``4·s²·h`` per sequence)."""
+    s = seq_len or model.seq_len
+    return rows * (2.0 * layer_matmul_params(model) * s + 4.0 * s * s * model.hidden)
+
+
+def head_forward_flops(model: Model, rows: float) -> float:
+    """Forward FLOPs of the output head on ``rows`` sequences: ``2·s·h·V`` per sequence."""
+    return rows * 2.0 * model.seq_len * model.hidden * model.vocab
+
+
+def model_flops_per_step(model: Model, rows: float, convention: str = "megatron") -> float:
+    """Model FLOPs (forward + backward, no recompute) of one optimizer step over ``rows``
+    sequences of ``model.seq_len`` tokens (all ranks together)."""
+    convention = FlopsConvention(convention)
+    s = model.seq_len
+    if convention == FlopsConvention.PALM:
+        n = nonembedding_matmul_params(model)
+        return float(rows) * s * palm_flops_per_token(n, model.layers, model.heads,
+                                                      model.head_dim, s)
+    return 3.0 * (model.layers * layer_forward_flops(model, rows) + head_forward_flops(model, rows))
+
+
+def recomputed_layers(layers: int, activation_checkpointing: str) -> int:
+    """Layers whose whole forward pass the backward re-runs: all (``full``), those with an
+    even global index (``selective``: 0, 2, 4, ...), none otherwise."""
+    ckpt = Checkpointing(activation_checkpointing)
+    if ckpt == Checkpointing.FULL:
+        return layers
+    if ckpt == Checkpointing.SELECTIVE:
+        return (layers + 1) // 2
+    return 0
+
+
+def recompute_flops_per_step(model: Model, rows: float, activation_checkpointing: str) -> float:
+    """FLOPs that activation checkpointing adds to one optimizer step (see module doc)."""
+    ckpt = Checkpointing(activation_checkpointing)
+    if ckpt == Checkpointing.SELECTIVE_ATTENTION:
+        return float(rows) * model.layers * 4.0 * model.seq_len ** 2 * model.hidden
+    return recomputed_layers(model.layers, ckpt) * layer_forward_flops(model, rows)
+
+
+def hardware_flops_per_step(model: Model, rows: float, convention: str = "megatron",
+                            activation_checkpointing: str = "none") -> float:
+    """Hardware FLOPs of one optimizer step: model FLOPs + the recompute (for HFU)."""
+    return (model_flops_per_step(model, rows, convention)
+            + recompute_flops_per_step(model, rows, activation_checkpointing))
+
+
+def flops_table(model: Model, rows: float, activation_checkpointing: str = "none") -> dict:
+    """``{"model": {conv: flops}, "hardware": {conv: flops}}`` for every convention (what the
+    trainer stores in ``summary.json``)."""
+    return {
+        "model": {c.value: model_flops_per_step(model, rows, c) for c in FlopsConvention},
+        "hardware": {c.value: hardware_flops_per_step(model, rows, c, activation_checkpointing)
+                     for c in FlopsConvention},
+    }

@@ -1,0 +1,172 @@
+"""Every feasibility rule of a point, written once.
+
+The planner skips a point with :func:`violation`'s sentence as its reason, the trainer's
+engine refuses to build one (:func:`check`, before any process group work), the memory model
+and ``tune`` use the same rules. Each rule returns a sentence with the numbers, or None.
+
+The rules and where they come from:
+
+- the mesh: N = dp·tp·pp with whole numbers, TP inside one node;
+- tensor parallelism splits heads, hidden, the FFN width and the vocabulary evenly, and with
+  sequence parallelism the sequence;
+- the pipeline: the layers split into pp·virtual_stages *equal* stages (the memory and step
+  time models assume it); ``torch.distributed.pipelining``'s own requirements: 1F1B needs at
+  least pp micro-batches, interleaved 1F1B at least pp and a whole number of rounds
+  (``grad_accum % (grad_accum // pp) == 0``), virtual stages only with the interleaved
+  schedule (and it needs at least 2); embeddings cannot be tied across stages;
+- the batch: every data-parallel rank gets a whole number (>= 1) of micro-batches;
+- ZeRO-1 with TP cannot localise a tied weight (PyTorch's TP + DDP recipe);
+- whole nodes, at most ``platform.max_nodes`` of them;
+- memory: the estimate of the most loaded device within 90% of its capacity.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from scalestudy.config.point import Point
+from scalestudy.config.vocab import DPMode, PPSchedule
+
+#: Fraction of a device's memory a point may plan to use (the rest: workspace, fragmentation).
+MEMORY_HEADROOM = 0.9
+
+
+class Infeasible(ValueError):
+    """A point that cannot run; ``str()`` is the rule's sentence."""
+
+
+def _whole(x) -> bool:
+    return float(x).is_integer()
+
+
+def mesh(p: Point) -> str | None:
+    if p.n % (p.tp * p.pp):
+        return f"N={p.n} is not divisible by tp*pp={p.tp * p.pp}"
+    if p.tp > p.platform.devices_per_node:
+        return (f"tp={p.tp} exceeds devices_per_node={p.platform.devices_per_node} "
+                "(tensor parallelism stays inside a node)")
+    return None
+
+
+def tensor_split(p: Point) -> str | None:
+    m = p.model
+    for what, size in (("heads", m.heads), ("hidden", m.hidden), ("ffn", m.ffn),
+                       ("vocab", m.vocab)):
+        if size % p.tp:
+            return f"tp={p.tp} does not divide {what}={size}"
+    if p.parallel.sequence_parallel and m.seq_len % p.tp:
+        return f"sequence_parallel needs tp={p.tp} to divide seq_len={m.seq_len}"
+    return None
+
+
+def stages(p: Point) -> str | None:
+    v = p.parallel.virtual_stages
+    if v > 1 and p.pp == 1:
+        return f"virtual_stages={v} needs pp > 1"
+    if p.model.layers % (p.pp * v):
+        return (f"layers={p.model.layers} do not split into pp*virtual_stages={p.pp * v} "
+                "equal stages")
+    return None
+
+
+def batch(p: Point) -> str | None:
+    """Every data-parallel rank gets a whole number (>= 1) of micro-batches."""
+    if not _whole(p.dp):
+        return None  # reported by mesh()
+    dp = int(p.dp)
+    if p.global_batch < p.micro_batch * dp:
+        return (f"global_batch={_num(p.global_batch)} is smaller than micro_batch*dp="
+                f"{p.micro_batch}*{dp}={p.micro_batch * dp}: some data-parallel rank would get "
+                "no data")
+    if not _whole(p.grad_accum):
+        return (f"global_batch={_num(p.global_batch)} is not divisible by micro_batch*dp="
+                f"{p.micro_batch}*{dp}={p.micro_batch * dp}")
+    return None
+
+
+def schedule(p: Point) -> str | None:
+    par, pp, ga = p.parallel, p.pp, p.grad_accum
+    interleaved = par.pp_schedule == PPSchedule.INTERLEAVED_1F1B
+    if interleaved and par.virtual_stages < 2 and pp > 1:
+        return ("pp_schedule=interleaved1f1b needs virtual_stages >= 2 (use 1f1b for one stage "
+                "per rank)")
+    if not interleaved and par.virtual_stages > 1:
+        return f"virtual_stages={par.virtual_stages} needs pp_schedule=interleaved1f1b"
+    if pp > 1 and p.model.tied_embeddings:
+        return "pp>1 needs tied_embeddings=false (first and last stage would share a weight)"
+    if pp > 1 and _whole(ga):
+        if par.pp_schedule != PPSchedule.GPIPE and ga < pp:
+            return (f"pp_schedule={par.pp_schedule} needs at least pp={pp} micro-batches per "
+                    f"step, got grad_accum={int(ga)}")
+        rounds = max(1, int(ga) // pp)
+        if interleaved and ga % rounds:
+            return (f"pp_schedule=interleaved1f1b needs grad_accum={int(ga)} to be a multiple of "
+                    f"its rounds grad_accum//pp={rounds}")
+    return None
+
+
+def sharding(p: Point) -> str | None:
+    if (p.parallel.dp_mode == DPMode.ZERO1 and p.dp > 1 and p.tp > 1
+            and p.model.tied_embeddings):
+        return ("dp_mode=zero1 with tp>1 needs tied_embeddings=false (use fsdp_grad_op for a "
+                "tied model)")
+    return None
+
+
+def nodes(p: Point) -> str | None:
+    per_node = p.platform.devices_per_node
+    if p.n > per_node:
+        if p.n % per_node:
+            return f"N={p.n} does not fill whole nodes of devices_per_node={per_node}"
+        if p.n // per_node > p.platform.max_nodes:
+            return f"needs {p.n // per_node} nodes, platform.max_nodes={p.platform.max_nodes}"
+    return None
+
+
+#: The shape rules, in the order they are reported (the first broken one is the reason).
+RULES: tuple[Callable[[Point], str | None], ...] = (
+    mesh, tensor_split, stages, batch, schedule, sharding, nodes)
+
+
+def memory_fit(p: Point, capacity_bytes: float) -> str | None:
+    """The memory model's estimate against ``MEMORY_HEADROOM`` of the device's capacity."""
+    from scalestudy.perf import memory
+
+    ok, reason = memory.fits(p, capacity_bytes, MEMORY_HEADROOM)
+    return None if ok else reason
+
+
+def violation(p: Point, capacity_bytes: float | None = None) -> str | None:
+    """The first rule ``p`` breaks, as a sentence with the numbers; None when it can run.
+    ``capacity_bytes``: the device memory to check the estimate against (None: no check)."""
+    for rule in RULES:
+        reason = rule(p)
+        if reason:
+            return reason
+    if capacity_bytes:
+        return memory_fit(p, capacity_bytes)
+    return None
+
+
+def capacity_bytes(platform) -> float | None:
+    """Memory per device for the memory rule: ``platform.memory_per_device_gb``, else the
+    hardware table's figure for ``platform.hardware``, else None (no check)."""
+    if platform.memory_per_device_gb:
+        return float(platform.memory_per_device_gb) * 1e9
+    if platform.hardware:
+        from scalestudy.perf import hardware
+
+        gb = hardware.memory_gb(platform.hardware)
+        return None if gb is None else gb * 1e9
+    return None
+
+
+def check(p: Point, capacity_bytes: float | None = None) -> None:
+    """Raise :class:`Infeasible` with :func:`violation`'s sentence."""
+    reason = violation(p, capacity_bytes)
+    if reason:
+        raise Infeasible(reason)
+
+
+def _num(x) -> str:
+    return str(int(x)) if _whole(x) else f"{x:g}"

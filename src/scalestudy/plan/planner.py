@@ -1,0 +1,134 @@
+"""Expand a validated study into sweep points: weak/strong batch derivation, feasibility
+(``scalestudy.plan.constraints``), point ids, ``plan.tsv``.
+
+Weak scaling keeps tokens per device per step fixed: TP×PP fixed, DP = N/(TP·PP) grows,
+micro-batch and accumulation fixed, global batch = micro_batch · grad_accum · DP.
+Strong scaling keeps tokens per step fixed: global batch fixed, accumulation =
+global_batch / (micro_batch · DP) shrinks as DP grows.
+
+Points are :class:`scalestudy.config.point.Point`; infeasible ones carry ``feasible=False``
+and the broken rule's sentence as ``reason``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from scalestudy.config.point import Model, Parallel, Platform, Point, Train, identify
+from scalestudy.config.study import StudyError
+from scalestudy.config.vocab import ScalingMode
+from scalestudy.plan import constraints
+
+SWEEPABLE = ("tp", "pp", "micro_batch", "dp_mode", "pp_schedule", "activation_checkpointing")
+PLAN_COLUMNS = [
+    "point_id", "config_hash", "series", "mode", "model", "n", "dp", "tp", "pp", "nodes",
+    "procs_per_node", "micro_batch", "grad_accum", "global_batch", "seq_len", "tokens_per_step",
+    "tokens_per_device_step", "dp_mode", "pp_schedule", "virtual_stages",
+    "activation_checkpointing", "precision", "repeat", "baseline_n", "feasible", "reason",
+    "mem_estimate_gb",
+]
+
+
+def expand_series(series: dict) -> list[dict]:
+    """A series whose sweepable axes hold lists -> one concrete series per combination, named
+    ``<name>-<axis><value>...`` for the list-valued axes only."""
+    axes = [a for a in SWEEPABLE if isinstance(series.get(a), list)]
+    if not axes:
+        return [dict(series)]
+    out = []
+    for combo in itertools.product(*(series[a] for a in axes)):
+        s = dict(series, **dict(zip(axes, combo)))
+        short = {"micro_batch": "mb", "activation_checkpointing": "ac", "pp_schedule": "",
+                 "dp_mode": ""}
+        s["name"] = series["name"] + "".join(f"-{short.get(a, a)}{v}" for a, v in zip(axes, combo))
+        out.append(s)
+    return out
+
+
+def series_points(study: dict, series: dict) -> list[Point]:
+    """The points of one concrete series (no list-valued axes left), feasible or not, without
+    repeats or ids."""
+    model = Model(name=series["model"], **study["models"][series["model"]])
+    parallel = Parallel(**{k: series.get(k, v) for k, v in study["parallel"].items()})
+    train, platform = Train(**study["train"]), Platform(**study["platform"])
+    capacity = constraints.capacity_bytes(platform)
+    out = []
+    for n in series["gpus"]:
+        batch = ({"global_batch": series["global_batch"]} if series["mode"] == ScalingMode.STRONG
+                 else {"grad_accum": series["grad_accum"]})
+        p = Point.build(model, n=n, tp=series["tp"], pp=series["pp"],
+                        micro_batch=series["micro_batch"], **batch, parallel=parallel,
+                        train=train, platform=platform, study=study["name"],
+                        series=series["name"], mode=series["mode"],
+                        flops_convention=study["flops_convention"],
+                        references=tuple(study["references"]), retries=study["retries"])
+        reason = constraints.violation(p)
+        mem = None
+        if reason is None:
+            from scalestudy.perf import memory
+
+            mem = memory.estimate(p)["total_bytes"] / 1e9
+            if capacity:
+                reason = constraints.memory_fit(p, capacity)
+        out.append(p.replace(feasible=reason is None, reason=reason or "", mem_estimate_gb=mem))
+    return out
+
+
+def plan_points(study: dict) -> list[Point]:
+    """Every (point, repeat) of a validated study, feasible or not, in study order."""
+    points: list[Point] = []
+    seen: dict[tuple, str] = {}
+    for raw in study["series"]:
+        for s in expand_series(raw):
+            series = [identify(p) for p in series_points(study, s)]
+            for p in series:
+                key = (p.mode, p.config_hash)
+                if key in seen:
+                    raise StudyError(
+                        f"series {s['name']!r}.gpus: point N={p.n} duplicates series "
+                        f"{seen[key]!r} (same mode and resolved config); remove N={p.n} from "
+                        "one of them or change a setting")
+                seen[key] = s["name"]
+            feasible_n = [p.n for p in series if p.feasible]
+            baseline = s.get("baseline") or (min(feasible_n) if feasible_n else min(s["gpus"]))
+            for p in series:
+                p = p.replace(baseline_n=baseline)
+                points += [identify(p, r) for r in range(study["repeats"])]
+    if not any(p.feasible for p in points):
+        first = points[0]
+        raise StudyError(f"series {first.series!r}: no feasible point in the study (N="
+                         f"{first.n}: {first.reason}); change the series' gpus, tp, pp, "
+                         "micro_batch or global_batch so that at least one point fits")
+    return points
+
+
+def plan_rows(points: list[Point]) -> list[dict]:
+    """Flat rows of ``plan.tsv`` (see ``PLAN_COLUMNS``)."""
+    rows = []
+    for p in points:
+        doc = p.to_json()
+        row = {k: doc.get(k) for k in PLAN_COLUMNS}
+        row["model"] = p.model.name
+        row.update({k: doc["parallel"][k] for k in ("dp_mode", "pp_schedule", "virtual_stages",
+                                                     "activation_checkpointing")})
+        row["precision"] = p.train.precision
+        if row["mem_estimate_gb"] is not None:
+            row["mem_estimate_gb"] = round(row["mem_estimate_gb"], 4)
+        rows.append(row)
+    return rows
+
+
+def plan_table(points: list[Point]) -> str:
+    """``plan.tsv`` text: tab-separated, header first; no tabs or newlines inside fields."""
+    lines = ["\t".join(PLAN_COLUMNS)]
+    for row in plan_rows(points):
+        cells = ["" if row[k] is None else str(row[k]) for k in PLAN_COLUMNS]
+        lines.append("\t".join(c.replace("\t", " ").replace("\n", " ") for c in cells))
+    return "\n".join(lines) + "\n"
+
+
+def write_plan(points: list[Point], study_dir: Path) -> Path:
+    from scalestudy.record.io import write_text
+
+    return write_text(Path(study_dir) / "plan.tsv", plan_table(points))

@@ -1,0 +1,277 @@
+"""Figures from ``runs.csv`` / ``efficiency.csv`` (seaborn, Agg backend).
+
+    python -m scalestudy.report.plots RESULTS/STUDY      (or: scalestudy plot RESULTS/STUDY)
+
+Writes under ``figures/``, each as PNG and PDF plus the CSV it was drawn from:
+``efficiency_weak``, ``efficiency_strong`` (efficiency vs N, log2 x axis, ideal line, 95% CI
+band), ``throughput`` (tokens/s per device vs N) and ``mfu`` (MFU vs N; utilisation against
+the measured matmul ceiling when no spec peak is known). Points that did not run (oom,
+timeout, crashed, infeasible, invalid, not run) are drawn as distinct markers on a strip at
+the bottom of the axes, so a reader sees where scaling broke. Published references named by
+the study (``references`` in ``study.json``, or the ``references`` argument) are overlaid in
+the same units.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.transforms as mtransforms  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from scalestudy.report import references as refs  # noqa: E402
+from scalestudy.record.io import atomic_path, read_json, write_text  # noqa: E402
+from scalestudy.report.summary import CPU_NOTE  # noqa: E402
+
+FIGURES = ("efficiency_weak", "efficiency_strong", "throughput", "mfu")
+FAIL_MARKERS = {"oom": "X", "timeout": "v", "crashed": "P", "invalid": "*",
+                "infeasible": "D", "not_run": "o"}
+FAIL_LABEL = {"oom": "out of memory", "timeout": "timeout", "crashed": "crashed",
+              "invalid": "invalid", "infeasible": "infeasible (planner)", "not_run": "not run"}
+REF_MARKERS = ["s", "^", "p", "h", "8"]
+
+
+def _save(fig, out_dir: Path, name: str, data: pd.DataFrame) -> list[Path]:
+    paths = []
+    for ext in ("png", "pdf"):
+        path = out_dir / f"{name}.{ext}"
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=150 if ext == "png" else None, bbox_inches="tight")
+        paths.append(path)
+    plt.close(fig)
+    path = out_dir / f"{name}.csv"
+    write_text(path, data.to_csv(index=False, float_format="%.6g"))
+    return paths + [path]
+
+
+def _log2_axis(ax, ns) -> None:
+    ns = sorted({int(n) for n in ns if pd.notna(n) and n > 0})
+    ax.set_xscale("log", base=2)
+    if ns:
+        ax.set_xticks(ns)
+        ax.set_xticklabels([str(n) for n in ns])
+        ax.minorticks_off()
+        lo, hi = ns[0], ns[-1]
+        ax.set_xlim(lo / 1.4, hi * 1.4)
+
+
+def _failed_strip(ax, failed: pd.DataFrame, palette: dict) -> None:
+    """Failed points on a strip at the bottom of the axes (x in data units, y in axes units)."""
+    if failed.empty:
+        return
+    trans = mtransforms.blended_transform_factory(ax.transData, ax.transAxes)
+    order = list(palette)
+    k = len(order)
+    for status, g in failed.groupby("status"):
+        for r in g.itertuples(index=False):
+            # dodge series sharing an N (multiplicative: the x axis is log2)
+            i = order.index(r.series) if r.series in order else 0
+            x = r.n * 2 ** (0.12 * (i - (k - 1) / 2))
+            ax.scatter([x], [0.04], transform=trans, marker=FAIL_MARKERS.get(status, "x"),
+                       s=70, color=palette.get(r.series, "0.3"), edgecolor="black",
+                       linewidth=0.6, zorder=5, clip_on=False)
+        ax.scatter([], [], marker=FAIL_MARKERS.get(status, "x"), color="0.6", edgecolor="black",
+                   s=70, label=f"did not run: {FAIL_LABEL.get(status, status)}")
+
+
+def _palette(series) -> dict:
+    names = list(dict.fromkeys(series))
+    return dict(zip(names, sns.color_palette("colorblind", max(len(names), 1))))
+
+
+def _empty(out_dir: Path, name: str, message: str, columns) -> list[Path]:
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, fontsize=11)
+    ax.set_axis_off()
+    return _save(fig, out_dir, name, pd.DataFrame(columns=list(columns)))
+
+
+def _cpu(runs: pd.DataFrame) -> bool:
+    return bool((runs["device_type"] == "cpu").any()) if "device_type" in runs else False
+
+
+def efficiency_figure(eff: pd.DataFrame, runs: pd.DataFrame, mode: str, out_dir: Path,
+                      references: list[str]) -> list[Path]:
+    name = f"efficiency_{mode}"
+    d = eff[eff["mode"] == mode].copy()
+    if d.empty:
+        return _empty(out_dir, name, f"no {mode}-scaling series in this study", eff.columns)
+    palette = _palette(d["series"])
+    ok = d[d["efficiency"].notna()]
+    failed = d[d["status"] != "ok"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    if not ok.empty:
+        sns.lineplot(data=ok, x="n", y="efficiency", hue="series", palette=palette, marker="o",
+                     ax=ax, errorbar=None)
+        for s, g in ok.groupby("series"):
+            if g["efficiency_ci_lo"].notna().any():
+                ax.fill_between(g["n"], g["efficiency_ci_lo"], g["efficiency_ci_hi"],
+                                color=palette[s], alpha=0.2, linewidth=0)
+    nocurve = d[(d["status"] == "ok") & d["efficiency"].isna()]
+    all_n = list(d["n"])
+    ref_rows = []
+    for i, ref in enumerate(references):
+        if ref not in refs.REFERENCES:
+            continue
+        pts = refs.efficiency_points(ref)
+        pts = pts[pts["mode"] == mode]
+        for j, r in enumerate(pts.itertuples(index=False)):
+            ax.scatter([r.n], [r.efficiency], marker=REF_MARKERS[(i + j) % len(REF_MARKERS)],
+                       s=60, facecolor="none", edgecolor="black", linewidth=1.2, zorder=6,
+                       label=f"{r.label}: {r.efficiency:.1%} at N={r.n} (vs. their own N₀)")
+            all_n.append(r.n)
+        ref_rows.append(pts)
+    ax.axhline(1.0, color="0.4", linestyle="--", linewidth=1, label="ideal (E = 1)")
+    _failed_strip(ax, failed, palette)
+    _log2_axis(ax, all_n)
+    ymax = max(1.15, float(np.nanmax(ok[["efficiency", "efficiency_ci_hi"]].to_numpy()) * 1.05)
+               if not ok.empty else 1.15)
+    ax.set_ylim(0, ymax)
+    ax.set_xlabel("devices N (log2)")
+    ax.set_ylabel("scaling efficiency E(N) = X(N)/X(N₀)")
+    inv = "tokens per device per step fixed" if mode == "weak" else "tokens per step fixed"
+    title = f"{mode.capitalize()} scaling ({inv}); band: 95% CI"
+    if not nocurve.empty:
+        title += "\nno curve for: " + ", ".join(sorted(set(nocurve["series"])))
+    ax.set_title(title, fontsize=10)
+    if _cpu(runs):
+        fig.text(0.01, -0.02, CPU_NOTE, fontsize=7, color="0.35")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    data = d.assign(kind="measured")
+    if ref_rows:
+        r = pd.concat(ref_rows, ignore_index=True).rename(columns={"reference": "series"})
+        data = pd.concat([data, r.assign(kind="reference")], ignore_index=True)
+    return _save(fig, out_dir, name, data)
+
+
+def _per_n_metric_figure(eff: pd.DataFrame, runs: pd.DataFrame, out_dir: Path, name: str,
+                         ycol: str, ylabel: str, title: str, percent: bool,
+                         ref_lines: pd.DataFrame | None = None) -> list[Path]:
+    d = eff.copy()
+    if d.empty:
+        return _empty(out_dir, name, "no points in this study", eff.columns)
+    palette = _palette(d["series"])
+    ok = d[d[ycol].notna()]
+    failed = d[d["status"] != "ok"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    y = ok[ycol] * (100 if percent else 1)
+    if not ok.empty:
+        sns.lineplot(data=ok.assign(_y=y), x="n", y="_y", hue="series", style="mode",
+                     palette=palette, markers=True, dashes=False, ax=ax, errorbar=None)
+        if f"{ycol}_ci_lo" in ok.columns:  # 95% CI band
+            scale = 100 if percent else 1
+            for s, g in ok.groupby("series"):
+                ax.fill_between(g["n"], g[f"{ycol}_ci_lo"] * scale, g[f"{ycol}_ci_hi"] * scale,
+                                color=palette[s], alpha=0.2, linewidth=0)
+    all_n = list(d["n"])
+    if ref_lines is not None:
+        styles = ["-.", ":", (0, (5, 2)), (0, (1, 3))]
+        for i, r in enumerate(ref_lines.itertuples(index=False)):
+            ax.axhline(100 * r.fraction, color="0.3", linestyle=styles[i % len(styles)],
+                       linewidth=1, label=f"{r.label}: {r.fraction:.1%} of peak ({r.basis})")
+    _failed_strip(ax, failed, palette)
+    _log2_axis(ax, all_n)
+    top = float(np.nanmax(y)) if len(y) else 1.0
+    if f"{ycol}_ci_hi" in ok.columns and ok[f"{ycol}_ci_hi"].notna().any():
+        top = max(top, float(ok[f"{ycol}_ci_hi"].max()) * (100 if percent else 1))
+    if ref_lines is not None and len(ref_lines):
+        top = max(top, 100 * float(ref_lines["fraction"].max()))
+    ax.set_ylim(0, top * 1.15 if top > 0 else 1)
+    ax.set_xlabel("devices N (log2)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    if _cpu(runs):
+        fig.text(0.01, -0.02, CPU_NOTE, fontsize=7, color="0.35")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    cols = ["series", "mode", "model", "n", "dp", "tp", "pp", "global_batch", ycol,
+            f"{ycol}_ci_lo", f"{ycol}_ci_hi", "status", "reason"]
+    data = d[[c for c in cols if c in d.columns]].assign(kind="measured")
+    if ref_lines is not None and len(ref_lines):
+        data = pd.concat([data, ref_lines.rename(columns={"reference": "series", "fraction": ycol})
+                          .assign(kind="reference")], ignore_index=True)
+    return _save(fig, out_dir, name, data)
+
+
+def throughput_figure(eff, runs, out_dir) -> list[Path]:
+    return _per_n_metric_figure(eff, runs, out_dir, "throughput", "tokens_per_s_per_device",
+                                "tokens/s per device", "Throughput per device (median step time); band: 95% CI",
+                                percent=False)
+
+
+def mfu_figure(eff, runs, out_dir, references: list[str]) -> list[Path]:
+    if eff["mfu"].notna().any():
+        ref = [refs.peak_fraction_points(r) for r in references if r in refs.REFERENCES]
+        ref_lines = pd.concat(ref, ignore_index=True) if ref else None
+        return _per_n_metric_figure(eff, runs, out_dir, "mfu", "mfu",
+                                    "MFU (% of spec peak, model FLOPs)",
+                                    "Model FLOPs utilisation vs N", percent=True, ref_lines=ref_lines)
+    title = "Utilisation vs measured matmul ceiling (no spec peak for this device)"
+    if references:
+        title += "\npublished % of spec peak not shown: different denominator"
+    if eff["util_vs_measured_ceiling"].notna().any():
+        return _per_n_metric_figure(eff, runs, out_dir, "mfu", "util_vs_measured_ceiling",
+                                    "% of measured matmul ceiling (model FLOPs)", title, percent=True)
+    return _empty(out_dir, "mfu", "no spec peak for this device and no calibration.json:\n"
+                  "no utilisation to show", eff.columns)
+
+
+def _study_references(study_dir: Path) -> list[str]:
+    """``references`` of ``study.json``, else of the first ``runs/*/point.json`` that has it."""
+    candidates = [study_dir / "study.json"] + sorted((study_dir / "runs").glob("*/point.json"))[:1]
+    for path in candidates:
+        try:
+            refs_named = read_json(path).get("references")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if refs_named is not None:
+            return list(refs_named)
+    return []
+
+
+def run(study_dir: Path, references: list[str] | None = None) -> list[Path]:
+    """Draw every figure of a study directory (after ``aggregate.run``); returns the paths
+    written (PNG, PDF and CSV per figure). ``references`` defaults to the study's own list."""
+    study_dir = Path(study_dir)
+    eff_path, runs_path = study_dir / "efficiency.csv", study_dir / "runs.csv"
+    for p in (eff_path, runs_path):
+        if not p.exists():
+            raise FileNotFoundError(f"{p} not found: run `scalestudy aggregate {study_dir}` first")
+    eff = pd.read_csv(eff_path)
+    runs = pd.read_csv(runs_path)
+    refs_named = _study_references(study_dir) if references is None else list(references)
+    for r in refs_named:
+        refs._check(r, refs.REFERENCES)
+    out_dir = study_dir / "figures"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sns.set_theme(style="whitegrid", context="paper")
+    paths: list[Path] = []
+    for mode in ("weak", "strong"):
+        paths += efficiency_figure(eff, runs, mode, out_dir, refs_named)
+    paths += throughput_figure(eff, runs, out_dir)
+    paths += mfu_figure(eff, runs, out_dir, refs_named)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m scalestudy.report.plots", description=__doc__.split("\n\n")[0])
+    p.add_argument("study_dir", type=Path)
+    p.add_argument("--references", nargs="*", default=None,
+                   help=f"overlay published results ({', '.join(refs.REFERENCES)}); default: the study's")
+    args = p.parse_args(argv)
+    for path in run(args.study_dir, args.references):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

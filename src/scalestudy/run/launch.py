@@ -1,0 +1,112 @@
+"""The command lines that start a point: torchrun on one node, ``srun`` + torchrun on several.
+
+- One node (``point.nodes == 1``): ``python -m torch.distributed.run --nnodes 1
+  --nproc-per-node P`` with a c10d rendezvous on ``127.0.0.1:0`` (the rendezvous store binds a
+  free port chosen by the kernel at bind time, so concurrent points never race for a port; this
+  is what ``torchrun --standalone`` does, with the loopback address) and ``--local-addr
+  127.0.0.1`` so the workers are told a loopback address too.
+- Several nodes inside a Slurm allocation (``SLURM_JOB_ID`` set): ``srun --nodes K --ntasks K
+  --ntasks-per-node 1 --cpus-per-task C --kill-on-bad-exit=1 python -m scalestudy.run.nodes
+  node`` (``scalestudy.run.nodes``).
+- Several nodes outside Slurm (a laptop, CI): ``python -m scalestudy.run.nodes local-nodes``
+  starts K torchrun launchers on this host.
+- :func:`launch_env` gives the environment of the launch.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Mapping
+
+from scalestudy.config.point import Point
+from scalestudy.run.slurm import cpus_per_task, is_gpu, point_site
+
+#: The per-rank entry point of the built-in trainer (``python -m ENTRY POINT_JSON RUN_DIR``).
+TRAINER = "scalestudy.train"
+
+def rdzv_port(point: Point, environ: Mapping, site: Mapping | None = None) -> int:
+    """Rendezvous port of a multi-node point: the site's, else 29500 + job id mod 3000
+    (below Linux's ephemeral range 32768+, distinct for concurrent jobs)."""
+    site = point_site(point.platform, site)
+    if site.get("rdzv_port"):
+        return int(site["rdzv_port"])
+    return 29500 + int(environ["SLURM_JOB_ID"]) % 3000
+
+
+def launch_argv(point: Point, run_dir: str | os.PathLike, *, python: str = sys.executable,
+                environ: Mapping = os.environ, site: Mapping | None = None,
+                module: str = TRAINER) -> list[str]:
+    """The argv that starts all ranks of ``point`` (run it with :func:`launch_env`).
+
+    ``module`` is the per-rank entry point (``python -m module POINT_JSON RUN_DIR``)."""
+    k, p = point.nodes, point.procs_per_node
+    run_dir = Path(run_dir)
+    site = point_site(point.platform, site)
+    tail = [*shlex.split(site.get("torchrun_extra") or ""),
+            "-m", module, str(run_dir / "point.json"), str(run_dir)]
+    pid = str(point.point_id)
+    if k == 1:
+        return [python, "-m", "torch.distributed.run", "--nnodes", "1",
+                "--nproc-per-node", str(p), "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", "127.0.0.1:0", "--rdzv-id", pid,
+                "--local-addr", "127.0.0.1", "--max-restarts", "0", *tail]
+    if not environ.get("SLURM_JOB_ID"):  # no allocation: emulate the nodes on this host
+        return [python, "-m", "scalestudy.run.nodes", "local-nodes", "--nnodes", str(k),
+                "--nproc-per-node", str(p), "--rdzv-id", pid, "--", *tail]
+    srun = ["srun", "--nodes", str(k), "--ntasks", str(k), "--ntasks-per-node", "1",
+            "--cpus-per-task", str(cpus_per_task(p, point.platform, site)),
+            "--kill-on-bad-exit=1", "--job-name", f"ss-{pid}"[:64]]
+    gpu = is_gpu(point.platform, site)
+    if gpu and site["gpu_request"] == "gres":
+        srun.append(f"--gres=gpu:{p}")
+    elif gpu and site["gpu_request"] == "gpus-per-node":
+        srun.append(f"--gpus-per-node={p}")
+    if site.get("srun_extra"):
+        srun += shlex.split(str(site["srun_extra"]))
+    return [*srun, python, "-m", "scalestudy.run.nodes", "node",
+            "--nnodes", str(k), "--nproc-per-node", str(p),
+            "--rdzv-id", f"{environ['SLURM_JOB_ID']}-{pid}",
+            "--port", str(rdzv_port(point, environ, site)), "--", *tail]
+
+
+def _available_cpus(environ: Mapping) -> int:
+    if environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
+        return int(environ["SLURM_CPUS_PER_TASK"])
+    from scalestudy.perf.hardware import usable_cpus
+
+    return usable_cpus()
+
+
+def env_additions(point: Point, environ: Mapping = os.environ,
+                  site: Mapping | None = None) -> dict:
+    """What :func:`launch_env` adds to ``environ`` for the launch of ``point``.
+
+    ``OMP_NUM_THREADS`` = cores per process (an explicit value in ``environ`` wins; several
+    processes on few cores get 1: two threads per process made 4 and 8 processes on 2 cores
+    19x and 25x slower); ``GLOO_SOCKET_IFNAME=lo`` for CPU points that run on this host; then
+    the site's ``env`` (NCCL/RCCL settings), which wins over everything here."""
+    site = point_site(point.platform, site)
+    k, p = point.nodes, point.procs_per_node
+    env: dict[str, str] = {}
+    if not environ.get("OMP_NUM_THREADS"):
+        if k > 1 and environ.get("SLURM_JOB_ID"):
+            cores, procs = cpus_per_task(p, point.platform, site), p  # per node, as srun gives it
+        else:  # one host runs every process (a single node or emulated nodes)
+            cores, procs = _available_cpus(environ), p * k
+        env["OMP_NUM_THREADS"] = str(max(1, cores // procs))
+    local = k == 1 or not environ.get("SLURM_JOB_ID")
+    if local and not is_gpu(point.platform, site) and not environ.get("GLOO_SOCKET_IFNAME"):
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+    env.update(site["env"])
+    return env
+
+
+def launch_env(point: Point, environ: Mapping = os.environ,
+               site: Mapping | None = None) -> dict:
+    """The full environment to launch ``point`` with: ``environ`` (PATH, PYTHONPATH and, under
+    Slurm, SLURM_JOB_ID, which srun needs to start a step inside the job's allocation instead
+    of asking for a new one) plus :func:`env_additions`."""
+    return {**environ, **env_additions(point, environ, site)}

@@ -1,0 +1,203 @@
+"""Multi-node launches: inside each ``srun`` task of a Slurm allocation (``node``), or several
+emulated nodes on this host (``local-nodes``).
+
+    python -m scalestudy.run.nodes node --nnodes K --nproc-per-node P --rdzv-id ID --port PORT -- -m scalestudy.train ...
+    python -m scalestudy.run.nodes local-nodes --nnodes K --nproc-per-node P --rdzv-id ID -- ...
+    python -m scalestudy.run.nodes show RUN_DIR/point.json      # the launch line and resources
+
+Each srun task reads the allocation's node list *inside the task* (Snakemake's Slurm jobstep
+wrapper strips the ``SLURM_*`` layout variables from the rule's shell), takes the first node
+as the c10d rendezvous host and replaces itself with ``torchrun --nnodes K --nproc-per-node P
+--rdzv-backend c10d --rdzv-endpoint <first node>:<port> --rdzv-id <SLURM_JOB_ID>-<point_id>``.
+Outside Slurm, K torchrun launchers on this host use the same multi-node c10d rendezvous over
+loopback (same ranks and collectives, so a point runs on a laptop and a cluster alike).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Mapping
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    """Host names of a Slurm node list (``n[1-2]`` -> ``['n1', 'n2']``), via scontrol."""
+    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                         text=True, timeout=30, check=True).stdout
+    return out.split()
+
+
+def node_addr(node: str) -> str:
+    """The address Slurm reaches ``node`` at (its ``NodeAddr``), else the name itself."""
+    try:
+        out = subprocess.run(["scontrol", "show", "node", "-o", node], capture_output=True,
+                             text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return node
+    for field in out.split():
+        if field.startswith("NodeAddr="):
+            return field.split("=", 1)[1] or node
+    return node
+
+
+def _is_loopback(addr: str) -> bool:
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return addr == "localhost"
+
+
+def node_argv(*, nnodes: int, nproc_per_node: int, rdzv_id: str, port: int, train: list[str],
+              environ: Mapping, python: str = sys.executable) -> tuple[list[str], dict]:
+    """The torchrun argv (and env additions) of this node of a multi-node point.
+
+    Reads ``SLURM_JOB_NODELIST`` and ``SLURMD_NODENAME`` (set by slurmstepd in each srun
+    task). The first node of the allocation hosts the c10d store (``is_host=1``); when Slurm
+    reaches the nodes over loopback (emulated nodes on one host) torchrun and gloo use it too."""
+    nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
+    if not nodelist:
+        raise RuntimeError("scalestudy.run.nodes node: SLURM_JOB_NODELIST is unset; "
+                           "run it as an srun task inside the point's allocation")
+    hosts = expand_nodelist(nodelist)
+    me = environ.get("SLURMD_NODENAME") or socket.gethostname()
+    first = hosts[0]
+    first_addr, my_addr = node_addr(first), node_addr(me)
+    argv = [python, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+            "--nproc-per-node", str(nproc_per_node), "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"{first_addr}:{port}", "--rdzv-id", rdzv_id,
+            "--rdzv-conf", f"is_host={1 if me == first else 0}", "--max-restarts", "0"]
+    env = {}
+    if _is_loopback(my_addr):
+        argv += ["--local-addr", my_addr]
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    return argv + list(train), env
+
+
+def _node_main(args: argparse.Namespace) -> int:
+    train = list(args.train)
+    if train and train[0] == "--":
+        train = train[1:]
+    argv, env = node_argv(nnodes=args.nnodes, nproc_per_node=args.nproc_per_node,
+                          rdzv_id=args.rdzv_id, port=args.port, train=train,
+                          environ=os.environ)
+    for key, value in env.items():
+        os.environ.setdefault(key, value)
+    print(f"scalestudy.run.nodes node {os.environ.get('SLURMD_NODENAME', '?')}: {shlex.join(argv)}",
+          file=sys.stderr, flush=True)
+    os.execvp(argv[0], argv)
+    return 127  # not reached
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (bind to port 0, read it, close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def local_nodes_argvs(*, nnodes: int, nproc_per_node: int, rdzv_id: str, port: int,
+                      train: list[str], python: str = sys.executable) -> list[list[str]]:
+    """One torchrun argv per emulated node: the same c10d rendezvous as on a cluster, over
+    loopback; the first launcher hosts the store."""
+    return [[python, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+             "--nproc-per-node", str(nproc_per_node), "--rdzv-backend", "c10d",
+             "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", rdzv_id,
+             "--rdzv-conf", f"is_host={1 if i == 0 else 0}", "--local-addr", "127.0.0.1",
+             "--max-restarts", "0", *train] for i in range(nnodes)]
+
+
+def _local_nodes_main(args: argparse.Namespace) -> int:
+    """Run the emulated nodes; like ``srun --kill-on-bad-exit``, the first failure stops the
+    rest. Exit status: the first non-zero one, else 0."""
+    import signal
+    import time
+    train = list(args.train)
+    if train and train[0] == "--":
+        train = train[1:]
+    argvs = local_nodes_argvs(nnodes=args.nnodes, nproc_per_node=args.nproc_per_node,
+                              rdzv_id=args.rdzv_id, port=args.port or free_port(), train=train)
+    env = dict(os.environ)
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    procs = []
+
+    def stop_all(*_):
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+    def on_term(signum, _frame):
+        stop_all()
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    for i, argv in enumerate(argvs):
+        print(f"scalestudy.run.nodes local-nodes [{i}]: {shlex.join(argv)}", file=sys.stderr,
+              flush=True)
+        procs.append(subprocess.Popen(argv, env=env))
+    rc = 0
+    try:
+        while any(proc.poll() is None for proc in procs):
+            bad = [proc.returncode for proc in procs if proc.returncode not in (None, 0)]
+            if bad:
+                rc = bad[0]
+                print(f"scalestudy.run.nodes local-nodes: a node exited {rc}; stopping the rest",
+                      file=sys.stderr, flush=True)
+                stop_all()
+                break
+            time.sleep(0.2)
+    finally:
+        stop_all()
+    rc = rc or next((proc.returncode for proc in procs if proc.returncode), 0)
+    return 128 - rc if rc < 0 else rc  # killed by a signal: the shell's convention
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scalestudy.run.nodes")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    node = sub.add_parser("node", help="start this node's torchrun (inside an srun task)")
+    node.add_argument("--nnodes", type=int, required=True)
+    node.add_argument("--nproc-per-node", type=int, required=True)
+    node.add_argument("--rdzv-id", required=True)
+    node.add_argument("--port", type=int, required=True)
+    node.add_argument("train", nargs=argparse.REMAINDER,
+                      help="-- then torchrun's script args, e.g. -m scalestudy.train P R")
+    loc = sub.add_parser("local-nodes", help="emulate several nodes on this host (no Slurm)")
+    loc.add_argument("--nnodes", type=int, required=True)
+    loc.add_argument("--nproc-per-node", type=int, required=True)
+    loc.add_argument("--rdzv-id", required=True)
+    loc.add_argument("--port", type=int, default=0, help="0: a free port")
+    loc.add_argument("train", nargs=argparse.REMAINDER)
+    show = sub.add_parser("show", help="print the launch line and resources of a point.json")
+    show.add_argument("point_json")
+    show.add_argument("run_dir", nargs="?")
+    args = parser.parse_args(argv)
+    if args.cmd == "node":
+        return _node_main(args)
+    if args.cmd == "local-nodes":
+        return _local_nodes_main(args)
+    from scalestudy.config.point import Point
+    from scalestudy.record.io import read_json
+    from scalestudy.run.launch import launch_argv, launch_env
+    from scalestudy.run.slurm import point_resources
+
+    point = Point.from_json(read_json(args.point_json), args.point_json)
+    run_dir = Path(args.run_dir or Path(args.point_json).parent)
+    print("resources:", json.dumps(point_resources(point)))
+    print("env:", json.dumps(launch_env(point)))
+    print("argv:", shlex.join(launch_argv(point, run_dir)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Train one sweep point under torchrun and write its run record.
+
+    torchrun ... -m scalestudy.train RUN_DIR/point.json RUN_DIR
+
+The only code that talks to devices (with ``scalestudy.models`` and
+``scalestudy.distributed``). Every rank trains; rank 0 writes ``steps.jsonl``,
+``summary.json`` and ``env.json`` (``scalestudy.train.record``). Timing: the device is
+synchronised before each clock read; a step is the optimizer step over the whole global batch
+(all micro-batches); its time is the maximum over ranks; the first ``warmup_steps`` are marked
+and excluded from the summary. The runner (``scalestudy.run.runner``) writes ``status.json``
+after this process ends.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from scalestudy.config.point import Point
+from scalestudy.distributed.engine import Engine
+from scalestudy.distributed.mesh import build_mesh
+from scalestudy.record.io import read_json
+from scalestudy.train.data import SyntheticTokens
+from scalestudy.train.device import (cpu_rss_bytes, local_device, peak_memory_bytes,
+                                     resolve_device_type, sync)
+from scalestudy.train.hooks import step_hook
+from scalestudy.train.record import rank_view, write_record
+
+
+def timed_steps(engine: Engine, batches: list[torch.Tensor], device: torch.device,
+                before_step: Callable[[int], None] | None = None) -> tuple[list, list[float]]:
+    """The timed loop: one ``engine.train_step`` per batch, the device synchronised before
+    each clock read. Returns (losses as returned by the engine, step times in seconds); no
+    host sync or collective beyond that inside the loop. ``before_step(i)`` runs untimed."""
+    losses, times = [], []
+    for i, batch in enumerate(batches):
+        if before_step is not None:
+            before_step(i)
+        sync(device)
+        t0 = time.perf_counter()
+        loss = engine.train_step(batch)
+        sync(device)
+        times.append(time.perf_counter() - t0)
+        losses.append(loss)
+    return losses, times
+
+
+def run(point: Point, run_dir: Path) -> None:
+    """Train ``point`` on this rank (inside torchrun) and, on rank 0, write its record."""
+    t_start = time.perf_counter()
+    plat, tr = point.platform, point.train
+    device_type = resolve_device_type(plat.device)
+    device = local_device(device_type)
+    backend = dist.get_default_backend_for_device(device_type)
+    dist.init_process_group(backend, timeout=timedelta(seconds=plat.collective_timeout_s),
+                            device_id=device if device_type == "cuda" else None)
+    rank = dist.get_rank()
+
+    cpu_baseline = cpu_rss_bytes() if device_type == "cpu" else 0
+    mesh = build_mesh(point, device_type)
+    engine = Engine(point, mesh, device)
+
+    data = SyntheticTokens(point.model.vocab, point.seq_len, seed=tr.seed)
+    rows = point.rows_per_rank
+    batches = [data.rows(s, engine.dp_rank * rows, rows).to(device) for s in range(tr.steps)]
+    losses, times = timed_steps(engine, batches, device, step_hook(point, rank))
+
+    # One gather at the end: no host sync or collective inside the timed loop.
+    have_loss = losses[0] is not None
+    local = {"times": times, "losses": [float(x) for x in losses] if have_loss else None,
+             "memory": peak_memory_bytes(device, cpu_baseline), "view": rank_view(device)}
+    gathered: list[dict] = [None] * dist.get_world_size()  # type: ignore[list-item]
+    dist.all_gather_object(gathered, local)
+
+    if rank == 0:
+        write_record(point, run_dir, gathered, device, backend, t_start)
+    dist.barrier()
+    engine.close()
+    del engine
+    dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m scalestudy.train POINT_JSON RUN_DIR", file=sys.stderr)
+        return 2
+    run(Point.from_json(read_json(argv[0]), argv[0]), Path(argv[1]))
+    return 0
+
+
+def exit_now(code: int) -> None:
+    """End a finished rank without the interpreter's teardown of torch's modules and
+    threads (~1.1 s per process on the 2-core dev host, measured around torchrun; more than
+    the rest of the start-up beyond ``import torch``). Only after ``run`` returned: every
+    record is written, closed and renamed, and the process group is destroyed."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
