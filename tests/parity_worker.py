@@ -11,6 +11,7 @@ rows per step, so they all reproduce the same reference trajectory. Rank 0 write
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -20,70 +21,73 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from scalestudy.train.data import SyntheticTokens
+from scalestudy.config.point import Model, Point
+from scalestudy.distributed.engine import Engine
+from scalestudy.models.gpt import GPT
 from scalestudy.record.io import write_json
-from scalestudy.models.gpt import GPT, GPTConfig
-from scalestudy.distributed.engine import Engine, Layout, build_mesh
+from scalestudy.train.data import SyntheticTokens
 
-CFG = GPTConfig(vocab=64, seq_len=16, layers=2, hidden=32, heads=4, mlp="gelu",
-                tied_embeddings=False, bias=True)
-CFG4 = GPTConfig(**{**CFG.to_dict(), "layers": 4})  # for 4 pipeline stages
+CFG = Model(vocab=64, seq_len=16, layers=2, hidden=32, heads=4, mlp="gelu",
+            tied_embeddings=False, bias=True)
+CFG4 = dataclasses.replace(CFG, layers=4)  # for 4 pipeline stages
 STEPS = 5
 GLOBAL_BATCH = 8
 OPT = dict(seed=0, lr=3e-3, weight_decay=0.01, betas=(0.9, 0.95),
            grad_clip=float(os.environ.get("PARITY_GRAD_CLIP", "1.0")) or None)
+TRAIN = {k: v for k, v in OPT.items() if k != "betas"}  # the engine's AdamW uses these betas
 
 
-def L(**kw) -> Layout:
-    """Layout with the fewest micro-batches the schedule allows (grad_accum=1 without PP,
-    = pp with PP unless given): DTensor dispatch makes each micro-batch costly on CPU."""
+def L(model: Model, **kw) -> Point:
+    """A point of ``model`` with the fewest micro-batches the schedule allows (grad_accum=1
+    without PP, = pp with PP unless given): DTensor dispatch makes each micro-batch costly on
+    CPU. Every layout trains the same global batch of GLOBAL_BATCH rows."""
     kw.setdefault("grad_accum", kw.get("pp", 1))
     kw["micro_batch"] = GLOBAL_BATCH // (kw.get("dp", 1) * kw["grad_accum"])
-    return Layout(**kw)
+    return Point.for_layout(model, device="cpu", steps=STEPS, warmup_steps=0, **TRAIN, **kw)
 
 
-TIED_SWIGLU = GPTConfig(**{**CFG.to_dict(), "tied_embeddings": True, "mlp": "swiglu"})
+TIED_SWIGLU = dataclasses.replace(CFG, tied_embeddings=True, mlp="swiglu")
 
-# name -> (model config, layout). World size = pp*dp*tp.
-LAYOUTS: dict[str, tuple[GPTConfig, Layout]] = {
+# name -> point. World size = pp*dp*tp.
+LAYOUTS: dict[str, Point] = {
     # world 2
-    "dp2-ddp-ga2": (CFG, L(dp=2, grad_accum=2)),
-    "dp2-zero1": (CFG, L(dp=2, dp_mode="zero1")),
-    "dp2-fsdp-ga2": (CFG, L(dp=2, dp_mode="fsdp", grad_accum=2)),
-    "dp2-fsdp_grad_op": (CFG, L(dp=2, dp_mode="fsdp_grad_op")),
-    "dp2-ddp-tied-swiglu-acfull": (TIED_SWIGLU, L(dp=2, activation_checkpointing="full")),
-    "dp2-fsdp-bf16": (CFG, L(dp=2, dp_mode="fsdp", precision="bf16")),
-    "tp2": (CFG, L(tp=2)),
-    "tp2-sp-ga2": (CFG, L(tp=2, sequence_parallel=True, grad_accum=2)),
-    "tp2-tied-swiglu-acsel": (TIED_SWIGLU, L(tp=2, activation_checkpointing="selective")),
-    "pp2-gpipe": (CFG, L(pp=2, pp_schedule="gpipe")),
-    "pp2-1f1b-ga4": (CFG, L(pp=2, pp_schedule="1f1b", grad_accum=4)),
-    "pp2v2-interleaved1f1b": (CFG4, L(pp=2, pp_schedule="interleaved1f1b", virtual_stages=2)),
-    "pp2-1f1b-bf16-acsel": (CFG, L(pp=2, precision="bf16", activation_checkpointing="selective")),
+    "dp2-ddp-ga2": L(CFG, dp=2, grad_accum=2),
+    "dp2-zero1": L(CFG, dp=2, dp_mode="zero1"),
+    "dp2-fsdp-ga2": L(CFG, dp=2, dp_mode="fsdp", grad_accum=2),
+    "dp2-fsdp_grad_op": L(CFG, dp=2, dp_mode="fsdp_grad_op"),
+    "dp2-ddp-tied-swiglu-acfull": L(TIED_SWIGLU, dp=2, activation_checkpointing="full"),
+    "dp2-fsdp-bf16": L(CFG, dp=2, dp_mode="fsdp", precision="bf16"),
+    "tp2": L(CFG, tp=2),
+    "tp2-sp-ga2": L(CFG, tp=2, sequence_parallel=True, grad_accum=2),
+    "tp2-tied-swiglu-acsel": L(TIED_SWIGLU, tp=2, activation_checkpointing="selective"),
+    "pp2-gpipe": L(CFG, pp=2, pp_schedule="gpipe"),
+    "pp2-1f1b-ga4": L(CFG, pp=2, pp_schedule="1f1b", grad_accum=4),
+    "pp2v2-interleaved1f1b": L(CFG4, pp=2, pp_schedule="interleaved1f1b", virtual_stages=2),
+    "pp2-1f1b-bf16-acsel": L(CFG, pp=2, precision="bf16", activation_checkpointing="selective"),
     # world 4
-    "dp2xtp2-ddp": (CFG, L(dp=2, tp=2)),
-    "dp2xtp2-zero1-sp": (CFG, L(dp=2, tp=2, dp_mode="zero1", sequence_parallel=True)),
-    "dp2xtp2-fsdp": (CFG, L(dp=2, tp=2, dp_mode="fsdp")),
-    "tp2xpp2-1f1b": (CFG, L(tp=2, pp=2, pp_schedule="1f1b")),
-    "tp2xpp2v2-interleaved-sp": (CFG4, L(tp=2, pp=2, pp_schedule="interleaved1f1b",
-                                        virtual_stages=2, sequence_parallel=True)),
-    "dp2xpp2-gpipe-ddp": (CFG, L(dp=2, pp=2, pp_schedule="gpipe")),
-    "dp2xpp2-1f1b-zero1": (CFG, L(dp=2, pp=2, dp_mode="zero1")),
-    "dp2xpp2-1f1b-fsdp_grad_op": (CFG, L(dp=2, pp=2, dp_mode="fsdp_grad_op")),
-    "dp4-fsdp": (CFG, L(dp=4, dp_mode="fsdp")),
-    "tp4": (CFG, L(tp=4)),
-    "pp4-1f1b": (CFG4, L(pp=4, pp_schedule="1f1b")),
+    "dp2xtp2-ddp": L(CFG, dp=2, tp=2),
+    "dp2xtp2-zero1-sp": L(CFG, dp=2, tp=2, dp_mode="zero1", sequence_parallel=True),
+    "dp2xtp2-fsdp": L(CFG, dp=2, tp=2, dp_mode="fsdp"),
+    "tp2xpp2-1f1b": L(CFG, tp=2, pp=2, pp_schedule="1f1b"),
+    "tp2xpp2v2-interleaved-sp": L(CFG4, tp=2, pp=2, pp_schedule="interleaved1f1b",
+                                  virtual_stages=2, sequence_parallel=True),
+    "dp2xpp2-gpipe-ddp": L(CFG, dp=2, pp=2, pp_schedule="gpipe"),
+    "dp2xpp2-1f1b-zero1": L(CFG, dp=2, pp=2, dp_mode="zero1"),
+    "dp2xpp2-1f1b-fsdp_grad_op": L(CFG, dp=2, pp=2, dp_mode="fsdp_grad_op"),
+    "dp4-fsdp": L(CFG, dp=4, dp_mode="fsdp"),
+    "tp4": L(CFG, tp=4),
+    "pp4-1f1b": L(CFG4, pp=4, pp_schedule="1f1b"),
     # world 8
-    "dp2xtp2xpp2-zero1-1f1b": (CFG, L(dp=2, tp=2, pp=2, dp_mode="zero1")),
-    "dp2xtp2xpp2-fsdp-interleaved": (CFG4, L(dp=2, tp=2, pp=2, dp_mode="fsdp",
-                                            pp_schedule="interleaved1f1b", virtual_stages=2)),
-    "dp2xtp2xpp2-ddp-gpipe-sp-acfull": (CFG, L(dp=2, tp=2, pp=2, pp_schedule="gpipe",
-                                               sequence_parallel=True,
-                                               activation_checkpointing="full")),
+    "dp2xtp2xpp2-zero1-1f1b": L(CFG, dp=2, tp=2, pp=2, dp_mode="zero1"),
+    "dp2xtp2xpp2-fsdp-interleaved": L(CFG4, dp=2, tp=2, pp=2, dp_mode="fsdp",
+                                      pp_schedule="interleaved1f1b", virtual_stages=2),
+    "dp2xtp2xpp2-ddp-gpipe-sp-acfull": L(CFG, dp=2, tp=2, pp=2, pp_schedule="gpipe",
+                                         sequence_parallel=True,
+                                         activation_checkpointing="full"),
 }
 
 
-def reference(cfg: GPTConfig) -> tuple[list[float], dict[str, torch.Tensor]]:
+def reference(cfg: Model) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Single process: the mean loss over the global batch, AdamW, global-norm clipping."""
     torch.manual_seed(OPT["seed"])
     model = GPT(cfg)
@@ -105,11 +109,10 @@ def reference(cfg: GPTConfig) -> tuple[list[float], dict[str, torch.Tensor]]:
     return losses, state
 
 
-def run_layout(cfg: GPTConfig, layout: Layout) -> tuple[list[float] | None, dict]:
-    mesh = build_mesh(layout, "cpu")
-    eng = Engine(cfg, layout, mesh, torch.device("cpu"), **OPT)
-    data = SyntheticTokens(cfg.vocab, cfg.seq_len, seed=OPT["seed"])
-    rows = layout.micro_batch * layout.grad_accum
+def run_layout(point: Point) -> tuple[list[float] | None, dict]:
+    eng = Engine(point, torch.device("cpu"))
+    data = SyntheticTokens(point.model.vocab, point.seq_len, seed=OPT["seed"])
+    rows = point.rows_per_rank
     losses = []
     for step in range(STEPS):
         loss = eng.train_step(data.rows(step, eng.dp_rank * rows, rows))
@@ -129,15 +132,16 @@ def main() -> None:
     world, rank = dist.get_world_size(), dist.get_rank()
     torch.set_num_threads(1)
     if not names:
-        names = [n for n, (_, lay) in LAYOUTS.items() if lay.world == world]
+        names = [n for n, p in LAYOUTS.items() if p.n == world]
     refs: dict = {}
     results = []
     for name in names:
-        cfg, layout = LAYOUTS[name]
+        layout = LAYOUTS[name]
+        cfg = layout.model
         t0 = time.perf_counter()
         err = None
         try:
-            losses, state = run_layout(cfg, layout)
+            losses, state = run_layout(layout)
         except Exception:  # record and move on; a hang is caught by the caller's timeout
             err = traceback.format_exc(limit=8)
             print(f"[parity] rank {rank} {name} failed:\n{err}", file=sys.stderr, flush=True)
@@ -159,7 +163,7 @@ def main() -> None:
                 if n_dp != layout.dp:
                     errs.append(f"{len(per_rank)} ranks returned a loss, expected dp*tp")
                 got = [sum(col) / len(col) for col in zip(*per_rank)]
-            row = {"name": name, "world": world, "layout": layout.__dict__, "seconds": seconds,
+            row = {"name": name, "world": world, "point": layout.to_json(), "seconds": seconds,
                    "ref_losses": ref_losses, "losses": got, "error": errs[0] if errs else None,
                    "max_loss_diff": None, "max_param_diff": None}
             if not errs and got is not None:

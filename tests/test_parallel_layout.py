@@ -1,8 +1,18 @@
-"""Layout parsing, the engine's layout checks, the layer split, and the engine on one process
-(in-process gloo group of size 1: no DP wrapper, gradient accumulation, checkpointing)."""
+"""One set of rules: the planner's verdict on a layout equals what the engine accepts, with the
+same reason text; the layer split; the engine on one process (no DP wrapper, gradient
+accumulation, checkpointing) against the single-process reference.
+
+The engine is built for real on torch's fake process group (``FakeStore``: any world size in
+one process, collectives are no-ops), so "accepts" means PyTorch's own constructors (DeviceMesh,
+parallelize_module, fully_shard, DDP, ZeroRedundancyOptimizer, PipelineStage and the schedules)
+take the layout, not only that a rule function says so.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import random
 import sys
 from pathlib import Path
 
@@ -12,69 +22,117 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from scalestudy.config.point import Parallel, Point, PointError  # noqa: E402
+from scalestudy.config.study import validate  # noqa: E402
+from scalestudy.config.vocab import DPMode, PPSchedule  # noqa: E402
+from scalestudy.distributed.engine import Engine  # noqa: E402
+from scalestudy.distributed.pipeline import split_layers  # noqa: E402
+from scalestudy.plan import constraints  # noqa: E402
+from scalestudy.plan.planner import plan_points  # noqa: E402
 from scalestudy.train.data import SyntheticTokens  # noqa: E402
-from scalestudy.models.gpt import GPTConfig  # noqa: E402
-from scalestudy.distributed.engine import Engine, Layout, build_mesh, check_layout, split_layers  # noqa: E402
-
-POINT = {
-    "n": 8, "dp": 2, "tp": 2, "pp": 2, "micro_batch": 2, "grad_accum": 4,
-    "parallel": {"dp_mode": "zero1", "pp_schedule": "interleaved1f1b", "virtual_stages": 2,
-                 "sequence_parallel": True, "activation_checkpointing": "selective"},
-    "train": {"precision": "bf16", "steps": 3},
-}
 
 
-def test_from_point_reads_top_level_parallel_and_train():
-    lay = Layout.from_point(POINT)
-    assert (lay.dp, lay.tp, lay.pp, lay.micro_batch, lay.grad_accum) == (2, 2, 2, 2, 4)
-    assert lay.dp_mode == "zero1" and lay.pp_schedule == "interleaved1f1b"
-    assert lay.virtual_stages == 2 and lay.sequence_parallel
-    assert lay.activation_checkpointing == "selective" and lay.precision == "bf16"
-    assert lay.world == 8 and lay.stages == 4 and not lay.compile
-
-
-def test_layout_rejects_unknown_values():
-    with pytest.raises(ValueError, match="dp_mode"):
-        Layout(dp_mode="zero2")
-    with pytest.raises(ValueError, match="micro_batch"):
-        Layout(micro_batch=0)
-
-
-CFG = GPTConfig(vocab=64, seq_len=16, layers=4, hidden=32, heads=4)
-
-
-@pytest.mark.parametrize("cfg,layout,match", [
-    (CFG, Layout(tp=3), "must divide model.heads"),
-    (GPTConfig(vocab=63, seq_len=16, layers=4, hidden=32, heads=4), Layout(tp=2),
-     "must divide model.vocab"),
-    (GPTConfig(vocab=64, seq_len=15, layers=4, hidden=32, heads=4),
-     Layout(tp=2, sequence_parallel=True), "seq_len"),
-    (GPTConfig(vocab=64, seq_len=16, layers=4, hidden=32, heads=4, tied_embeddings=True),
-     Layout(pp=2, grad_accum=2), "tied_embeddings"),
-    (CFG, Layout(pp=4, virtual_stages=2, pp_schedule="interleaved1f1b", grad_accum=4),
-     "every stage needs at least one layer"),
-    (CFG, Layout(pp=2, grad_accum=1), "grad_accum"),
-    (GPTConfig(vocab=64, seq_len=16, layers=4, hidden=32, heads=4, tied_embeddings=True),
-     Layout(dp=2, tp=2, dp_mode="zero1"), "zero1 with tp > 1"),
-    (CFG, Layout(pp=2, grad_accum=2, virtual_stages=2, pp_schedule="1f1b"), "virtual_stages"),
-    (CFG, Layout(virtual_stages=2), "needs pp > 1"),
-    (CFG, Layout(pp=2, grad_accum=5, virtual_stages=2, pp_schedule="interleaved1f1b"),
-     "multiple of"),
-])
-def test_check_layout_rejects(cfg, layout, match):
-    with pytest.raises(ValueError, match=match):
-        check_layout(cfg, layout)
-
-
-def test_check_layout_accepts_gpipe_with_few_microbatches():
-    check_layout(CFG, Layout(pp=2, grad_accum=1, pp_schedule="gpipe"))
+def test_unknown_vocabulary_is_refused_by_the_typed_point():
+    with pytest.raises(PointError, match="dp_mode"):
+        Parallel(dp_mode="zero2")
+    with pytest.raises(PointError, match="pp_schedule"):
+        Parallel(pp_schedule="zb")
 
 
 def test_split_layers_is_even_and_covers_all():
     assert split_layers(4, 2) == [[0, 1], [2, 3]]
-    assert split_layers(5, 2) == [[0, 1, 2], [3, 4]]
-    assert sum(split_layers(7, 3), []) == list(range(7))
+    assert sum(split_layers(6, 3), []) == list(range(6))
+    with pytest.raises(ValueError, match="equal stages"):
+        split_layers(5, 2)
 
+
+# --- the planner and the engine agree -------------------------------------------------------
+
+TINY = {"vocab": 16, "seq_len": 8, "hidden": 8}
+
+
+def _study(layers, heads, tied, tp, pp, v, ga, dp, dp_mode, schedule) -> dict:
+    """A one-point weak-scaling study of that layout (N = dp·tp·pp)."""
+    return validate({
+        "name": "grid",
+        "models": {"m": {**TINY, "layers": layers, "heads": heads, "tied_embeddings": tied}},
+        "platform": {"device": "cpu", "devices_per_node": 8},
+        "parallel": {"dp_mode": dp_mode, "pp_schedule": schedule, "virtual_stages": v},
+        "series": [{"name": "s", "mode": "weak", "model": "m", "gpus": [dp * tp * pp], "tp": tp,
+                    "pp": pp, "micro_batch": 1, "grad_accum": ga}],
+    })
+
+
+def _grid(k: int, seed: int = 0) -> list[tuple]:
+    """``k`` layouts drawn (seeded) from the grid of layers, heads, tied, tp, pp, v, ga, dp,
+    dp modes and schedules, plus the edge cases each rule is about."""
+    axes = ([2, 3, 4], [2, 4], [False, True], [1, 2], [1, 2, 4], [1, 2], [1, 2, 3, 4], [1, 2],
+            list(DPMode), list(PPSchedule))
+    grid = list(itertools.product(*axes))
+    edges = [
+        (4, 4, False, 2, 2, 2, 4, 2, DPMode.ZERO1, PPSchedule.INTERLEAVED_1F1B),  # 3-D, 8 ranks
+        (4, 4, False, 1, 2, 2, 3, 1, DPMode.DDP, PPSchedule.INTERLEAVED_1F1B),  # torch: 1 round
+        (4, 4, False, 1, 4, 1, 4, 1, DPMode.DDP, PPSchedule.ONE_F_ONE_B),
+        (4, 4, False, 1, 2, 1, 1, 1, DPMode.DDP, PPSchedule.ONE_F_ONE_B),  # too few micro-batches
+        (4, 4, False, 1, 2, 1, 1, 2, DPMode.FSDP, PPSchedule.GPIPE),  # gpipe takes one
+        (3, 4, False, 1, 2, 1, 2, 1, DPMode.DDP, PPSchedule.GPIPE),  # uneven split
+        (2, 4, True, 2, 1, 1, 1, 2, DPMode.ZERO1, PPSchedule.ONE_F_ONE_B),  # zero1+tp+tied
+        (2, 2, False, 4, 1, 1, 1, 1, DPMode.DDP, PPSchedule.ONE_F_ONE_B),  # tp > heads
+    ]
+    return edges + random.Random(seed).sample(grid, k)
+
+
+GRID = _grid(150)
+
+
+@pytest.fixture
+def fake_world():
+    """``init(world)``: a fresh fake process group of ``world`` ranks (this process is 0)."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    def init(world: int) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+
+    yield init
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("layout", GRID, ids=lambda t: "-".join(map(str, t)))
+def test_planner_verdict_equals_what_the_engine_accepts(layout, fake_world):
+    (point,) = plan_points_or_none(_study(*layout))
+    if point.feasible:
+        fake_world(point.n)
+        engine = Engine(point, torch.device("cpu"))  # raises if PyTorch refuses the layout
+        assert len(engine.chunks) == point.parallel.virtual_stages
+        engine.close()
+    else:
+        with pytest.raises(constraints.Infeasible) as refused:
+            Engine(point, torch.device("cpu"))
+        assert str(refused.value) == point.reason
+
+
+def plan_points_or_none(study: dict) -> list[Point]:
+    """The planner's points; a study with no feasible point is refused as a whole, so plan it
+    with the verdict of that one point instead (the same rule sentence)."""
+    from scalestudy.config.study import StudyError
+
+    try:
+        return plan_points(study)
+    except StudyError:
+        from scalestudy.plan.planner import series_points
+
+        return series_points(study, study["series"][0])
+
+
+def test_the_grid_has_both_verdicts():
+    verdicts = {plan_points_or_none(_study(*t))[0].feasible for t in GRID}
+    assert verdicts == {True, False}
+
+
+# --- one process against the reference ------------------------------------------------------
 
 @pytest.fixture
 def single_process_group():
@@ -84,18 +142,27 @@ def single_process_group():
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("ac", ["none", "full", "selective"])
+@pytest.mark.parametrize("ac", ["none", "full", "selective", "selective_attention"])
 def test_single_process_engine_matches_reference(single_process_group, ac):
-    from parity_worker import CFG as WCFG, GLOBAL_BATCH, OPT, STEPS, reference
-    ref_losses, ref_state = reference(WCFG)
-    layout = Layout(micro_batch=2, grad_accum=GLOBAL_BATCH // 2, activation_checkpointing=ac)
-    eng = Engine(WCFG, layout, build_mesh(layout, "cpu"), torch.device("cpu"), **OPT)
-    data = SyntheticTokens(WCFG.vocab, WCFG.seq_len, seed=OPT["seed"])
+    from parity_worker import CFG, GLOBAL_BATCH, OPT, STEPS, TRAIN, reference
+    ref_losses, ref_state = reference(CFG)
+    point = Point.for_layout(CFG, micro_batch=2, grad_accum=GLOBAL_BATCH // 2,
+                             activation_checkpointing=ac, device="cpu", **TRAIN)
+    eng = Engine(point, torch.device("cpu"))
+    data = SyntheticTokens(CFG.vocab, CFG.seq_len, seed=OPT["seed"])
     losses = [eng.train_step(data.rows(s, 0, GLOBAL_BATCH)) for s in range(STEPS)]
-    assert all(isinstance(l, torch.Tensor) and l.dim() == 0 and not l.requires_grad
-               for l in losses)
+    assert all(isinstance(x, torch.Tensor) and x.dim() == 0 and not x.requires_grad
+               for x in losses)
     assert max(abs(float(a) - b) for a, b in zip(losses, ref_losses)) < 1e-5
     state = eng.gathered_state_dict()
     assert set(state) == set(ref_state)
     assert max((state[k] - ref_state[k]).abs().max().item() for k in state) < 2e-4
     eng.close()
+
+
+def test_math_attention_kernel_trains_the_same_model():
+    from parity_worker import CFG, reference
+
+    losses, _ = reference(CFG)
+    math_losses, _ = reference(dataclasses.replace(CFG, attention="math"))
+    assert max(abs(a - b) for a, b in zip(losses, math_losses)) < 1e-4

@@ -2,8 +2,8 @@
 
 One torchrun launch per world size trains all layouts of that size one after another
 (tests/parity_worker.py) and compares each with a single-process reference computed in the
-same job. Tolerances (reduction order differs between layouts): per-step loss 1e-5 absolute, parameters after 5 AdamW steps
-2e-4 absolute (reduction order differs between layouts).
+same job. Tolerances: per-step loss 1e-5 absolute, parameters after 5 AdamW steps 2e-4
+absolute (reduction order differs between layouts).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _table(results: list[dict]) -> str:
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("world", [2, 4, 8])
 def test_parity(world: int, tmp_path: Path) -> None:
-    expected = [n for n, (_, lay) in LAYOUTS.items() if lay.world == world]
+    expected = [n for n, p in LAYOUTS.items() if p.n == world]
     report = _launch(world, tmp_path)
     results = report["results"]
     print(f"\nparity, world {world}, {STEPS} steps, fp32 (tolerances: loss {LOSS_TOL}, "
@@ -70,9 +70,9 @@ def test_parity(world: int, tmp_path: Path) -> None:
             bad.append(f"{r['name']}: {r['error']}")
         elif len(r["losses"]) != STEPS:
             bad.append(f"{r['name']}: {len(r['losses'])} losses")
-        elif r["max_loss_diff"] > (BF16_LOSS_TOL if r["layout"]["precision"] == "bf16"
+        elif r["max_loss_diff"] > (BF16_LOSS_TOL if r["point"]["train"]["precision"] == "bf16"
                                    else LOSS_TOL) or \
-                r["max_param_diff"] > (BF16_PARAM_TOL if r["layout"]["precision"] == "bf16"
+                r["max_param_diff"] > (BF16_PARAM_TOL if r["point"]["train"]["precision"] == "bf16"
                                        else PARAM_TOL):
             bad.append(f"{r['name']}: loss diff {r['max_loss_diff']:.2e}, "
                        f"param diff {r['max_param_diff']:.2e}")

@@ -14,23 +14,38 @@ rule aggregate:
         efficiency=report(f"{OUT}/efficiency.csv", caption="../report/efficiency.rst",
                           category="Tables"),
         summary=report(f"{OUT}/summary.md", caption="../report/summary.rst", category="Tables"),
+    log:
+        f"{OUT}/logs/aggregate.log",
+    conda:
+        ENV
+    params:
+        py=PY,
+        study_dir=lambda w, output: os.path.dirname(output.runs),
     shell:
-        "{PY:q} -m scalestudy.analysis.aggregate {OUT:q}"
+        "{params.py:q} -m scalestudy.analysis.aggregate {params.study_dir:q} > {log:q} 2>&1"
 
 
 rule predict:
     """Predicted (performance model, on this host's measured building blocks) vs measured step
     time of every point, with the residuals."""
     input:
-        f"{OUT}/runs.csv",
-        f"{OUT}/calibration.json",
-        MICROBENCH_OUTPUTS,
+        study=STUDY_FILE,
+        runs=f"{OUT}/runs.csv",
+        calibration=f"{OUT}/calibration.json",
+        microbench=MICROBENCH_OUTPUTS,
     output:
         predictions=f"{OUT}/predict/study_predictions.csv",
         residuals=f"{OUT}/predict/predict_vs_measured.csv",
         figure=report(f"{OUT}/predict/predict_vs_measured.png",
                       caption="../report/predict_vs_measured.rst", category="Figures"),
+    log:
+        f"{OUT}/logs/predict.log",
+    conda:
+        ENV
     params:
-        out=f"{OUT}/predict",
+        py=PY,
+        results=lambda w, input: os.path.dirname(os.path.dirname(input.runs)),
+        out=lambda w, output: os.path.dirname(output.predictions),
     shell:
-        "{PY:q} -m scalestudy.perf.predict {STUDY_FILE:q} --results {RESULTS:q} --out {params.out:q}"
+        "{params.py:q} -m scalestudy.perf.predict {input.study:q} --results {params.results:q}"
+        " --out {params.out:q} > {log:q} 2>&1"

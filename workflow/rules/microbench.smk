@@ -1,7 +1,7 @@
 # Building-block measurements (scalestudy.measure.microbench) on the study's own hardware: matmul
 # throughput by shape and dtype, collective bandwidth/latency by size and group size, one
-# tidy CSV and one figure each. They feed `scalestudy predict` (perfmodel.Measured).
-# Study key (proposed schema fragment, all optional):
+# tidy CSV and one figure each. They feed `scalestudy predict` (scalestudy.perf.stepmodel.Measured).
+# Study key (all optional):
 #   microbench: {enabled: false, matmul_sizes: [256, 512, 1024], dtypes: [fp32, bf16],
 #                sizes: [4096, 65536, 1048576, 8388608], group_sizes: [2]}
 # Both jobs are timed: they hold the host's only `timed_slot`, like training.
@@ -20,33 +20,40 @@ rule microbench_matmul:
     output:
         f"{OUT}/microbench/matmul.csv",
     log:
-        f"{OUT}/microbench/matmul.log",
+        f"{OUT}/logs/microbench_matmul.log",
+    conda:
+        ENV
     resources:
         timed_slot=1,
     params:
+        py=PY,
         device=STUDY["platform"].get("device", "auto"),
         sizes=" ".join(str(int(s)) for s in MB.get("matmul_sizes", [256, 512, 1024])),
         dtypes=" ".join(MB.get("dtypes", [STUDY["train"].get("precision", "fp32")])),
     shell:
-        "OMP_NUM_THREADS=1 timeout 300 {PY:q} -m scalestudy.measure.microbench matmul --device {params.device}"
-        " --sizes {params.sizes} --dtypes {params.dtypes} --out {output:q} > {log:q} 2>&1"
+        "OMP_NUM_THREADS=1 timeout 300 {params.py:q} -m scalestudy.measure.microbench matmul"
+        " --device {params.device} --sizes {params.sizes} --dtypes {params.dtypes}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule microbench_collectives:
     output:
         f"{OUT}/microbench/collectives.csv",
     log:
-        f"{OUT}/microbench/collectives.log",
+        f"{OUT}/logs/microbench_collectives.log",
+    conda:
+        ENV
     resources:
         timed_slot=1,
     params:
+        py=PY,
         nproc=max(MB_GROUPS),
         sizes=" ".join(str(int(s)) for s in MB.get("sizes", [4096, 65536, 1048576, 8388608])),
         groups=" ".join(str(g) for g in MB_GROUPS),
     shell:
-        "OMP_NUM_THREADS=1 timeout 300 {PY:q} -m torch.distributed.run --standalone"
-        " --nproc-per-node {params.nproc} -m scalestudy.measure.microbench collectives --sizes {params.sizes}"
-        " --group-sizes {params.groups} --out {output:q} > {log:q} 2>&1"
+        "OMP_NUM_THREADS=1 timeout 300 {params.py:q} -m torch.distributed.run --standalone"
+        " --nproc-per-node {params.nproc} -m scalestudy.measure.microbench collectives"
+        " --sizes {params.sizes} --group-sizes {params.groups} --out {output:q} > {log:q} 2>&1"
 
 
 rule microbench_plot:
@@ -54,7 +61,14 @@ rule microbench_plot:
         f"{OUT}/microbench/{{kind}}.csv",
     output:
         f"{OUT}/microbench/{{kind}}.png",
+    log:
+        f"{OUT}/logs/microbench_plot_{{kind}}.log",
+    conda:
+        ENV
+    params:
+        py=PY,
     wildcard_constraints:
         kind="matmul|collectives",
     shell:
-        "{PY:q} -m scalestudy.measure.microbench plot {wildcards.kind} {input:q} --out {output:q}"
+        "{params.py:q} -m scalestudy.measure.microbench plot {wildcards.kind} {input:q}"
+        " --out {output:q} > {log:q} 2>&1"

@@ -8,20 +8,25 @@ rule plan:
     output:
         plan=report(f"{OUT}/plan.tsv", caption="../report/plan.rst", category="Plan"),
         study=f"{OUT}/study.json",
+    log:
+        f"{OUT}/logs/plan.log",
     run:
-        from scalestudy.record.io import write_json
         from scalestudy.plan.planner import write_plan
+        from scalestudy.record.io import write_text
 
-        write_plan(list(POINTS.values()), OUT)
-        write_json(output.study, STUDY)
+        write_text(log[0], write_plan(list(POINTS.values()), OUT, STUDY) + "\n")
 
 
 rule point_spec:
-    """The resolved point. Its id hashes the resolved config, so an existing file is never
-    stale; it is looked up here, not passed as params, so timeouts can change without reruns."""
+    """The resolved point (point.json). Its id hashes the resolved config, so an existing file
+    is never stale; it is looked up here, not passed as params, so timeouts can change
+    without reruns."""
     output:
         f"{OUT}/runs/{{pid}}/point.json",
+    log:
+        f"{OUT}/logs/point_spec/{{pid}}.log",
     run:
         from scalestudy.record.io import write_text
 
         write_text(output[0], POINTS[wildcards.pid].json_text())
+        write_text(log[0], f"{output[0]}\n")

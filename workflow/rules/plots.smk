@@ -10,5 +10,12 @@ rule plots:
         png=[report(f"{OUT}/figures/{fig}.png", caption=f"../report/{fig}.rst",
                     category="Figures") for fig in FIGURES],
         other=expand(f"{OUT}/figures/{{fig}}.{{ext}}", fig=FIGURES, ext=["pdf", "csv"]),
+    log:
+        f"{OUT}/logs/plots.log",
+    conda:
+        ENV
+    params:
+        py=PY,
+        study_dir=lambda w, input: os.path.dirname(input[0]),
     shell:
-        "{PY:q} -m scalestudy.report.plots {OUT:q}"
+        "{params.py:q} -m scalestudy.report.plots {params.study_dir:q} > {log:q} 2>&1"

@@ -4,18 +4,23 @@ rule calibrate:
     model). Timed, so it never shares the host with a training job."""
     output:
         f"{OUT}/calibration.json",
+    log:
+        f"{OUT}/logs/calibrate.log",
+    conda:
+        ENV
     resources:
         timed_slot=1,
         # Slurm: one process on one device of a node, like a 1-device point
         **slurm.rule_resources(lambda w: slurm.job_resources(1, 1, PLATFORM,
                                                              label="calibrate")),
     params:
+        py=PY,
         device=STUDY["platform"]["device"],
         dtype=STUDY["train"]["precision"],
         shapes=" ".join("x".join(map(str, s)) for s in gemm_shapes(POINTS.values())),
     shell:
-        "{PY:q} -m scalestudy.measure.calibrate --device {params.device} --dtype {params.dtype}"
-        " --out {output:q} --shapes {params.shapes}"
+        "{params.py:q} -m scalestudy.measure.calibrate --device {params.device} --dtype {params.dtype}"
+        " --out {output:q} --shapes {params.shapes} > {log:q} 2>&1"
 
 
 rule train:
@@ -25,11 +30,16 @@ rule train:
         f"{OUT}/runs/{{pid}}/point.json",
     output:
         f"{OUT}/runs/{{pid}}/status.json",
+    log:
+        f"{OUT}/logs/train/{{pid}}.log",
+    conda:
+        ENV
     params:
-        run_dir=lambda w: f"{OUT}/runs/{w.pid}",
+        py=PY,
+        run_dir=lambda w, input: os.path.dirname(input[0]),
     resources:
         timed_slot=1,
         # Slurm: nodes, tasks, cpus_per_task, mem_mb, runtime, gres, mpi (multi-node), ...
         **slurm.rule_resources(lambda w: slurm.point_resources(POINTS[w.pid])),
     shell:
-        "{PY:q} -m scalestudy.run.runner {input:q} {params.run_dir:q}"
+        "{params.py:q} -m scalestudy.run.runner {input:q} {params.run_dir:q} > {log:q} 2>&1"

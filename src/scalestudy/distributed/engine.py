@@ -17,7 +17,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.distributed.device_mesh import DeviceMesh
 
 from scalestudy.config.point import Point
 from scalestudy.config.vocab import DPMode, DType
@@ -25,7 +24,7 @@ from scalestudy.distributed import pipeline
 from scalestudy.distributed.checkpointing import apply_checkpointing
 from scalestudy.distributed.clipping import clip_grad_norm_
 from scalestudy.distributed.data_parallel import apply_data_parallel, make_optimizer, uses_fsdp2
-from scalestudy.distributed.mesh import is_dtensor
+from scalestudy.distributed.mesh import build_mesh, is_dtensor
 from scalestudy.distributed.tensor_parallel import tensor_parallelize
 from scalestudy.models import build_model
 from scalestudy.plan import constraints
@@ -47,10 +46,12 @@ def _clean_name(name: str) -> str:
 
 
 class Engine:
-    """Builds ``point``'s model on this rank of ``mesh`` and trains it step by step."""
+    """Builds ``point``'s model on this rank and trains it step by step. Needs an initialised
+    default process group of pp·dp·tp ranks; builds its own (pp, dp, tp) mesh."""
 
-    def __init__(self, point: Point, mesh: DeviceMesh, device: torch.device):
+    def __init__(self, point: Point, device: torch.device):
         constraints.check(point)  # the planner's rules: the same verdict, the same sentence
+        mesh = build_mesh(point, device.type)
         self.point, self.mesh, self.device = point, mesh, device
         self.dp_mesh, self.tp_mesh, self.pp_mesh = mesh["dp"], mesh["tp"], mesh["pp"]
         self.dp_rank = self.dp_mesh.get_local_rank()

@@ -128,7 +128,13 @@ def plan_table(points: list[Point]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_plan(points: list[Point], study_dir: Path) -> Path:
-    from scalestudy.record.io import write_text
+def write_plan(points: list[Point], study_dir: Path, study: dict | None = None) -> str:
+    """Write ``plan.tsv`` (and the resolved ``study.json`` when ``study`` is given) into
+    ``study_dir``, atomically; returns a one-line summary."""
+    from scalestudy.record.io import write_json, write_text
 
-    return write_text(Path(study_dir) / "plan.tsv", plan_table(points))
+    write_text(Path(study_dir) / "plan.tsv", plan_table(points))
+    if study is not None:
+        write_json(Path(study_dir) / "study.json", study)
+    n_ok = sum(p.feasible for p in points)
+    return f"{len(points)} runs planned, {n_ok} feasible, {len(points) - n_ok} skipped"

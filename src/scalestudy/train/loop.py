@@ -25,7 +25,6 @@ import torch.distributed as dist
 
 from scalestudy.config.point import Point
 from scalestudy.distributed.engine import Engine
-from scalestudy.distributed.mesh import build_mesh
 from scalestudy.record.io import read_json
 from scalestudy.train.data import SyntheticTokens
 from scalestudy.train.device import (cpu_rss_bytes, local_device, peak_memory_bytes,
@@ -64,8 +63,7 @@ def run(point: Point, run_dir: Path) -> None:
     rank = dist.get_rank()
 
     cpu_baseline = cpu_rss_bytes() if device_type == "cpu" else 0
-    mesh = build_mesh(point, device_type)
-    engine = Engine(point, mesh, device)
+    engine = Engine(point, device)
 
     data = SyntheticTokens(point.model.vocab, point.seq_len, seed=tr.seed)
     rows = point.rows_per_rank
