@@ -27,8 +27,8 @@ bench: setup
 	$(VENV)/bin/scalestudy bench
 
 lint: setup
-	$(PY) -m compileall -q src tests
-	$(PY) -m snakemake --lint --config study=workflow/config/default.yaml
+	$(PY) -m compileall -q src tests benchmarks
+	for s in workflow/config/*.yaml; do $(PY) -m snakemake --lint --config study=$$s || exit 1; done
 
 clean:
 	rm -rf results/*/ .snakemake

@@ -84,6 +84,11 @@ def test_invariant_weak_and_strong():
         check_invariant(bad, "weak")
     with pytest.raises(InvariantError):
         efficiency_table(bad, "weak")
+
+
+def test_unknown_mode_names_the_field():
+    bad = weak_table().assign(point_id=["a", "b", "c", "d"])
+    bad.loc[2, "tokens_per_step"] = 999
     with pytest.raises(ValueError, match="mode='both'"):
         check_invariant(bad, "both")
 

@@ -6,8 +6,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 from torch.utils.flop_counter import FlopCounterMode
 
+from scalestudy.config.point import Model
+from scalestudy.config.vocab import FlopsConvention
+from scalestudy.models import num_params
+from scalestudy.models.gpt import GPT
 from scalestudy.perf import flops
-from scalestudy.models.gpt import GPT, GPTConfig, num_params
 
 # Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
 # Megatron-LM" (SC21), Table 1 (V = 51,200, s = 2048): (params in billions, layers, hidden).
@@ -25,7 +28,7 @@ CONFIGS = [
 ]
 
 
-def counted_flops(cfg: GPTConfig, rows: int, wrap_layers: str | bool = False) -> int:
+def counted_flops(cfg: Model, rows: int, wrap_layers: str | bool = False) -> int:
     """Forward + backward FLOPs as FlopCounterMode counts them, on the meta device, under the
     math SDPA backend (the default CPU flash kernel is not counted: FlopCounterMode has no formula for it)."""
     with torch.device("meta"):
@@ -46,7 +49,7 @@ def test_model_flops_match_flop_counter(kw):
     # Tolerance: exact (rel 1e-12). FlopCounterMode counts only matmul-family ops (mm, addmm
     # without the bias add, bmm, SDPA) and so does the formula; both count the full s x s
     # attention. Elementwise ops are counted by neither.
-    cfg = GPTConfig(vocab=128, seq_len=32, layers=2, hidden=64, heads=4, **kw)
+    cfg = Model(vocab=128, seq_len=32, layers=2, hidden=64, heads=4, **kw)
     counted = counted_flops(cfg, rows=3)
     assert flops.model_flops_per_step(cfg, 3, "megatron") == pytest.approx(counted, rel=1e-12)
     palm = flops.model_flops_per_step(cfg, 3, "palm")
@@ -55,7 +58,7 @@ def test_model_flops_match_flop_counter(kw):
 
 
 def test_full_recompute_matches_flop_counter():
-    cfg = GPTConfig(vocab=128, seq_len=32, layers=2, hidden=64, heads=4)
+    cfg = Model(vocab=128, seq_len=32, layers=2, hidden=64, heads=4)
     formula = flops.hardware_flops_per_step(cfg, 2, "megatron", "full")
     # Recomputing the whole layer forward (Megatron's convention): exact.
     with set_checkpoint_early_stop(False):
@@ -69,7 +72,7 @@ def test_full_recompute_matches_flop_counter():
 
 def test_selective_recompute_matches_flop_counter():
     # scalestudy.distributed.engine's "selective": layers 0, 2, ... re-run (3 layers -> 2 recomputed)
-    cfg = GPTConfig(vocab=128, seq_len=32, layers=3, hidden=64, heads=4, mlp="swiglu")
+    cfg = Model(vocab=128, seq_len=32, layers=3, hidden=64, heads=4, mlp="swiglu")
     formula = flops.hardware_flops_per_step(cfg, 2, "megatron", "selective")
     with set_checkpoint_early_stop(False):
         assert formula == pytest.approx(counted_flops(cfg, rows=2, wrap_layers="selective"), rel=1e-12)
@@ -79,7 +82,7 @@ def test_selective_recompute_matches_flop_counter():
 
 
 def test_reduces_to_megatron_eq3():
-    cfg = GPTConfig(vocab=51200, seq_len=2048, layers=24, hidden=2304, heads=24)
+    cfg = Model(vocab=51200, seq_len=2048, layers=24, hidden=2304, heads=24)
     b = 512
     eq3 = flops.megatron_flops_per_step(b, 2048, 24, 2304, 51200)
     eq3_rc = flops.megatron_flops_per_step(b, 2048, 24, 2304, 51200, recompute=True)
@@ -104,22 +107,26 @@ def test_param_formula_reproduces_sc21_table1(params_b, layers, hidden):
 
 @pytest.mark.parametrize("kw", CONFIGS + [dict(bias=False)])
 def test_gpt_params_counts_the_model(kw):
-    cfg = GPTConfig(vocab=96, seq_len=16, layers=3, hidden=32, heads=4, **kw)
+    cfg = Model(vocab=96, seq_len=16, layers=3, hidden=32, heads=4, **kw)
     with torch.device("meta"):
-        assert flops.gpt_params(cfg) == num_params(GPT(cfg))
+        assert flops.param_count(cfg) == num_params(GPT(cfg))
 
 
 def test_model_is_eq2_plus_final_norm():
-    cfg = GPTConfig(vocab=96, seq_len=16, layers=3, hidden=32, heads=4, tied_embeddings=True)
-    assert flops.gpt_params(cfg) == pytest.approx(flops.megatron_params(3, 32, 96, 16) + 2 * 32, abs=1e-6)
+    cfg = Model(vocab=96, seq_len=16, layers=3, hidden=32, heads=4, tied_embeddings=True)
+    assert flops.param_count(cfg) == pytest.approx(flops.megatron_params(3, 32, 96, 16) + 2 * 32, abs=1e-6)
 
 
 def test_unknown_convention_names_the_field():
-    cfg = GPTConfig()
+    cfg = Model()
     with pytest.raises(ValueError, match="flops_convention='kaplan'.*megatron, palm"):
         flops.model_flops_per_step(cfg, 1, "kaplan")
     with pytest.raises(ValueError, match="activation_checkpointing='some'.*none, full, selective"):
         flops.hardware_flops_per_step(cfg, 1, "megatron", "some")
+
+
+def test_flops_table_has_every_convention():
+    cfg = Model()
     table = flops.flops_table(cfg, 4, "full")
-    assert set(table["model"]) == set(flops.CONVENTIONS)
+    assert set(table["model"]) == set(FlopsConvention) == {"megatron", "palm"}
     assert table["hardware"]["megatron"] > table["model"]["megatron"]

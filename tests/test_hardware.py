@@ -43,17 +43,36 @@ def test_bad_dtype_is_an_error():
 
 
 def test_peaks_table_has_sources_and_frontier_gcd():
-    df = hardware.load_peaks()
-    assert {"device", "dtype", "peak_tflops_dense", "source"} <= set(df.columns)
+    df = hardware.peaks_table()
+    # the MFU dtypes of a device (was the ``dtype`` column of hardware_peaks.csv)
+    assert {"device", "mfu_dtypes", "peak_tflops_dense", "source"} <= set(df.columns)
     assert df["source"].str.len().min() > 10
     assert float(df.set_index("device").loc["MI250X-GCD", "peak_tflops_dense"]) == 191.5
+    # fp32 is an MFU dtype of no GPU (see test_fp32_on_gpu_gets_no_peak)
+    assert not df["mfu_dtypes"].str.split("/").apply(lambda d: "fp32" in d).any()
+
+
+def test_one_hardware_description():
+    """devices() and the systems (presets) come from the same data/hardware.yaml: every
+    system's device is a device of the table (or a CPU host declaring its own peaks), and
+    memory_gb / resolve_peak read the same rows."""
+    devs = hardware.devices()
+    assert set(hardware.peaks_table()["device"]) == set(devs)
+    for name in hardware.presets():
+        system = hardware.table()["systems"][name]
+        assert system["device"] in devs or system.get("peak_tflops"), name
+    assert hardware.memory_gb("NVIDIA H200") == 141 == devs["H200-SXM"]["memory_gb"]
+    assert hardware.memory_gb("MI250X") == 64
+    assert hardware.memory_gb("AMD EPYC 7763") is None
 
 
 def test_detect_cpu():
-    d = hardware.detect_device("cpu")
+    from scalestudy.train.device import detect_device
+
+    d = detect_device("cpu")
     assert d["device_type"] == "cpu" and d["count"] >= 1 and d["device_name"]
     with pytest.raises(ValueError, match="device_type='tpu'"):
-        hardware.detect_device("tpu")
+        detect_device("tpu")
 
 
 def test_calibrate_writes_record(tmp_path):

@@ -2,8 +2,10 @@
 
 import pytest
 
-from scalestudy.perf import stepmodel as perfmodel
+from scalestudy.config.point import Model
 from scalestudy.measure.microbench import memory_point
+from scalestudy.perf import flops
+from scalestudy.perf import stepmodel as perfmodel
 from scalestudy.perf.stepmodel import HardwareSpec, Link, Measured, collective_time, predict_step_time
 
 MODEL = dict(vocab=1000, seq_len=128, layers=8, hidden=256, heads=8)
@@ -18,10 +20,11 @@ def ideal_hw(**kw):
     return HardwareSpec(**d)
 
 
-def point(dp=1, tp=1, pp=1, mb=2, m=1, ckpt="none", dp_mode="ddp", schedule="1f1b", v=1):
-    p = memory_point(dict(MODEL), mb, ckpt)
-    p.update(dp=dp, tp=tp, pp=pp, n=dp * tp * pp, grad_accum=m, global_batch=dp * mb * m)
-    p["parallel"].update(dp_mode=dp_mode, pp_schedule=schedule, virtual_stages=v)
+def point(dp=1, tp=1, pp=1, mb=2, m=1, ckpt="none", dp_mode="ddp", schedule="1f1b", v=1,
+          mlp="gelu"):
+    p = memory_point(dict(MODEL, mlp=mlp), mb, ckpt, dp=dp, tp=tp, pp=pp, grad_accum=m,
+                     dp_mode=dp_mode, pp_schedule=schedule, virtual_stages=v)
+    assert (p.n, p.global_batch) == (dp * tp * pp, dp * mb * m)
     return p
 
 
@@ -75,7 +78,7 @@ def test_tensor_parallel_all_reduces_by_hand():
 def test_pipeline_bubble():
     r = predict_step_time(point(pp=4, m=8), ideal_hw())
     assert r["bubble_fraction"] == pytest.approx(3 / 8)
-    ri = predict_step_time(point(pp=4, m=8, schedule="interleaved", v=2), ideal_hw())
+    ri = predict_step_time(point(pp=4, m=8, schedule="interleaved1f1b", v=2), ideal_hw())
     assert ri["bubble_fraction"] == pytest.approx(3 / 16)
     assert ri["pp_p2p_s"] == pytest.approx(2 * r["pp_p2p_s"])
     slot = r["micro_batch_slot_s"]
@@ -86,9 +89,7 @@ def test_data_parallel_volume_and_overlap():
     hw = ideal_hw()
     ddp = predict_step_time(point(dp=4, mb=2), hw, dp_overlap=0.0)
     grad = memory_point(MODEL, 2, "none")
-    from scalestudy.perf import memory
-
-    P = memory.total_params(MODEL)
+    P = flops.param_count(Model(**MODEL))
     assert ddp["dp_comm_s"] == pytest.approx(1e-5 + 1.5 * 4 * P / 1e10)
     assert ddp["dp_comm_exposed_s"] == pytest.approx(ddp["dp_comm_s"])
     z1 = predict_step_time(point(dp=4, mb=2, dp_mode="zero1"), hw, dp_overlap=0.0)
@@ -96,7 +97,7 @@ def test_data_parallel_volume_and_overlap():
     hidden = predict_step_time(point(dp=4, mb=2), hw, dp_overlap=1.0)
     assert hidden["dp_comm_exposed_s"] == pytest.approx(
         max(0.0, ddp["dp_comm_s"] - hidden["compute_s"] * 2 / 3))
-    assert grad["micro_batch"] == 2
+    assert grad.micro_batch == 2
     # across nodes the inter-node link applies: 8 devices per node, tp 4 x dp 4 spans 2
     x = predict_step_time(point(dp=4, tp=4, mb=2), hw)
     assert x["dp_link"] == "inter"
@@ -126,7 +127,9 @@ def test_presets_load_with_sources():
     assert HardwareSpec.load("h200").peak("bf16") == 989e12
     with pytest.raises(ValueError, match="no such preset"):
         HardwareSpec.load("nonexistent-machine")
-    with pytest.raises(ValueError, match="peak_flops"):
+    # the error names the field of the hardware description to add (peak_tflops in
+    # hardware.yaml; it was peak_flops in the per-preset YAML files)
+    with pytest.raises(ValueError, match="declares no peak for 'int8'.*peak_tflops"):
         fr.peak("int8")
 
 
@@ -148,17 +151,22 @@ def test_tp_larger_than_node_is_rejected():
 @pytest.mark.parametrize("ckpt", ["none", "full", "selective", "selective_attention"])
 @pytest.mark.parametrize("mlp", ["gelu", "swiglu"])
 def test_flops_agree_with_flops_module(ckpt, mlp):
-    from scalestudy.perf import flops
-    from scalestudy.models.gpt import GPTConfig
-
-    p = point(mb=2, m=3, ckpt=ckpt)
-    p["model"]["mlp"] = mlp
-    cfg = GPTConfig.from_dict(p["model"])
-    rows = p["global_batch"]
-    assert perfmodel.model_flops_per_step(p) == pytest.approx(
+    # The step model's own FLOPs count is gone: it reports the flops module's figures, and
+    # the matrix products it times add up to the same FLOPs.
+    p = point(mb=2, m=3, ckpt=ckpt, mlp=mlp)
+    cfg, rows = p.model, p.global_batch
+    assert cfg.mlp == mlp and rows == 6
+    r = predict_step_time(p, ideal_hw())
+    assert r["model_flops_per_step"] == pytest.approx(
         flops.model_flops_per_step(cfg, rows, "megatron"))
-    assert perfmodel.model_flops_per_step(p, recompute=True) == pytest.approx(
+    assert r["hardware_flops_per_step"] == pytest.approx(
         flops.hardware_flops_per_step(cfg, rows, "megatron", ckpt))
+    gemms = perfmodel.layer_gemms(cfg, cfg.seq_len, p.micro_batch)
+    assert sum(2 * M * N * K * c for M, N, K, c in gemms) == pytest.approx(
+        flops.layer_forward_flops(cfg, p.micro_batch))
+    # at 1 FLOP/s per 1e-12 s and no memory cost, compute time is the hardware FLOPs
+    assert r["compute_s"] * 1e12 == pytest.approx(
+        flops.hardware_flops_per_step(cfg, rows, "megatron", ckpt), rel=1e-9)
 
 
 def test_calibration_as_matmul_ceiling(tmp_path):

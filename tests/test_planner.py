@@ -1,11 +1,13 @@
 """Planner: weak/strong derivation, point ids, and rejected points with their reasons."""
 
 import copy
+import re
 
 import pytest
 
-from scalestudy.plan.planner import config_hash, expand_series, plan_points, plan_table
+from scalestudy.config.point import ID_HASH_CHARS, config_hash
 from scalestudy.config.study import StudyError, validate
+from scalestudy.plan.planner import expand_series, plan_points, plan_table
 
 BASE = {
     "name": "t",
@@ -26,33 +28,33 @@ def study(*series, **top):
 
 
 def by_n(points):
-    return {p["n"]: p for p in points}
+    return {p.n: p for p in points}
 
 
 def test_weak_keeps_tokens_per_device_fixed():
     pts = by_n(plan_points(study({"name": "w", "mode": "weak", "model": "m", "gpus": [1, 2, 4, 8],
                                   "micro_batch": 2, "grad_accum": 3})))
     for n, p in pts.items():
-        assert p["feasible"], p["reason"]
-        assert (p["dp"], p["grad_accum"], p["global_batch"]) == (n, 3, 6 * n)
-        assert p["tokens_per_step"] == 6 * n * 32
-        assert p["tokens_per_device_step"] == 6 * 32
-    assert pts[8]["nodes"] == 2 and pts[8]["procs_per_node"] == 4
-    assert {p["baseline_n"] for p in pts.values()} == {1}
+        assert p.feasible, p.reason
+        assert (p.dp, p.grad_accum, p.global_batch) == (n, 3, 6 * n)
+        assert p.tokens_per_step == 6 * n * 32
+        assert p.tokens_per_device_step == 6 * 32
+    assert pts[8].nodes == 2 and pts[8].procs_per_node == 4
+    assert {p.baseline_n for p in pts.values()} == {1}
 
 
 def test_strong_keeps_tokens_per_step_fixed():
     pts = by_n(plan_points(study({"name": "s", "mode": "strong", "model": "m", "gpus": [1, 2, 4],
                                   "micro_batch": 2, "global_batch": 16, "tp": 1})))
-    assert {n: p["grad_accum"] for n, p in pts.items()} == {1: 8, 2: 4, 4: 2}
-    assert {p["tokens_per_step"] for p in pts.values()} == {16 * 32}
+    assert {n: p.grad_accum for n, p in pts.items()} == {1: 8, 2: 4, 4: 2}
+    assert {p.tokens_per_step for p in pts.values()} == {16 * 32}
 
 
 def test_weak_with_model_parallel_shape_fixed():
     pts = by_n(plan_points(study({"name": "w", "mode": "weak", "model": "m", "gpus": [2, 4, 8],
                                   "tp": 2, "micro_batch": 1})))
-    assert {n: p["dp"] for n, p in pts.items()} == {2: 1, 4: 2, 8: 4}
-    assert {p["tokens_per_device_step"] for p in pts.values()} == {32 / 2}
+    assert {n: p.dp for n, p in pts.items()} == {2: 1, 4: 2, 8: 4}
+    assert {p.tokens_per_device_step for p in pts.values()} == {32 / 2}
 
 
 @pytest.mark.parametrize("series, reason", [
@@ -66,9 +68,9 @@ def test_weak_with_model_parallel_shape_fixed():
 ])
 def test_weak_rejections(series, reason):
     s = {"name": "w", "mode": "weak", "model": "m", "micro_batch": 1, **series}
-    bad = [p for p in plan_points(study(s, OK)) if not p["feasible"]]
-    assert bad and all(p["series"] == "w" for p in bad)
-    assert any(reason in p["reason"] for p in bad), [p["reason"] for p in bad]
+    bad = [p for p in plan_points(study(s, OK)) if not p.feasible]
+    assert bad and all(p.series == "w" for p in bad)
+    assert any(reason in p.reason for p in bad), [p.reason for p in bad]
 
 
 @pytest.mark.parametrize("series, reason", [
@@ -77,38 +79,67 @@ def test_weak_rejections(series, reason):
 ])
 def test_strong_rejections(series, reason):
     s = {"name": "s", "mode": "strong", "model": "m", "micro_batch": 2, **series}
-    bad = [p for p in plan_points(study(s, OK)) if not p["feasible"]]
-    assert len(bad) == 1 and reason in bad[0]["reason"], bad[0]["reason"]
+    bad = [p for p in plan_points(study(s, OK)) if not p.feasible]
+    assert len(bad) == 1 and reason in bad[0].reason, bad[0].reason
 
 
 def test_pipeline_schedule_constraints():
     base = {"name": "p", "mode": "weak", "model": "m", "gpus": [2], "pp": 2, "micro_batch": 1,
             "grad_accum": 2}
     inter = plan_points(study(dict(base, pp_schedule="interleaved1f1b"), OK))[0]
-    assert "needs virtual_stages >= 2" in inter["reason"]
+    assert "needs virtual_stages >= 2" in inter.reason
     tied = copy.deepcopy(BASE["models"])
     tied["m"]["tied_embeddings"] = True
     p = plan_points(study(base, OK, models=tied))[0]
-    assert "tied_embeddings=false" in p["reason"]
+    assert "tied_embeddings=false" in p.reason
+
+
+@pytest.mark.parametrize("grad_accum, reason", [
+    # torch's interleaved 1F1B: at least pp micro-batches and a whole number of rounds,
+    # grad_accum % (grad_accum // pp) == 0 (pp=2 here)
+    (1, "pp_schedule=interleaved1f1b needs at least pp=2 micro-batches per step, got "
+        "grad_accum=1"),
+    (2, None), (3, None),  # 3 micro-batches: one round of 3 (3 // 2 = 1); the old rule
+    (4, None), (6, None),  # (grad_accum % pp == 0) refused 3
+    (5, "pp_schedule=interleaved1f1b needs grad_accum=5 to be a multiple of its rounds "
+        "grad_accum//pp=2"),
+])
+def test_interleaved_schedule_follows_torchs_rule(grad_accum, reason):
+    s = {"name": "i", "mode": "weak", "model": "m", "gpus": [2], "pp": 2, "micro_batch": 1,
+         "grad_accum": grad_accum, "pp_schedule": "interleaved1f1b", "virtual_stages": 2}
+    p = plan_points(study(s, OK))[0]
+    assert (p.pp, p.parallel.virtual_stages, p.grad_accum) == (2, 2, grad_accum)
+    if reason is None:
+        assert p.feasible, p.reason
+    else:
+        assert not p.feasible and p.reason == reason, p.reason
 
 
 def test_baseline_is_smallest_feasible_n_or_declared():
     pts = plan_points(study({"name": "w", "mode": "weak", "model": "m", "gpus": [3, 2, 4],
                              "tp": 2, "micro_batch": 1}))
-    assert {p["baseline_n"] for p in pts} == {2}
+    assert {p.baseline_n for p in pts} == {2}
     pts = plan_points(study({"name": "w", "mode": "weak", "model": "m", "gpus": [1, 2, 4],
                              "baseline": 2, "micro_batch": 1}))
-    assert {p["baseline_n"] for p in pts} == {2}
+    assert {p.baseline_n for p in pts} == {2}
 
 
 def test_point_ids_readable_hashed_and_repeats():
     pts = plan_points(study({"name": "w", "mode": "weak", "model": "m", "gpus": [1, 2],
                              "micro_batch": 2}, repeats=3))
     assert len(pts) == 6
-    ids = [p["point_id"] for p in pts]
+    ids = [p.point_id for p in pts]
     assert len(set(ids)) == 6
     assert ids[0].startswith("w_n1_dp1-tp1-pp1_mb2-ga1-gb2_") and ids[0].endswith("_r0")
-    assert len({p["config_hash"] for p in pts}) == 2  # repeats share the config hash
+    assert len({p.config_hash for p in pts}) == 2  # repeats share the config hash
+    # the id carries a 12-hex-digit prefix of the full SHA-256 config hash (64 hex digits)
+    assert ID_HASH_CHARS == 12
+    for p in pts:
+        assert re.fullmatch(r"[0-9a-f]{64}", p.config_hash), p.config_hash
+        assert re.fullmatch(r"w_n\d+_dp\d+-tp1-pp1_mb2-ga1-gb\d+_[0-9a-f]{12}_r[0-2]", p.point_id)
+        assert p.point_id == (f"w_n{p.n}_dp{p.dp}-tp1-pp1_mb2-ga1-gb{p.global_batch}_"
+                              f"{p.config_hash[:12]}_r{p.repeat}")
+    assert [p.repeat for p in pts] == [0, 1, 2, 0, 1, 2]
 
 
 def test_hash_changes_with_measured_settings_only():
@@ -117,8 +148,8 @@ def test_hash_changes_with_measured_settings_only():
     lr = plan_points(study(s, train={"lr": 0.01}))[0]
     longer = plan_points(study(s, platform={"devices_per_node": 4, "max_nodes": 2,
                                             "timeout_s": 5000}))[0]
-    assert lr["config_hash"] != base["config_hash"]
-    assert longer["config_hash"] == base["config_hash"] == config_hash(base)
+    assert lr.config_hash != base.config_hash
+    assert longer.config_hash == base.config_hash == config_hash(base)
 
 
 def test_sweeping_axes_expands_series():
@@ -126,7 +157,7 @@ def test_sweeping_axes_expands_series():
     assert [s["name"] for s in subs] == ["x-tp1-ddp", "x-tp1-fsdp", "x-tp2-ddp", "x-tp2-fsdp"]
     pts = plan_points(study({"name": "x", "mode": "weak", "model": "m", "gpus": [2],
                              "tp": [1, 2], "micro_batch": 1}))
-    assert {(p["series"], p["tp"], p["dp"]) for p in pts} == {("x-tp1", 1, 2), ("x-tp2", 2, 1)}
+    assert {(p.series, p.tp, p.dp) for p in pts} == {("x-tp1", 1, 2), ("x-tp2", 2, 1)}
 
 
 def test_duplicate_series_rejected():
@@ -144,7 +175,7 @@ def test_no_feasible_point_is_an_error():
 def test_plan_table_has_every_point():
     pts = plan_points(study({"name": "a", "mode": "weak", "model": "m", "gpus": [2, 3],
                              "tp": 2, "micro_batch": 1}))
-    assert [p["feasible"] for p in pts] == [True, False]
+    assert [p.feasible for p in pts] == [True, False]
     lines = plan_table(pts).splitlines()
     assert len(lines) == 1 + len(pts)
     assert lines[0].split("\t")[0] == "point_id"
@@ -157,5 +188,5 @@ def test_zero1_with_tp_rejects_tied_embeddings():
     s = {"name": "z", "mode": "weak", "model": "m", "gpus": [2, 4], "tp": 2, "micro_batch": 1,
          "dp_mode": "zero1"}
     pts = plan_points(study(s, models=tied))
-    assert [p["feasible"] for p in pts] == [True, False]  # dp=1 is fine, dp=2 is not
-    assert "tied_embeddings=false" in pts[1]["reason"]
+    assert [p.feasible for p in pts] == [True, False]  # dp=1 is fine, dp=2 is not
+    assert "tied_embeddings=false" in pts[1].reason

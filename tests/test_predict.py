@@ -13,11 +13,12 @@ def test_series_shapes():
     chosen = predict.pick_configs(cfgs, pub)
     assert set(chosen) == {"gpt-22b", "gpt-175b", "gpt-1t"}
     s = predict.series_points(chosen["gpt-1t"], 3072)
-    assert [p["n"] for p in s["weak"]] == [1024, 2048, 3072]
-    assert len({p["global_batch"] for p in s["strong"]}) == 1
-    assert len({p["tp"] * p["pp"] * p["micro_batch"] * p["grad_accum"] for p in s["weak"]}) == 1
+    assert [p.n for p in s["weak"]] == [1024, 2048, 3072]
+    assert len({p.global_batch for p in s["strong"]}) == 1
+    assert len({p.tp * p.pp * p.micro_batch * p.grad_accum for p in s["weak"]}) == 1
     for p in s["strong"]:
-        assert p["global_batch"] == p["dp"] * p["micro_batch"] * p["grad_accum"]
+        assert p.global_batch == p.dp * p.micro_batch * p.grad_accum
+    assert {p.mode for p in s["weak"]} == {"weak"} and {p.mode for p in s["strong"]} == {"strong"}
 
 
 def test_predict_vs_published(tmp_path):

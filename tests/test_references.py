@@ -14,7 +14,10 @@ def test_frontier_values_as_published():
     assert e.loc[("gpt-1t", "strong"), "efficiency"] == pytest.approx(0.8705)
     p = references.peak_fraction_points("frontier_dash2024").set_index("model")
     assert p.loc["gpt-1t", "fraction"] == pytest.approx(0.3196)
-    # TFLOPS per GCD = fraction x 191.5 (the MI250X-GCD peak in hardware_peaks.csv)
+    # TFLOPS per GCD = fraction x 191.5 (the MI250X-GCD bf16 peak in data/hardware.yaml)
+    from scalestudy.perf import hardware
+
+    assert hardware.resolve_peak("MI250X-GCD", "bf16")[1] == 191.5e12
     raw = references.load("frontier_dash2024").set_index("model")
     assert (raw["pct_of_peak"] / 100 * 191.5).tolist() == pytest.approx(raw["tflops_per_device"].tolist(), abs=0.05)
 
@@ -30,3 +33,14 @@ def test_megatron_table_and_configs_load():
 def test_unknown_reference_names_the_allowed_ones():
     with pytest.raises(ValueError, match="references: 'nope'.*frontier_dash2024"):
         references.efficiency_points("nope")
+
+
+def test_every_reference_a_study_may_list_is_shipped():
+    # the words a study may list (config.vocab.Reference, the schema's enum) are the ones
+    # this module can overlay
+    from scalestudy.config.vocab import Reference
+
+    assert set(references.REFERENCES) == set(Reference)
+    for name in Reference:
+        assert len(references.efficiency_points(name)) > 0
+        assert len(references.peak_fraction_points(name)) > 0

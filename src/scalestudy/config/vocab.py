@@ -96,6 +96,14 @@ def allowed(enum: type[StrEnum]) -> str:
     return ", ".join(m.value for m in enum)
 
 
+def parse(enum: type[StrEnum], value, field: str):
+    """``enum(value)``, or ValueError naming ``field`` and the allowed values."""
+    try:
+        return enum(value)
+    except ValueError:
+        raise ValueError(f"{field}={value!r} is not supported; allowed: {allowed(enum)}") from None
+
+
 #: The schema's ``$defs`` entries whose ``enum`` lists come from here.
 SCHEMA_ENUMS: dict[str, tuple[str, ...]] = {
     "scaling_mode": tuple(ScalingMode),

@@ -40,7 +40,7 @@ Hardware FLOPs add what activation checkpointing recomputes:
 from __future__ import annotations
 
 from scalestudy.config.point import Model
-from scalestudy.config.vocab import Checkpointing, FlopsConvention
+from scalestudy.config.vocab import Checkpointing, FlopsConvention, parse
 
 
 # --- the published formulas, verbatim -------------------------------------------------------
@@ -119,7 +119,7 @@ def head_forward_flops(model: Model, rows: float) -> float:
 def model_flops_per_step(model: Model, rows: float, convention: str = "megatron") -> float:
     """Model FLOPs (forward + backward, no recompute) of one optimizer step over ``rows``
     sequences of ``model.seq_len`` tokens (all ranks together)."""
-    convention = FlopsConvention(convention)
+    convention = parse(FlopsConvention, convention, "flops_convention")
     s = model.seq_len
     if convention == FlopsConvention.PALM:
         n = nonembedding_matmul_params(model)
@@ -131,7 +131,7 @@ def model_flops_per_step(model: Model, rows: float, convention: str = "megatron"
 def recomputed_layers(layers: int, activation_checkpointing: str) -> int:
     """Layers whose whole forward pass the backward re-runs: all (``full``), those with an
     even global index (``selective``: 0, 2, 4, ...), none otherwise."""
-    ckpt = Checkpointing(activation_checkpointing)
+    ckpt = parse(Checkpointing, activation_checkpointing, "activation_checkpointing")
     if ckpt == Checkpointing.FULL:
         return layers
     if ckpt == Checkpointing.SELECTIVE:
@@ -141,7 +141,7 @@ def recomputed_layers(layers: int, activation_checkpointing: str) -> int:
 
 def recompute_flops_per_step(model: Model, rows: float, activation_checkpointing: str) -> float:
     """FLOPs that activation checkpointing adds to one optimizer step (see module doc)."""
-    ckpt = Checkpointing(activation_checkpointing)
+    ckpt = parse(Checkpointing, activation_checkpointing, "activation_checkpointing")
     if ckpt == Checkpointing.SELECTIVE_ATTENTION:
         return float(rows) * model.layers * 4.0 * model.seq_len ** 2 * model.hidden
     return recomputed_layers(model.layers, ckpt) * layer_forward_flops(model, rows)
