@@ -23,8 +23,9 @@ run: setup
 test: setup
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
 
+# the benchmarks are not installed: `python -m benchmarks` from the repository root
 bench: setup
-	$(VENV)/bin/scalestudy bench
+	$(PY) -m benchmarks
 
 lint: setup
 	$(PY) -m compileall -q src tests benchmarks

@@ -1,13 +1,17 @@
-"""The benchmarks behind ``make bench`` (``scalestudy bench``); see ``scalestudy.bench``.
+"""The benchmarks behind ``make bench``: ``python -m benchmarks`` from the repository root
+(``benchmarks/__main__.py``). Not part of the installed package; they import ``scalestudy``.
 
 Each module measures one thing and returns a plain dict with a ``figures`` list: rows of
 ``{benchmark, figure, value, unit, target, op, met, note}`` (``op`` is how ``value`` compares
-with ``target``: ``<=`` or ``>=``; ``met`` is None without a target).
+with ``target``: ``<=`` or ``>=``; ``met`` is None without a target). A target is reported,
+never enforced: timings are not asserted in the tests.
 
 - ``trainer`` -- the trainer's step time vs a bare PyTorch loop, side by side in one process.
 - ``harness`` -- a real sweep of a study: wall time minus the training processes' own time.
 - ``scale``   -- planning, aggregating and ``snakemake -n`` at 10,000 points.
 - ``gpu``     -- MFU, tokens/s and peak memory of a ~1B GPT on one GPU (``--smoke``: tiny, CPU).
+- ``predict`` -- the performance model against the study's measured step times: per-point
+  predicted/measured ratios and their median (the study's ``predict`` job's output).
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
-"""``scalestudy bench`` (``make bench``): the performance figures, each next to its target.
+"""``python -m benchmarks`` (``make bench``): the performance figures, each next to its target.
 
-    scalestudy bench [trainer] [harness] [scale] [gpu] [--out results/bench] [--quick]
-                     [--points 10000] [--smoke] [--gpu-configs eager,eager-ac,compile]
+    python -m benchmarks [trainer] [harness] [scale] [gpu] [predict] [--out results/bench]
+                         [--quick] [--points 10000] [--smoke] [--gpu-configs eager,eager-ac,compile]
 
-Without names it runs trainer, harness and scale, and gpu (on a GPU host the ~1B model;
-without a GPU a CPU smoke run of the same path with a tiny model, labelled as such).
+Run from the repository root (the benchmarks are not part of the installed package). Without
+names it runs trainer, harness and scale, gpu (on a GPU host the ~1B model; without a GPU a
+CPU smoke run of the same path with a tiny model, labelled as such) and predict (the
+performance model against the study's measured step times; it reads the harness benchmark's
+sweep when both run in one call, else it runs the study itself).
 Writes to ``--out`` (atomically): ``<name>.json`` (the full record of each benchmark),
 ``figures.csv`` (tidy: one row per figure with target, verdict, host and load average) and
 ``figures.md`` (the printed table). Timings are never asserted in tests; this is where they
@@ -18,7 +21,6 @@ import argparse
 import csv
 import datetime as _dt
 import io
-import json
 import os
 import platform
 import socket
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from scalestudy.record.io import write_json, write_text
 
-NAMES = ("trainer", "harness", "scale", "gpu")
+NAMES = ("trainer", "harness", "scale", "gpu", "predict")
 FIELDS = ("benchmark", "figure", "value", "unit", "target", "op", "met", "note", "host",
           "cpu", "load_1min_start", "load_1min_end", "measured_at")
 
@@ -41,13 +43,9 @@ def _load() -> float | None:
 
 
 def host_info() -> dict:
-    from scalestudy.perf.hardware import _cpu_name
+    from scalestudy.perf.hardware import cpu_name, usable_cpus
 
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count()
-    return {"host": socket.gethostname(), "cpu": _cpu_name(), "cores": cores,
+    return {"host": socket.gethostname(), "cpu": cpu_name(), "cores": usable_cpus(),
             "python": platform.python_version(), "platform": platform.platform()}
 
 
@@ -94,10 +92,13 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def run_one(name: str, args, workdir: Path) -> dict:
-    """Run benchmark ``name`` with the parsed CLI ``args``; returns its record."""
+def run_one(name: str, args, workdir: Path, done: dict | None = None) -> dict:
+    """Run benchmark ``name`` with the parsed CLI ``args``; returns its record. ``done``: the
+    records of the benchmarks already run in this call (``predict`` reuses the harness's
+    sweep)."""
+    done = done or {}
     if name == "trainer":
-        from scalestudy.benchmarks import trainer
+        from benchmarks import trainer
 
         rounds, block = (11, 1) if args.quick else (101, 1)
         base = trainer.default_point()
@@ -107,19 +108,19 @@ def run_one(name: str, args, workdir: Path) -> dict:
             recs.append(trainer.measure(big, rounds=21, block=1, label="d256 l4 s128"))
         return {"runs": recs, "figures": [f for r in recs for f in r["figures"]]}
     if name == "harness":
-        from scalestudy.benchmarks import harness
+        from benchmarks import harness
 
         return harness.measure(args.study, workdir / "harness", timeout=args.timeout,
                                snakemake_args=args.snakemake_args.split() or None)
     if name == "scale":
-        from scalestudy.benchmarks import scale
+        from benchmarks import scale
 
         n = args.points or (2000 if args.quick else 10_000)
         return scale.measure(n, workdir / "scale", dry_run=not args.no_dry_run,
                              profile=args.profile, aggregate_timeout=args.scale_timeout,
                              dry_run_timeout=args.scale_timeout)
     if name == "gpu":
-        from scalestudy.benchmarks import gpu
+        from benchmarks import gpu
 
         smoke = args.smoke or not _has_cuda()
         configs = args.gpu_configs.split(",") if args.gpu_configs else None
@@ -130,18 +131,32 @@ def run_one(name: str, args, workdir: Path) -> dict:
                 f["note"] = ("CPU smoke run (tiny model, no GPU here): checks the path, "
                              "not a performance figure; " + f["note"])
         return rec
+    if name == "predict":
+        from benchmarks import predict
+
+        study_dir = None
+        if "harness" in done:  # the same study, run moments ago: read its predict job
+            from scalestudy.config.study import load_study
+
+            harness_rec = done["harness"]
+            study = load_study(harness_rec["study"])
+            study_dir = Path(harness_rec["workdir"]) / "results" / study["name"]
+        return predict.measure(args.study, workdir / "predict", study_dir=study_dir,
+                               timeout=args.timeout)
     raise ValueError(f"unknown benchmark {name!r}; use one of {', '.join(NAMES)}")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="scalestudy bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
     p.add_argument("names", nargs="*", metavar="NAME", help=f"benchmarks to run: {', '.join(NAMES)} (default: all)")
     p.add_argument("--out", type=Path, default=Path("results/bench"))
     p.add_argument("--workdir", type=Path, default=None,
                    help="scratch space (default: a new temporary directory)")
     p.add_argument("--quick", action="store_true", help="fewer rounds, 2000-point scale study")
-    p.add_argument("--study", default=None, help="harness: study file (default: default.yaml)")
-    p.add_argument("--timeout", type=float, default=1800, help="harness: sweep timeout (s)")
+    p.add_argument("--study", default=None,
+                   help="harness, predict: study file (default: default.yaml)")
+    p.add_argument("--timeout", type=float, default=1800,
+                   help="harness, predict: sweep timeout (s)")
     p.add_argument("--snakemake-args", default="",
                    help="harness: extra snakemake arguments, e.g. '--force-use-threads'")
     p.add_argument("--points", type=int, default=None, help="scale: planned runs (default 10000)")
@@ -167,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     names = args.names or list(NAMES)
     bad = [n for n in names if n not in NAMES]
     if bad:
-        print(f"scalestudy bench: unknown benchmark {bad[0]!r}; use {', '.join(NAMES)}",
+        print(f"python -m benchmarks: unknown benchmark {bad[0]!r}; use {', '.join(NAMES)}",
               file=sys.stderr)
         return 2
     out = args.out
@@ -175,10 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     info = host_info()
     new_rows: list[dict] = []
+    done: dict[str, dict] = {}
     for name in names:
         load0, t0 = _load(), time.monotonic()
         print(f"== bench {name} (load average {load0}) ...", file=sys.stderr, flush=True)
-        rec = run_one(name, args, workdir)
+        rec = run_one(name, args, workdir, done)
+        done[name] = rec
         load1 = _load()
         stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         rec.update(host=info, load_1min_start=load0, load_1min_end=load1, measured_at=stamp,

@@ -14,6 +14,7 @@ x peak); HFU counts the recompute. Denominators: the spec peak from the peaks ta
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -21,14 +22,15 @@ import sys
 import time
 from pathlib import Path
 
-from scalestudy.benchmarks import figure
+from benchmarks import figure
+from scalestudy.config.point import Model, Point, identify
 
 TARGET_MFU = 0.50
 # ~1.1B parameters: 18 layers x 12 h^2 (906M) + untied embedding and head (2 x 103M).
-MODEL_1B = {"vocab": 50304, "seq_len": 2048, "layers": 18, "hidden": 2048, "heads": 16,
-            "ffn_hidden": None, "mlp": "gelu", "tied_embeddings": False, "bias": False}
-MODEL_SMOKE = {"vocab": 256, "seq_len": 64, "layers": 2, "hidden": 64, "heads": 4,
-               "ffn_hidden": None, "mlp": "gelu", "tied_embeddings": False, "bias": False}
+MODEL_1B = Model(name="gpt-1b", vocab=50304, seq_len=2048, layers=18, hidden=2048, heads=16,
+                 ffn_hidden=None, mlp="gelu", tied_embeddings=False, bias=False)
+MODEL_SMOKE = Model(name="gpt-smoke", vocab=256, seq_len=64, layers=2, hidden=64, heads=4,
+                    ffn_hidden=None, mlp="gelu", tied_embeddings=False, bias=False)
 # (name, activation checkpointing, torch.compile)
 CONFIGS = (("eager", "none", False), ("eager-ac", "full", False), ("compile", "none", True),
            ("compile-ac", "full", True))
@@ -43,26 +45,23 @@ RECORD_FIELDS = (
 )
 
 
-def make_point(name: str, model: dict, *, micro_batch: int, ac: str, compile: bool,
+def make_point(name: str, model: Model, *, micro_batch: int, ac: str, compile: bool,
                steps: int, warmup: int, device: str, precision: str = "bf16",
-               timeout_s: float = 600) -> dict:
-    """A resolved single-device ``point.json`` (docs/architecture.md)."""
-    tokens = micro_batch * model["seq_len"]
-    return {
-        "study": "bench-gpu", "series": name, "mode": "weak", "point_id": f"gpu-{name}",
-        "config_hash": name, "repeat": 0, "n": 1, "dp": 1, "tp": 1, "pp": 1, "nodes": 1,
-        "procs_per_node": 1, "micro_batch": micro_batch, "grad_accum": 1,
-        "global_batch": micro_batch, "seq_len": model["seq_len"], "tokens_per_step": tokens,
-        "tokens_per_device_step": tokens, "baseline_n": 1, "model": dict(model, name=name),
-        "parallel": {"dp_mode": "ddp", "pp_schedule": "1f1b", "virtual_stages": 1,
-                     "sequence_parallel": False, "activation_checkpointing": ac,
-                     "compile": bool(compile)},
-        "train": {"steps": steps, "warmup_steps": warmup, "lr": 3e-4, "weight_decay": 0.1,
-                  "grad_clip": 1.0, "seed": 0, "precision": precision},
-        "platform": {"device": device, "hardware": None, "devices_per_node": 1,
-                     "timeout_s": timeout_s, "collective_timeout_s": 300},
-        "flops_convention": "megatron",
-    }
+               timeout_s: float = 600) -> Point:
+    """The single-device point of configuration ``name`` (identified: config hash and id)."""
+    point = Point.for_layout(
+        dataclasses.replace(model, name=name), micro_batch=micro_batch,
+        activation_checkpointing=ac, compile=bool(compile), steps=steps, warmup_steps=warmup,
+        lr=3e-4, weight_decay=0.1, grad_clip=1.0, seed=0, precision=precision, device=device,
+        hardware=None, devices_per_node=1, timeout_s=timeout_s, collective_timeout_s=300,
+        study="bench-gpu", series=name, mode="weak", baseline_n=1, flops_convention="megatron")
+    return identify(point)
+
+
+def run_dir_name(config: str) -> str:
+    """The run folder of configuration ``config`` under ``<out>/runs/`` (stable across
+    versions, unlike the point id, which carries the config hash)."""
+    return f"gpu-{config}"
 
 
 def calibrate(device: str, out: Path, smoke: bool, timeout: float = 180) -> dict | None:
@@ -80,7 +79,7 @@ def calibrate(device: str, out: Path, smoke: bool, timeout: float = 180) -> dict
         return None
 
 
-def record(config: str, point: dict, run_dir: Path, calibration: dict | None) -> dict:
+def record(config: str, point: Point, run_dir: Path, calibration: dict | None) -> dict:
     """One tidy row from a finished run directory (every field of RECORD_FIELDS present)."""
     def load(name):
         try:
@@ -90,19 +89,19 @@ def record(config: str, point: dict, run_dir: Path, calibration: dict | None) ->
 
     status, s = load("status.json"), load("summary.json")
     rec = dict.fromkeys(RECORD_FIELDS)
-    par, tr = point["parallel"], point["train"]
+    par, tr = point.parallel, point.train
     rec.update(config=config, state=status.get("state", "not_run"), reason=status.get("reason", ""),
-               seq_len=point["seq_len"], micro_batch=point["micro_batch"],
-               tokens_per_step=point["tokens_per_step"], precision=tr["precision"],
-               activation_checkpointing=par["activation_checkpointing"], compile=par["compile"],
-               steps=tr["steps"], warmup_steps=tr["warmup_steps"],
+               seq_len=point.seq_len, micro_batch=point.micro_batch,
+               tokens_per_step=point.tokens_per_step, precision=str(tr.precision),
+               activation_checkpointing=str(par.activation_checkpointing), compile=tr.compile,
+               steps=tr.steps, warmup_steps=tr.warmup_steps,
                status_wall_s=status.get("wall_s"))
     for k in ("device_type", "device_name", "hardware", "n_params", "step_time_median_s",
               "tokens_per_s", "memory_kind", "loss_first", "loss_last", "train_wall_s"):
         rec[k] = s.get(k)
     t = s.get("step_time_median_s")
     if rec["state"] == "ok" and t:
-        conv = point["flops_convention"]
+        conv = str(point.flops_convention)
         mf = s["model_flops_per_step"][conv] / t
         hf = s["hardware_flops_per_step"][conv] / t
         peak = s.get("peak_flops_per_device")
@@ -127,8 +126,8 @@ def measure(out_dir: str | Path, *, smoke: bool = False, configs: list[str] | No
     gets at most what is left, and a point with under 30 s left is skipped (state
     ``skipped``). Records are also written after every point to ``out_dir/gpu_records.json``,
     so a run killed from outside keeps what it measured."""
+    from scalestudy.record.io import write_json, write_text
     from scalestudy.run import runner
-    from scalestudy.record.io import write_json
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -149,18 +148,18 @@ def measure(out_dir: str | Path, *, smoke: bool = False, configs: list[str] | No
     for name, ac, comp in CONFIGS:
         if name not in wanted:
             continue
-        point = make_point(name, model, micro_batch=mb, ac=ac, compile=comp, steps=steps,
-                           warmup=warmup, device=device, timeout_s=timeout_s)
-        run_dir = out_dir / "runs" / point["point_id"]
-        run_dir.mkdir(parents=True, exist_ok=True)
         left = None if budget_s is None else budget_s - (time.monotonic() - t0)
+        # the watchdog gets at most what is left of the budget (timeouts are not hashed)
+        point = make_point(name, model, micro_batch=mb, ac=ac, compile=comp, steps=steps,
+                           warmup=warmup, device=device,
+                           timeout_s=timeout_s if left is None else max(1.0, min(timeout_s, left - 10)))
+        run_dir = out_dir / "runs" / run_dir_name(name)
+        run_dir.mkdir(parents=True, exist_ok=True)
         if left is not None and left < 30:
             records.append(dict(record(name, point, run_dir, None), state="skipped",
                                 reason=f"time budget of {budget_s:g} s used up"))
             continue
-        if left is not None:
-            point["platform"]["timeout_s"] = min(timeout_s, left - 10)
-        write_json(run_dir / "point.json", point)
+        write_text(run_dir / "point.json", point.json_text())
         print(f"bench gpu: {name} (ac={ac}, compile={comp}, micro_batch={mb}) ...",
               file=sys.stderr, flush=True)
         if launcher == "runner":
@@ -201,16 +200,16 @@ def _pct(x) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
-def _run_inprocess(point: dict, run_dir: Path) -> None:
+def _run_inprocess(point: Point, run_dir: Path) -> None:
     """``train.run`` in this process as a one-rank job (env:// rendezvous on a free port),
     then the runner's ``status.json`` (ok or crashed with the exception)."""
     from datetime import datetime, timezone
 
-    from scalestudy.run import launch
-    from scalestudy.train.loop import loop as train
     from scalestudy.record.io import write_json
+    from scalestudy.run.nodes import free_port
+    from scalestudy.train import loop as train
 
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(launch.free_port()), "RANK": "0",
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0",
            "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

@@ -31,7 +31,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from scalestudy.benchmarks import figure
+from benchmarks import figure
 
 _STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
 _START = re.compile(r"^(?:local)?rule (\w+):$")
@@ -127,14 +127,16 @@ def startup_floor(n: int, repeats: int = 1, timeout: float = 300) -> float:
     (``scalestudy.run.launch``'s argv): the floor of per-point start-up. Median of ``repeats``."""
     import tempfile
 
+    from scalestudy.config.point import Model, Point, identify
     from scalestudy.run import launch
 
     times = []
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "noop.py"
         script.write_text(_NOOP + "\n")
-        point = {"point_id": f"noop-n{n}", "nodes": 1, "procs_per_node": n,
-                 "platform": {"device": "cpu"}}
+        # a one-node CPU point of n processes (only its launch line is used)
+        point = identify(Point.for_layout(Model(), dp=n, device="cpu", devices_per_node=n,
+                                          series=f"noop-n{n}"))
         argv = launch.launch_argv(point, tmp)
         argv = argv[:argv.index("-m", 3)] + [str(script)]
         env = {**os.environ, **launch.launch_env(point, os.environ)}
@@ -163,16 +165,17 @@ def measure(study_file: str | Path | None = None, workdir: str | Path | None = N
     to try a fix)."""
     import tempfile
 
-    from scalestudy.cli import REPO, snakemake_argv
+    from scalestudy import paths
+    from scalestudy.cli import snakemake_argv
     from scalestudy.config.study import load_study
 
-    study_file = Path(study_file or REPO / "workflow" / "config" / "default.yaml").resolve()
+    study_file = Path(study_file or paths.workflow_dir() / "config" / "default.yaml").resolve()
     study = load_study(study_file)
     own_tmp = workdir is None
     workdir = Path(workdir or tempfile.mkdtemp(prefix="scalestudy-bench-harness-"))
     workdir.mkdir(parents=True, exist_ok=True)
     results = workdir / "results"
-    profile = str(REPO / "workflow" / "profiles" / "local")
+    profile = str(paths.profile("local"))
     extra = list(snakemake_args or [])
     sweep_s, rc = _timed(snakemake_argv(str(study_file), str(results), profile, extra),
                          workdir / "sweep.log", timeout)

@@ -24,7 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from scalestudy.benchmarks import figure
+from benchmarks import figure
+from scalestudy.config.point import Point
 
 GPUS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 SWEEP = {"activation_checkpointing": ["none", "full"], "dp_mode": ["ddp", "fsdp"]}
@@ -58,23 +59,23 @@ def synthetic_study(n_points: int = 10_000, name: str = "scale") -> dict:
     }
 
 
-def write_records(points: list[dict], study_dir: Path, seed: int = 0) -> int:
+def write_records(points: list[Point], study_dir: Path, seed: int = 0) -> int:
     """Synthetic run records for the feasible points (plain writes: it is test data).
     Returns the number of run directories written."""
     import random
 
+    from scalestudy.config.vocab import FlopsConvention
     from scalestudy.perf import flops
-    from scalestudy.models.gpt import GPTConfig
 
     rng = random.Random(seed)
     runs = Path(study_dir) / "runs"
     written = 0
     for k, p in enumerate(points):
-        if not p["feasible"]:
+        if not p.feasible:
             continue
-        d = runs / p["point_id"]
+        d = runs / p.point_id
         d.mkdir(parents=True, exist_ok=True)
-        (d / "point.json").write_text(json.dumps(p))
+        (d / "point.json").write_text(p.json_text())
         written += 1
         fate = k % 50
         if fate == 49:  # not run yet: point.json only
@@ -85,22 +86,22 @@ def write_records(points: list[dict], study_dir: Path, seed: int = 0) -> int:
                   "started": "2026-01-01T00:00:00+00:00", "finished": "2026-01-01T00:01:00+00:00",
                   "wall_s": 60.0}
         if state == "ok":
-            cfg = GPTConfig.from_dict(p["model"])
-            rows = int(p["global_batch"])
-            mf = {c: flops.model_flops_per_step(cfg, rows, c) for c in flops.CONVENTIONS}
-            t = mf["megatron"] / (p["n"] * 400e12) * (1 + 0.05 * math.log2(p["n"]))
-            steps = [{"step": i, "loss": 7.0 - 0.1 * i, "tokens": p["tokens_per_step"],
+            cfg = p.model
+            rows = int(p.global_batch)
+            mf = {c.value: flops.model_flops_per_step(cfg, rows, c) for c in FlopsConvention}
+            t = mf["megatron"] / (p.n * 400e12) * (1 + 0.05 * math.log2(p.n))
+            steps = [{"step": i, "loss": 7.0 - 0.1 * i, "tokens": p.tokens_per_step,
                       "step_time_s": t * (1.5 if i < 3 else rng.lognormvariate(0, 0.02)),
                       "warmup": i < 3} for i in range(12)]
             (d / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
             summary = {
-                "point_id": p["point_id"], "config_hash": p["config_hash"], "repeat": p["repeat"],
-                "n_params": flops.gpt_params(cfg), "steps": 12, "warmup_steps": 3,
-                "loss_first": 7.0, "loss_last": 5.9, "tokens_per_step": p["tokens_per_step"],
-                "step_time_median_s": t, "tokens_per_s": p["tokens_per_step"] / t,
+                "point_id": p.point_id, "config_hash": p.config_hash, "repeat": p.repeat,
+                "n_params": flops.param_count(cfg), "steps": 12, "warmup_steps": 3,
+                "loss_first": 7.0, "loss_last": 5.9, "tokens_per_step": p.tokens_per_step,
+                "step_time_median_s": t, "tokens_per_s": p.tokens_per_step / t,
                 "model_flops_per_step": mf,
                 "hardware_flops_per_step": {c: flops.hardware_flops_per_step(
-                    cfg, rows, c, p["parallel"]["activation_checkpointing"]) for c in mf},
+                    cfg, rows, c, p.parallel.activation_checkpointing) for c in mf},
                 "device_type": "cuda", "device_name": "NVIDIA H200", "hardware": "H200-SXM",
                 "dtype": "bf16", "peak_flops_per_device": 989e12,
                 "peak_source": "NVIDIA H200 datasheet", "peak_memory_bytes": 40 * 2**30,
@@ -108,7 +109,7 @@ def write_records(points: list[dict], study_dir: Path, seed: int = 0) -> int:
             }
             (d / "summary.json").write_text(json.dumps(summary))
             (d / "env.json").write_text(json.dumps({"torch": "2.13.0", "backend": "nccl",
-                                                    "config_hash": p["config_hash"]}))
+                                                    "config_hash": p.config_hash}))
         (d / "status.json").write_text(json.dumps(status))
     return written
 
@@ -152,7 +153,7 @@ def measure(n_points: int = 10_000, workdir: str | Path | None = None, *, dry_ru
     rec["plan_s"] = time.perf_counter() - t0
     rec["plan_profile"] = _profile_top(prof) if prof else None
     rec["n_planned"] = len(points)
-    rec["n_feasible"] = sum(p["feasible"] for p in points)
+    rec["n_feasible"] = sum(p.feasible for p in points)
 
     write_json(study_dir / "study.json", study)
     t0 = time.perf_counter()
@@ -181,10 +182,11 @@ def measure(n_points: int = 10_000, workdir: str | Path | None = None, *, dry_ru
 
     rec["dry_run_s"] = None
     if dry_run:
-        from scalestudy.cli import REPO, snakemake_argv
+        from scalestudy import paths
+        from scalestudy.cli import snakemake_argv
 
         argv = snakemake_argv(str(study_file), str(workdir / "dry"),
-                              str(REPO / "workflow" / "profiles" / "local"), ["-n", "--quiet"])
+                              str(paths.profile("local")), ["-n", "--quiet"])
         t0 = time.perf_counter()
         with open(workdir / "dryrun.log", "w") as f:
             try:

@@ -17,35 +17,43 @@ mesh, no wrapper. At world size 1 the engine adds no DDP wrapper (dp == 1) and n
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import statistics
 import time
 from pathlib import Path
 
-from scalestudy.benchmarks import figure
+from benchmarks import figure
+from scalestudy.config.point import Point, identify
 
 TARGET_OVERHEAD = 0.05
 
 
-def default_point(study_file: str | Path | None = None, series_mode: str = "weak") -> dict:
+def default_point(study_file: str | Path | None = None, series_mode: str = "weak") -> Point:
     """The default study's single-process point (N=1) of its first ``series_mode`` series."""
-    from scalestudy.plan.planner import plan_points
+    from scalestudy import paths
     from scalestudy.config.study import load_study
+    from scalestudy.plan.planner import plan_points
 
     if study_file is None:
-        from scalestudy.cli import REPO
-        study_file = REPO / "workflow" / "config" / "default.yaml"
+        study_file = paths.workflow_dir() / "config" / "default.yaml"
     points = plan_points(load_study(study_file))
     for p in points:
-        if p["n"] == 1 and p["mode"] == series_mode and p["feasible"]:
+        if p.n == 1 and p.mode == series_mode and p.feasible:
             return p
     raise ValueError(f"{study_file}: no feasible N=1 point in a {series_mode} series")
 
 
-def scaled_point(point: dict, **model) -> dict:
-    """A copy of ``point`` with model fields replaced (e.g. a bigger model)."""
-    p = dict(point, model=dict(point["model"], **model))
-    p["seq_len"] = p["model"]["seq_len"]
-    return p
+def scaled_point(point: Point, **model) -> Point:
+    """``point`` with model fields replaced (e.g. a bigger model), identified anew."""
+    return identify(point.replace(model=dataclasses.replace(point.model, **model)), point.repeat)
+
+
+def _one_process(point: Point) -> Point:
+    """The comparison runs in one process: ``point`` must be a single-device layout."""
+    if (point.n, point.dp, point.tp, point.pp) != (1, 1, 1, 1):
+        raise ValueError(f"point {point.point_id}: the trainer benchmark needs N=1 "
+                         f"(dp=tp=pp=1), got N={point.n} dp={point.dp} tp={point.tp} pp={point.pp}")
+    return point
 
 
 @contextlib.contextmanager
@@ -71,10 +79,10 @@ class BareLoop:
                  grad_clip: float | None, grad_accum: int, betas=(0.9, 0.95)):
         import torch
 
-        from scalestudy.models.gpt import GPT
+        from scalestudy.models import build_model
 
         torch.manual_seed(seed)
-        self.model = GPT(cfg).to(device)
+        self.model = build_model(cfg).to(device)
         self.params = list(self.model.parameters())
         kw = {"fused": True} if device.type == "cuda" else {"foreach": True}  # as the Engine
         self.opt = torch.optim.AdamW(self.params, lr=lr, betas=betas,
@@ -97,24 +105,23 @@ class BareLoop:
         return loss.detach()  # the last micro-batch's loss
 
 
-def measure(point: dict | None = None, *, rounds: int = 9, block: int = 8, warmup_blocks: int = 1,
+def measure(point: Point | None = None, *, rounds: int = 9, block: int = 8, warmup_blocks: int = 1,
             threads: int | None = 1, label: str = "default study N=1") -> dict:
     """Run the side-by-side comparison; returns the record (times in seconds)."""
     import torch
 
-    from scalestudy.train.loop import loop as train
+    from scalestudy.distributed.engine import Engine
+    from scalestudy.train import loop as train
     from scalestudy.train.data import SyntheticTokens
-    from scalestudy.models.gpt import GPTConfig
-    from scalestudy.distributed.engine import Engine, Layout, build_mesh
 
-    point = point or default_point()
+    point = _one_process(point or default_point())
     if threads:
         torch.set_num_threads(int(threads))
-    tr = point["train"]
+    tr = point.train
     device = torch.device("cpu")
-    cfg = GPTConfig.from_dict(point["model"])
-    rows = point["micro_batch"] * point["grad_accum"]
-    data = SyntheticTokens(cfg.vocab, cfg.seq_len, seed=tr["seed"])
+    cfg = point.model
+    rows = point.rows_per_rank
+    data = SyntheticTokens(cfg.vocab, cfg.seq_len, seed=tr.seed)
     batches = [data.rows(s, 0, rows).to(device) for s in range(block)]
 
     def sync():
@@ -122,12 +129,9 @@ def measure(point: dict | None = None, *, rounds: int = 9, block: int = 8, warmu
             torch.cuda.synchronize(device)
 
     with single_process_group():
-        layout = Layout.from_point(dict(point, dp=1, tp=1, pp=1))
-        engine = Engine(cfg, layout, build_mesh(layout, device.type), device, seed=tr["seed"],
-                        lr=tr["lr"], weight_decay=tr["weight_decay"], grad_clip=tr["grad_clip"])
-        bare = BareLoop(cfg, device, seed=tr["seed"], lr=tr["lr"],
-                        weight_decay=tr["weight_decay"], grad_clip=tr["grad_clip"],
-                        grad_accum=point["grad_accum"])
+        engine = Engine(point, device)
+        bare = BareLoop(cfg, device, seed=tr.seed, lr=tr.lr, weight_decay=tr.weight_decay,
+                        grad_clip=tr.grad_clip, grad_accum=int(point.grad_accum))
 
         def run_trainer() -> tuple[float, float, list[float]]:
             sync()
@@ -175,8 +179,8 @@ def measure(point: dict | None = None, *, rounds: int = 9, block: int = 8, warmu
     t_trainer, t_bare = med("trainer_block_s"), med("bare_block_s")
     c_trainer, c_bare = med("trainer_block_cpu_s"), med("bare_block_cpu_s")
     rec = {
-        "label": label, "point_id": point.get("point_id"), "model": cfg.to_dict(),
-        "rows_per_step": rows, "grad_accum": point["grad_accum"], "threads": torch.get_num_threads(),
+        "label": label, "point_id": point.point_id, "model": point.to_json()["model"],
+        "rows_per_step": rows, "grad_accum": point.grad_accum, "threads": torch.get_num_threads(),
         "rounds": rounds, "block_steps": block, "warmup_blocks": warmup_blocks,
         "trainer_step_s": t_trainer, "bare_step_s": t_bare,
         "trainer_step_cpu_s": c_trainer, "bare_step_cpu_s": c_bare,
@@ -199,38 +203,37 @@ def measure(point: dict | None = None, *, rounds: int = 9, block: int = 8, warmu
     return rec
 
 
-def equivalence(point: dict | None = None, steps: int = 3) -> dict:
+def equivalence(point: Point | None = None, steps: int = 3) -> dict:
     """Check that the two loops do the same work: from the same initial weights, on the same
     batches, after ``steps`` steps the losses and parameters of the engine and the bare loop
     agree (fp32 on CPU: expect ~1e-6; losses compared when grad_accum == 1). Returns the
     largest absolute differences."""
     import torch
 
-    from scalestudy.train.loop import loop as train
+    from scalestudy.distributed.engine import Engine
+    from scalestudy.train import loop as train
     from scalestudy.train.data import SyntheticTokens
-    from scalestudy.models.gpt import GPTConfig
-    from scalestudy.distributed.engine import Engine, Layout, build_mesh
 
-    point = point or default_point()
-    tr = point["train"]
+    point = _one_process(point or default_point())
+    tr = point.train
     device = torch.device("cpu")
-    cfg = GPTConfig.from_dict(point["model"])
-    rows = point["micro_batch"] * point["grad_accum"]
-    data = SyntheticTokens(cfg.vocab, cfg.seq_len, seed=tr["seed"])
+    cfg = point.model
+    rows = point.rows_per_rank
+    data = SyntheticTokens(cfg.vocab, cfg.seq_len, seed=tr.seed)
     batches = [data.rows(s, 0, rows) for s in range(steps)]
     with single_process_group():
-        layout = Layout.from_point(dict(point, dp=1, tp=1, pp=1))
-        engine = Engine(cfg, layout, build_mesh(layout, "cpu"), device, seed=tr["seed"],
-                        lr=tr["lr"], weight_decay=tr["weight_decay"], grad_clip=tr["grad_clip"])
-        bare = BareLoop(cfg, device, seed=tr["seed"], lr=tr["lr"],
-                        weight_decay=tr["weight_decay"], grad_clip=tr["grad_clip"],
-                        grad_accum=point["grad_accum"])
+        engine = Engine(point, device)
+        bare = BareLoop(cfg, device, seed=tr.seed, lr=tr.lr, weight_decay=tr.weight_decay,
+                        grad_clip=tr.grad_clip, grad_accum=int(point.grad_accum))
         losses_e, _ = train.timed_steps(engine, batches, device)
         losses_b = [bare.step(b) for b in batches]
-        pe = dict(engine.chunks[0].named_parameters())
-        diff = max(float((pe[k].detach() - p.detach()).abs().max()) for k, p in bare.model.named_parameters())
+        pe = dict(engine.named_params)  # names as in the single-process model's state_dict
+        bp = dict(bare.model.named_parameters())
+        if set(pe) != set(bp):
+            raise RuntimeError(f"engine and bare loop parameters differ: {sorted(set(pe) ^ set(bp))}")
+        diff = max(float((pe[k].detach() - p.detach()).abs().max()) for k, p in bp.items())
         engine.close()
     return {"steps": steps,
             "loss_max_abs_diff": (max(abs(float(a) - float(b)) for a, b in zip(losses_e, losses_b))
-                                  if point["grad_accum"] == 1 else None),
+                                  if point.grad_accum == 1 else None),
             "param_max_abs_diff": diff}

@@ -6,6 +6,7 @@
 # 989 TFLOP/s dense bf16) and vs the measured bf16 matmul ceiling, and peak memory.
 #
 #   scripts/gpu_bench.sh            # on the GPU host; results to $OUT (else results/bench)
+#                                   # (runs `python -m benchmarks gpu` from the repository root)
 #   scripts/gpu_bench.sh --smoke    # the same logic on the CPU with a tiny model
 #   GPU_CONFIGS=eager,compile MICRO_BATCH=16 scripts/gpu_bench.sh
 #
@@ -41,6 +42,7 @@ fi
 mkdir -p "$OUT_DIR"
 start=$(date +%s)
 rc=0
-timeout -k 10 "$BUDGET" "$PY" -m scalestudy.bench "${args[@]}" || rc=$?
+# the benchmarks are a top-level package of the repository (cwd), not of scalestudy
+timeout -k 10 "$BUDGET" "$PY" -m benchmarks "${args[@]}" || rc=$?
 echo "gpu_bench: done in $(( $(date +%s) - start )) s -> $OUT_DIR/gpu.json, $OUT_DIR/figures.csv"
 exit $rc

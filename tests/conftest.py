@@ -1,10 +1,31 @@
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The benchmarks are a top-level package of the repository, not installed (python -m benchmarks
+# runs from the root): importable by the tests however pytest is started.
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))
+
+# The tiny study every end-to-end check shares: one Snakemake run per session
+# (``tiny_study_run``), read by test_workflow.py and test_predict_default.py.
+TINY = {
+    "name": "tiny",
+    "models": {"m": {"layers": 2, "hidden": 32, "heads": 2, "seq_len": 16, "vocab": 64}},
+    "train": {"steps": 6, "warmup_steps": 2},
+    "platform": {"device": "cpu", "devices_per_node": 4},
+    "series": [
+        {"name": "weak", "mode": "weak", "model": "m", "gpus": [1, 2], "micro_batch": 2},
+        # N=3 cannot split a global batch of 4 (infeasible, listed with its reason)
+        {"name": "strong", "mode": "strong", "model": "m", "gpus": [1, 2, 3], "micro_batch": 1,
+         "global_batch": 4},
+    ],
+}
 
 
 @pytest.fixture
@@ -12,7 +33,37 @@ def repo() -> Path:
     return REPO
 
 
+def snakemake(study_file, results, *extra, timeout=600, env=None) -> subprocess.CompletedProcess:
+    """The study's Snakemake run as ``scalestudy run`` starts it (local profile)."""
+    from scalestudy.cli import snakemake_argv
+    from scalestudy.paths import profile
+
+    argv = snakemake_argv(str(study_file), str(results), str(profile("local")), list(extra))
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def trained(out: str) -> int:
+    """How many training jobs a Snakemake run executed."""
+    return out.count("rule train:")
+
+
+@pytest.fixture(scope="session")
+def tiny_study_run(tmp_path_factory):
+    """``(study_file, results, first_run)``: the TINY study run once through Snakemake.
+
+    Tests that change the study or its results (extending the grid) are marked
+    ``extends_shared_run`` and are collected last, after every reader of the first run."""
+    import yaml
+
+    root = tmp_path_factory.mktemp("wf")
+    study_file = root / "tiny.yaml"
+    study_file.write_text(yaml.safe_dump(TINY))
+    results = root / "results"
+    first = snakemake(study_file, results)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    return study_file, results, first
+
+
 def pytest_collection_modifyitems(items):
-    """Tests marked ``timing`` run first: the 8-process tests leave the 1-minute load average
-    high for a minute after they end, which timing comparisons would otherwise wait out."""
-    items.sort(key=lambda item: item.get_closest_marker("timing") is None)  # stable sort
+    """Tests marked ``extends_shared_run`` run last: they change the shared tiny study run."""
+    items.sort(key=lambda item: item.get_closest_marker("extends_shared_run") is not None)

@@ -9,13 +9,14 @@ import pandas as pd
 import pytest
 
 from scalestudy.analysis import aggregate
+from scalestudy.config.point import Model, Platform, Point
+from scalestudy.config.vocab import FlopsConvention
 from scalestudy.perf import flops
+from scalestudy.plan.planner import write_plan
 from scalestudy.record.io import write_json, write_text
-from scalestudy.models.gpt import GPTConfig
-from scalestudy.plan.planner import PLAN_COLUMNS
 
-MODEL = {"name": "tiny", "vocab": 256, "seq_len": 64, "layers": 2, "hidden": 64, "heads": 4,
-         "ffn_hidden": None, "mlp": "gelu", "tied_embeddings": False, "bias": True}
+MODEL = Model(name="tiny", vocab=256, seq_len=64, layers=2, hidden=64, heads=4, ffn_hidden=None,
+              mlp="gelu", tied_embeddings=False, bias=True)
 # steady-state multipliers with median exactly 1 (so the median step time is the base time)
 NOISE = [1.0, 0.99, 1.01, 0.98, 1.02, 1.0, 0.97, 1.03]
 CEILING = 5e10  # measured matmul ceiling, FLOP/s
@@ -34,37 +35,40 @@ POINTS = [
 ]
 
 
+def make_point(series: str, mode: str, n: int, gb: int, repeat: int, state: str | None,
+               device: str = "cpu") -> Point:
+    """The planned point of a row of POINTS: weak with micro_batch gb/n, strong with
+    micro_batch 2 (grad_accum = gb/(2n)); id ``<series>_n<N>_dp<N>-tp1-pp1_gb<gb>_abcd<N>_r<r>``."""
+    batch = {"micro_batch": gb // n, "grad_accum": 1} if mode == "weak" else \
+        {"micro_batch": 2, "global_batch": gb}
+    p = Point.build(MODEL, n=n, **batch, platform=Platform(device=device, hardware=None),
+                    study="synth", series=series, mode=mode, baseline_n=1,
+                    flops_convention="megatron", feasible=state != "infeasible",
+                    reason="needs 9.9 GB per device > 8 GB" if state == "infeasible" else "",
+                    mem_estimate_gb=0.01)
+    return p.replace(config_hash=f"abcd{n:04d}", repeat=repeat,
+                     point_id=f"{series}_n{n}_dp{n}-tp1-pp1_gb{gb}_abcd{n:04d}_r{repeat}")
+
+
 def make_study(root: Path, references=("frontier_dash2024",), break_invariant=False,
                calibration=True, peak=None) -> Path:
     """Write plan.tsv, study.json, calibration.json and run dirs like the pipeline does.
     ``peak``: ``(key, FLOP/s, source)`` a GPU run would record (default: CPU, no peak)."""
     key, peak_flops, source = peak or (None, None, None)
     study_dir = root / "synth"
-    cfg = GPTConfig.from_dict(MODEL)
     plan = []
     for series, mode, n, gb, t, states in POINTS:
         if break_invariant and series == "strong-dp" and n == 4:
             gb = 32
         for r, state in enumerate(states):
-            pid = f"{series}_n{n}_dp{n}-tp1-pp1_gb{gb}_abcd{n:04d}_r{r}"
-            row = dict(point_id=pid, config_hash=f"abcd{n:04d}", series=series, mode=mode,
-                       model="tiny", n=n, dp=n, tp=1, pp=1, nodes=1, procs_per_node=n,
-                       micro_batch=gb // n if mode == "weak" else 2,
-                       grad_accum=1 if mode == "weak" else max(gb // (2 * n), 1),
-                       global_batch=gb, seq_len=64, tokens_per_step=gb * 64,
-                       tokens_per_device_step=gb * 64 / n, dp_mode="ddp", pp_schedule="1f1b",
-                       virtual_stages=1, activation_checkpointing="none", precision="fp32",
-                       repeat=r, baseline_n=1, feasible=state != "infeasible",
-                       reason="needs 9.9 GB per device > 8 GB" if state == "infeasible" else "",
-                       mem_estimate_gb=0.01)
-            plan.append(row)
+            point = make_point(series, mode, n, gb, r, state, "cuda" if key else "cpu")
+            assert point.global_batch == gb and point.n == n
+            plan.append(point)
             if state == "infeasible":
                 continue
+            pid = point.point_id
             d = study_dir / "runs" / pid
-            point = dict(row, study="synth", model=MODEL, flops_convention="megatron",
-                         parallel={"activation_checkpointing": "none"},
-                         platform={"device": "cuda" if key else "cpu", "hardware": None})
-            write_json(d / "point.json", point)
+            write_text(d / "point.json", point.json_text())
             if state is None:
                 continue  # planned, never ran: no status.json
             status = {"state": state, "reason": "" if state == "ok" else f"{state} at step 3",
@@ -79,17 +83,18 @@ def make_study(root: Path, references=("frontier_dash2024",), break_invariant=Fa
                                  "warmup": i < 2, "tokens": gb * 64}) for i, x in enumerate(steps)]
             write_text(d / "steps.jsonl", "\n".join(lines) + "\n")
             write_json(d / "summary.json", {
-                "point_id": pid, "n_params": flops.gpt_params(cfg), "steps": 10, "warmup_steps": 2,
-                "loss_first": 5.5, "loss_last": 2.8, "tokens_per_step": gb * 64,
+                "point_id": pid, "n_params": flops.param_count(MODEL), "steps": 10,
+                "warmup_steps": 2, "loss_first": 5.5, "loss_last": 2.8, "tokens_per_step": gb * 64,
                 "step_time_median_s": t, "tokens_per_s": gb * 64 / t,
-                "model_flops_per_step": {c: flops.model_flops_per_step(cfg, gb, c) for c in flops.CONVENTIONS},
-                "hardware_flops_per_step": {c: flops.hardware_flops_per_step(cfg, gb, c) for c in flops.CONVENTIONS},
+                "model_flops_per_step": {c: flops.model_flops_per_step(MODEL, gb, c)
+                                         for c in FlopsConvention},
+                "hardware_flops_per_step": {c: flops.hardware_flops_per_step(MODEL, gb, c)
+                                            for c in FlopsConvention},
                 "device_type": "cuda" if key else "cpu", "device_name": key or "AMD EPYC",
                 "hardware": key, "dtype": "fp32",
                 "peak_flops_per_device": peak_flops, "peak_source": source,
                 "peak_memory_bytes": 3.4e8, "memory_kind": "cpu_max_rss", "train_wall_s": 2.0})
-    lines = ["\t".join(PLAN_COLUMNS)] + ["\t".join(str(p[c]) for c in PLAN_COLUMNS) for p in plan]
-    write_text(study_dir / "plan.tsv", "\n".join(lines) + "\n")
+    write_plan(plan, study_dir)
     write_json(study_dir / "study.json", {"name": "synth", "flops_convention": "megatron",
                                           "references": list(references),
                                           "series": [{"name": "weak-dp"}, {"name": "strong-dp"}]})
@@ -130,7 +135,7 @@ def test_runs_numbers(study):
     assert r["step_time_q25_s"] < 0.4 < r["step_time_q75_s"]
     assert r["tokens_per_s"] == pytest.approx(16 * 64 / 0.4)
     assert r["tokens_per_s_per_device"] == pytest.approx(16 * 64 / 0.4 / 2)
-    mf = flops.model_flops_per_step(GPTConfig.from_dict(MODEL), 16, "megatron")
+    mf = flops.model_flops_per_step(MODEL, 16, "megatron")
     assert r["model_tflops_per_device"] == pytest.approx(mf / 0.4 / 2 / 1e12, rel=1e-5)
     assert r["flops_convention"] == "megatron"
     # CPU: no spec peak -> no MFU; utilisation against the measured ceiling instead
@@ -195,7 +200,7 @@ def test_spec_peak_gives_mfu(tmp_path):
     aggregate.run(d)
     runs = pd.read_csv(d / "runs.csv").set_index("point_id")
     r = runs.loc["strong-dp_n2_dp2-tp1-pp1_gb16_abcd0002_r0"]
-    mf = flops.model_flops_per_step(GPTConfig.from_dict(MODEL), 16, "megatron")
+    mf = flops.model_flops_per_step(MODEL, 16, "megatron")
     assert r["mfu"] == pytest.approx(mf / 0.4 / 2 / 1e12, rel=1e-5)
     assert r["hfu"] == pytest.approx(r["mfu"], rel=1e-12)  # no recompute
     assert r["peak_tflops"] == 1.0 and r["peak_source"] == "test peak"
@@ -242,7 +247,9 @@ def test_run_cis_equal_the_per_run_bootstrap(study):
             assert np.array_equal(row[c], r.loc[pid, c], equal_nan=True), c
 
 
-def test_csv_text_is_pandas_to_csv():
+def test_written_csv_is_pandas_to_csv(tmp_path):
+    # every table aggregate writes (runs.csv, efficiency.csv) is exactly pandas' text
+    out = tmp_path / "t.csv"
     df = pd.DataFrame({
         "f": [1.0, np.nan, np.inf, -np.inf, -0.0, 1e-300, 123456789.0],
         "i": [1, 2, 3, 4, 5, 6, 7], "s": ["x,y", None, "", 'q"', "a\nb", "z", "w"],
@@ -250,7 +257,8 @@ def test_csv_text_is_pandas_to_csv():
         "o": [None, 1.5, "s", 2, np.nan, 3.0, "t"], "f32": np.arange(7, dtype=np.float32)})
     for frame in (df, df.iloc[:0], df[["s"]], df.assign(c=df["s"].astype("category")),
                   df.assign(n=pd.array([1, None, 3, 4, 5, 6, 7], dtype="Int64"))):
-        assert aggregate.csv_text(frame) == frame.to_csv(index=False, float_format="%.6g")
+        aggregate._write_csv(out, frame)
+        assert out.read_text() == frame.to_csv(index=False, float_format="%.6g")
 
 
 def test_point_json_read_only_when_needed(tmp_path, monkeypatch):
@@ -274,5 +282,5 @@ def test_study_convention_applies_to_every_row(tmp_path):
     write_json(d / "runs" / pid / "point.json", dict(point, flops_convention="palm"))
     runs, _, ctx = aggregate.collect(d)
     assert ctx["convention"] == "megatron" and (runs["flops_convention"] == "megatron").all()
-    mf = flops.model_flops_per_step(GPTConfig.from_dict(MODEL), 8, "megatron")
+    mf = flops.model_flops_per_step(MODEL, 8, "megatron")
     assert runs.set_index("point_id").loc[pid, "model_flops_per_step"] == pytest.approx(mf)

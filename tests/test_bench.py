@@ -1,5 +1,6 @@
-"""The benchmarks produce complete, well-formed records (no timing is asserted here: the
-figures themselves are read in ``make bench``)."""
+"""The benchmarks (top-level ``benchmarks/``, ``python -m benchmarks``) produce complete,
+well-formed records (no timing is asserted here: the figures themselves are read in
+``make bench``)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from scalestudy import bench
-from scalestudy.benchmarks import figure, gpu, harness, scale, trainer
+from benchmarks import __main__ as bench
+from benchmarks import figure, gpu, harness, predict, scale, trainer
+from scalestudy.config.point import Point
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURE_KEYS = {"benchmark", "figure", "value", "unit", "target", "op", "met", "note"}
@@ -42,8 +44,86 @@ def test_figure_verdict_and_table():
     assert "| x | overhead | -1.2% | <= 5.0% | yes |" in md
 
 
+def test_python_dash_m_benchmarks_from_the_repository_root():
+    p = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "python -m benchmarks" in p.stdout and "predict" in p.stdout
+    bad = subprocess.run([sys.executable, "-m", "benchmarks", "nope"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "unknown benchmark 'nope'" in bad.stderr
+    assert set(bench.NAMES) == {"trainer", "harness", "scale", "gpu", "predict"}
+
+
+def _vm_frame() -> pd.DataFrame:
+    """A predict_vs_measured.csv as the predict job writes it (one point not measured)."""
+    return pd.DataFrame({
+        "series": ["weak", "weak", "strong", "strong"], "n": [1, 2, 1, 2],
+        "config_hash": ["a", "b", "c", "d"], "step_time_s": [0.05, 0.08, 0.2, 0.3],
+        "measured_step_time_s": [0.1, 0.1, 0.25, float("nan")]})
+
+
+def test_predict_ratios_and_figures_from_the_predict_job_output(tmp_path):
+    vm = _vm_frame()
+    vm["residual"] = (vm["step_time_s"] - vm["measured_step_time_s"]) / vm["measured_step_time_s"]
+    study_dir = tmp_path / "tiny"
+    (study_dir / "predict").mkdir(parents=True)
+    vm.to_csv(study_dir / "predict" / "predict_vs_measured.csv", index=False)
+    rec = predict.measure(workdir=tmp_path / "work", study_dir=study_dir)
+    assert rec["reused_run"] is True and rec["sweep_s"] is None
+    assert not (tmp_path / "work").exists()  # nothing was run
+    assert rec["n_points"] == 4 and rec["n_measured"] == 3
+    ratio = {(p["series"], p["n"]): p["ratio"] for p in rec["points"]}
+    assert ratio == pytest.approx({("weak", 1): 0.5, ("weak", 2): 0.8, ("strong", 1): 0.8})
+    for (series, n), r in ratio.items():  # ratio = 1 + residual
+        row = vm[(vm["series"] == series) & (vm["n"] == n)].iloc[0]
+        assert r == pytest.approx(1 + row["residual"])
+    assert rec["ratio_median"] == pytest.approx(0.8)
+    assert rec["ratio_min"] == pytest.approx(0.5) and rec["ratio_max"] == pytest.approx(0.8)
+    _well_formed(rec["figures"], "predict")
+    names = [f["figure"] for f in rec["figures"]]
+    assert sum(name.startswith("predicted/measured step time: ") for name in names) == 3
+    targets = {f["figure"]: (f["op"], f["target"]) for f in rec["figures"] if f["target"]}
+    assert sorted(targets.values()) == sorted([(">=", predict.MEDIAN_RANGE[0]),
+                                               ("<=", predict.MEDIAN_RANGE[1]),
+                                               (">=", predict.RATIO_MIN),
+                                               ("<=", predict.RATIO_MAX)])
+    assert "| predict | predicted/measured step time: weak N=1 | 0.5 x |" in bench.table(
+        rec["figures"])
+
+
+def test_predict_reads_the_harness_sweep_of_the_same_call(tmp_path):
+    """``python -m benchmarks harness predict``: predict reads the sweep the harness just ran
+    (the same study) instead of running it again."""
+    import yaml
+
+    from conftest import TINY
+
+    study_file = tmp_path / "tiny.yaml"
+    study_file.write_text(yaml.safe_dump(TINY))
+    harness_dir = tmp_path / "work" / "harness"
+    (harness_dir / "results" / "tiny" / "predict").mkdir(parents=True)
+    _vm_frame().to_csv(harness_dir / "results" / "tiny" / "predict" / "predict_vs_measured.csv",
+                       index=False)
+    args = bench.build_parser().parse_args(["harness", "predict", "--study", str(study_file)])
+    rec = bench.run_one("predict", args, tmp_path / "work",
+                        {"harness": {"study": str(study_file), "workdir": str(harness_dir)}})
+    assert rec["reused_run"] and rec["study_dir"] == str(harness_dir / "results" / "tiny")
+    assert rec["n_measured"] == 3 and not (tmp_path / "work" / "predict").exists()
+
+
+def test_predict_with_nothing_measured_reports_no_value():
+    vm = _vm_frame().assign(measured_step_time_s=float("nan"))
+    rec = predict.summarize(vm)
+    assert rec["n_measured"] == 0 and rec["ratio_median"] is None
+    _well_formed(rec["figures"], "predict")
+    assert all(f["value"] is None and f["met"] is None for f in rec["figures"])
+
+
 def test_trainer_loops_do_the_same_work_and_record_is_complete():
-    rec = trainer.measure(trainer.default_point(), rounds=2, block=2)
+    point = trainer.default_point()
+    assert isinstance(point, Point) and point.n == 1 and point.feasible
+    rec = trainer.measure(point, rounds=2, block=2)
     eq = rec["equivalence"]
     # same init, batches, AdamW and clipping: fp32 on CPU agrees to rounding
     assert eq["steps"] == 2
@@ -159,3 +239,6 @@ def test_gpu_bench_script_smoke_end_to_end(tmp_path):
     run = tmp_path / "work" / "gpu" / "runs" / "gpu-eager"
     for name in ("point.json", "steps.jsonl", "summary.json", "env.json", "status.json"):
         assert (run / name).is_file(), name
+    point = Point.from_json(json.loads((run / "point.json").read_text()))  # schema_version 2
+    assert point.series == "eager" and point.n == 1 and point.train.precision == "bf16"
+    assert json.loads((run / "summary.json").read_text())["point_id"] == point.point_id

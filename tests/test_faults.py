@@ -1,7 +1,11 @@
 """Failures are data: classification of real failure logs, the runner's watchdog / retries /
 memory limit, and fault injection on real runs through Snakemake (a killed rank, a hung
 collective, a point over its memory limit), then an interrupted and resumed sweep and a second,
-refused invocation on the same study."""
+refused invocation on the same study.
+
+Faults are injected by the test-only ``tests/fault_injection.py`` through the trainer's step
+hook (``SCALESTUDY_STEP_HOOK=fault_injection:make_hook``, ``SCALESTUDY_FAULT=...``, tests/ on
+the ranks' ``PYTHONPATH``); production code has no fault switch."""
 
 from __future__ import annotations
 
@@ -17,14 +21,23 @@ import pandas as pd
 import pytest
 import yaml
 
-from scalestudy.run import runner
-from scalestudy.cli import REPO, snakemake_argv
-from scalestudy.plan.planner import plan_points
+import fault_injection
+from scalestudy.cli import snakemake_argv
+from scalestudy.config.point import Model, Point
 from scalestudy.config.study import validate
+from scalestudy.paths import profile
+from scalestudy.plan.planner import plan_points
+from scalestudy.record.states import RunState
+from scalestudy.run import outcome, runner
+from scalestudy.train import hooks
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
 
 # --------------------------------------------------------------------------------------------
 # Real log snippets, produced by this repo's trainer under torchrun (gloo, torch 2.13 CPU) with
-# SCALESTUDY_FAULT / platform.memory_limit_mb; only the traceback frames and pids are cut.
+# SCALESTUDY_FAULT (tests/fault_injection.py) / platform.memory_limit_mb; only the traceback
+# frames and pids are cut.
 
 KILLED_RANK_LOG = """\
 scalestudy fault injection: rank 1 kill at step 3
@@ -99,36 +112,37 @@ def _lines(text: str) -> list[str]:
 
 
 def test_classify_killed_rank_names_the_rank_and_signal():
-    state, reason = runner.classify(1, False, _lines(KILLED_RANK_LOG), False)
+    state, reason = outcome.classify(1, False, _lines(KILLED_RANK_LOG), False)
     assert state == "crashed"
     assert reason.startswith("rank 1 was killed by SIGKILL"), reason
 
 
 def test_classify_hung_collective_is_a_timeout_even_if_the_watchdog_also_fired():
     for timed_out in (False, True):
-        state, reason = runner.classify(1, timed_out, _lines(HUNG_COLLECTIVE_LOG), False,
-                                        collective_timeout_s=10)
+        state, reason = outcome.classify(1, timed_out, _lines(HUNG_COLLECTIVE_LOG), False,
+                                         collective_timeout_s=10)
         assert state == "timeout"
         assert "platform.collective_timeout_s=10 s" in reason
         assert "Timed out waiting 10000ms" in reason
 
 
 def test_classify_oom_from_the_allocators_own_error():
-    state, reason = runner.classify(1, False, _lines(CPU_OOM_LOG), False)
+    state, reason = outcome.classify(1, False, _lines(CPU_OOM_LOG), False)
     assert state == "oom" and "DefaultCPUAllocator: can't allocate memory" in reason
-    state, reason = runner.classify(1, False, _lines(CUDA_OOM_LOG), False)
+    state, reason = outcome.classify(1, False, _lines(CUDA_OOM_LOG), False)
     assert state == "oom" and "CUDA out of memory" in reason
 
 
 def test_classify_root_cause_rank_exception_and_the_rest():
-    state, reason = runner.classify(1, False, _lines(RANK_EXCEPTION_LOG), False)
+    state, reason = outcome.classify(1, False, _lines(RANK_EXCEPTION_LOG), False)
     assert (state, reason) == ("crashed", "[rank1]: ValueError: shapes do not match")
-    assert runner.classify(None, True, [], False, timeout_s=30) == (
+    assert state is RunState.CRASHED  # a RunState, equal to its string
+    assert outcome.classify(None, True, [], False, timeout_s=30) == (
         "timeout", "watchdog: no result within platform.timeout_s=30 s; the point's processes "
         "were killed")
-    assert runner.classify(0, False, [], True) == ("ok", "")
-    assert runner.classify(0, False, [], False)[0] == "crashed"
-    assert runner.classify(-9, False, [], False) == (
+    assert outcome.classify(0, False, [], True) == ("ok", "")
+    assert outcome.classify(0, False, [], False)[0] == "crashed"
+    assert outcome.classify(-9, False, [], False) == (
         "crashed", "the launcher was killed by SIGKILL")
 
 
@@ -136,30 +150,64 @@ def test_classify_unprefixed_exception_beats_torchruns_child_failed_error():
     # one process: no "[rankN]:" prefix; torchrun's own ChildFailedError comes last
     log = ["FileNotFoundError: [Errno 2] No such file or directory: 'run/point.json'",
            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "]
-    assert runner.classify(1, False, log, False) == ("crashed", log[0])
+    assert outcome.classify(1, False, log, False) == ("crashed", log[0])
 
 
 def test_evidence_keeps_the_injection_and_root_cause_lines():
-    ev = runner._evidence(_lines(KILLED_RANK_LOG))
+    ev = outcome.evidence(_lines(KILLED_RANK_LOG))
     assert any("fault injection" in ln for ln in ev)
     assert any("exitcode  : -9" in ln for ln in ev)
 
 
 def test_fault_spec_parsing_and_matching():
     text = "kill:rank=1:step=3:match=kill_;hang:rank=2:step=1"
-    assert runner.parse_faults(text) == [
+    assert fault_injection.parse_faults(text) == [
         {"kind": "kill", "rank": 1, "step": 3, "match": "kill_"},
         {"kind": "hang", "rank": 2, "step": 1, "match": ""}]
-    point = {"point_id": "kill_n2_x"}
-    assert runner.fault_for(point, 1, {"SCALESTUDY_FAULT": text})["kind"] == "kill"
-    assert runner.fault_for(point, 2, {"SCALESTUDY_FAULT": text})["kind"] == "hang"
-    assert runner.fault_for(point, 0, {"SCALESTUDY_FAULT": text}) is None
-    assert runner.fault_for(point, 1, {}) is None  # inert by default
-    runner.inject_fault(None, 3)  # no fault: nothing happens
+    pid = "kill_n2_x"
+    assert fault_injection.fault_for(pid, 1, {"SCALESTUDY_FAULT": text})["kind"] == "kill"
+    assert fault_injection.fault_for(pid, 2, {"SCALESTUDY_FAULT": text})["kind"] == "hang"
+    assert fault_injection.fault_for(pid, 0, {"SCALESTUDY_FAULT": text}) is None
+    assert fault_injection.fault_for(pid, 1, {}) is None  # inert by default
+    fault_injection.inject_fault(None, 3)  # no fault: nothing happens
     with pytest.raises(ValueError, match="unknown fault 'explode'"):
-        runner.parse_faults("explode:rank=1")
+        fault_injection.parse_faults("explode:rank=1")
     with pytest.raises(ValueError, match="bad option 'when=3'"):
-        runner.parse_faults("kill:when=3")
+        fault_injection.parse_faults("kill:when=3")
+
+
+def test_the_trainers_step_hook_loads_the_fault_injection(monkeypatch):
+    """What a rank does with the environment the fault tests give it: the trainer's hook
+    (``scalestudy.train.hooks.step_hook``) is ``fault_injection.make_hook``'s, only for the
+    faulty rank of a matching point; without ``SCALESTUDY_STEP_HOOK`` nothing is loaded."""
+    point = Point.for_layout(Model(), dp=2, point_id="kill_n2_x")
+    monkeypatch.setenv("SCALESTUDY_FAULT", "kill:rank=1:step=3:match=kill_")  # read by make_hook
+    env = {"SCALESTUDY_STEP_HOOK": fault_injection.HOOK_SPEC}
+    assert hooks.step_hook(point, 0, env) is None  # rank 0 has no fault
+    assert hooks.step_hook(point.replace(point_id="good_n2_x"), 1, env) is None  # no match
+    hook = hooks.step_hook(point, 1, env)
+    assert callable(hook)
+    for step in range(3):
+        hook(step)  # before the fault's step: nothing happens
+    assert hooks.step_hook(point, 1, {}) is None  # no SCALESTUDY_STEP_HOOK: no hook
+    monkeypatch.delenv("SCALESTUDY_FAULT")
+    assert hooks.step_hook(point, 1, env) is None  # no SCALESTUDY_FAULT: inert
+
+
+def test_an_injected_kill_ends_the_process_with_sigkill():
+    code = ("import fault_injection\n"
+            "from scalestudy.config.point import Model, Point\n"
+            "p = Point.for_layout(Model(), dp=2, point_id='kill_n2_x')\n"
+            "hook = fault_injection.make_hook(p, 1)\n"
+            "for step in range(5):\n"
+            "    hook(step)\n"
+            "    print('step', step, flush=True)\n")
+    env = {**_env(), "SCALESTUDY_FAULT": "kill:rank=1:step=2:match=kill_"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr)
+    assert r.stdout.split("\n")[:2] == ["step 0", "step 1"] and "step 2" not in r.stdout
+    assert "scalestudy fault injection: rank 1 kill at step 2" in r.stderr
 
 
 def test_planner_copies_retries_into_points_unhashed():
@@ -168,8 +216,8 @@ def test_planner_copies_retries_into_points_unhashed():
             "series": [{"name": "w", "mode": "weak", "model": "m", "gpus": [1], "micro_batch": 1}]}
     p0 = plan_points(validate(base))[0]
     p2 = plan_points(validate(dict(base, retries=2)))[0]
-    assert (p0["retries"], p2["retries"]) == (0, 2)
-    assert p0["point_id"] == p2["point_id"]  # a retry count does not change what is measured
+    assert (p0.retries, p2.retries) == (0, 2)
+    assert p0.point_id == p2.point_id  # a retry count does not change what is measured
 
 
 # --------------------------------------------------------------------------------------------
@@ -177,12 +225,12 @@ def test_planner_copies_retries_into_points_unhashed():
 # memory limit, stale records.
 
 def _fake_point(tmp_path: Path, *, timeout_s=60.0, retries=0, memory_limit_mb=None) -> Path:
-    point = {"point_id": "fake_n1", "retries": retries,
-             "platform": {"timeout_s": timeout_s, "collective_timeout_s": 5,
-                          "memory_limit_mb": memory_limit_mb}}
+    point = Point.for_layout(Model(), device="cpu", timeout_s=timeout_s, collective_timeout_s=5,
+                             memory_limit_mb=memory_limit_mb, retries=retries,
+                             point_id="fake_n1")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "point.json").write_text(json.dumps(point))
+    (run_dir / "point.json").write_text(point.json_text())
     return run_dir
 
 
@@ -274,9 +322,11 @@ def test_a_runner_error_is_still_a_status(tmp_path, monkeypatch):
 FAULTY = {
     "name": "faulty",
     "models": {"m": {"layers": 2, "hidden": 32, "heads": 2, "seq_len": 16, "vocab": 64},
-               # 4e9 bytes of embedding alone: far over the memory limit below
-               "huge": {"layers": 2, "hidden": 32, "heads": 2, "seq_len": 16,
-                        "vocab": 31_250_000}},
+               # the math kernel's attention scores of one sequence, 4 heads x 16384^2 fp32:
+               # 4.3e9 bytes alone, far over the memory limit below (its matrix products
+               # are small: the calibrate job times them in a second)
+               "huge": {"layers": 2, "hidden": 32, "heads": 4, "seq_len": 16384,
+                        "vocab": 64, "attention": "math"}},
     "train": {"steps": 4, "warmup_steps": 1},
     "platform": {"device": "cpu", "devices_per_node": 4, "collective_timeout_s": 10,
                  "timeout_s": 300, "memory_limit_mb": 2500},
@@ -297,13 +347,16 @@ FIGURES = ["efficiency_weak", "efficiency_strong", "throughput", "mfu"]
 
 
 def _env() -> dict:
-    return {**os.environ, "SCALESTUDY_FAULT": FAULTS, "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    """The sweep's environment: the faults, and this module's directory on the ranks' path
+    (the runner passes its environment on to torchrun)."""
+    path = [str(TESTS), str(REPO / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "SCALESTUDY_STEP_HOOK": fault_injection.HOOK_SPEC,
+            "SCALESTUDY_FAULT": FAULTS, "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join(path)}
 
 
 def _argv(study_file: Path, results: Path, *extra: str) -> list[str]:
-    return snakemake_argv(str(study_file), str(results), str(REPO / "workflow/profiles/local"),
-                          list(extra))
+    return snakemake_argv(str(study_file), str(results), str(profile("local")), list(extra))
 
 
 def _trained(out: str) -> int:

@@ -1,5 +1,6 @@
 """The launch lines of a point: torchrun (one node), srun + torchrun (several nodes), and the
-sbatch line Snakemake's Slurm plugin builds from ``job_resources``. Pure: nothing is started."""
+sbatch line Snakemake's Slurm plugin builds from ``slurm.point_resources`` /
+``slurm.job_resources``. Pure: nothing is started (but for one real two-node launch)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,23 @@ from pathlib import Path
 
 import pytest
 
-from scalestudy.run import launch
+from scalestudy.config.point import Model, Platform, Point
+from scalestudy.run import launch, nodes, slurm
 
 
-def make_point(nodes=1, procs=2, device="cpu", timeout_s=600, pid="weak-dp_n4_x_r0"):
-    return {"point_id": pid, "nodes": nodes, "procs_per_node": procs, "n": nodes * procs,
-            "platform": {"device": device, "hardware": None, "devices_per_node": 8,
-                         "timeout_s": timeout_s, "collective_timeout_s": 120}}
+def make_point(nodes=1, procs=2, device="cpu", timeout_s=600, pid="weak-dp_n4_x_r0",
+               **options) -> Point:
+    """A point on ``nodes`` nodes of ``procs`` processes each (``devices_per_node`` = procs).
+    ``options``: further fields of the point or its parts (``site=...``)."""
+    return Point.for_layout(Model(), dp=nodes * procs, device=device, devices_per_node=procs,
+                            timeout_s=timeout_s, collective_timeout_s=120, point_id=pid,
+                            **options)
+
+
+def test_make_point_has_the_asked_shape():
+    p = make_point(3, 4, "cuda")
+    assert (p.nodes, p.procs_per_node, p.n) == (3, 4, 12)
+    assert p.platform.device == "cuda" and p.point_id == "weak-dp_n4_x_r0"
 
 
 def flag(argv, name):
@@ -62,7 +73,7 @@ def test_multi_node_is_one_srun_task_per_node():
     assert "--kill-on-bad-exit=1" in argv
     assert not any(a.startswith("--gres") for a in argv)  # CPU point
     i = argv.index("py")
-    assert argv[i:i + 4] == ["py", "-m", "scalestudy.run.launch", "node"]
+    assert argv[i:i + 4] == ["py", "-m", "scalestudy.run.nodes", "node"]
     node = argv[i + 4:]
     assert flag(node, "--nnodes") == "2" and flag(node, "--nproc-per-node") == "2"
     assert flag(node, "--rdzv-id") == "1234-weak-dp_n4_x_r0"
@@ -77,7 +88,7 @@ def test_multi_node_gpu_requests_gpus_per_node():
     assert flag(argv, "--gres") == "gpu:8"
     assert flag(argv, "--cpus-per-task") == "64"
     assert flag(argv, "--port") == "6000"
-    fr = launch.launch_argv(make_point(2, 8, "rocm"), RUN, environ={"SLURM_JOB_ID": "7"},
+    fr = launch.launch_argv(make_point(2, 8, "cuda"), RUN, environ={"SLURM_JOB_ID": "7"},
                             site={"gpu_request": "gpus-per-node",
                                   "srun_extra": "--gpu-bind=closest"})
     assert flag(fr, "--gpus-per-node") == "8"
@@ -86,14 +97,14 @@ def test_multi_node_gpu_requests_gpus_per_node():
 
 def test_multi_node_outside_slurm_emulates_nodes_on_this_host():
     argv = launch.launch_argv(make_point(2, 2), RUN, python="py", environ={})
-    assert argv[:4] == ["py", "-m", "scalestudy.run.launch", "local-nodes"]
+    assert argv[:4] == ["py", "-m", "scalestudy.run.nodes", "local-nodes"]
     assert flag(argv, "--nnodes") == "2" and flag(argv, "--nproc-per-node") == "2"
     assert argv[argv.index("--"):] == ["--", "-m", "scalestudy.train", str(RUN / "point.json"),
                                        str(RUN)]
-    nodes = launch.local_nodes_argvs(nnodes=2, nproc_per_node=2, rdzv_id="p", port=5000,
-                                     train=["-m", "m"], python="py")
-    assert len(nodes) == 2
-    for i, a in enumerate(nodes):
+    argvs = nodes.local_nodes_argvs(nnodes=2, nproc_per_node=2, rdzv_id="p", port=5000,
+                                    train=["-m", "m"], python="py")
+    assert len(argvs) == 2
+    for i, a in enumerate(argvs):
         assert flag(a, "--rdzv-endpoint") == "127.0.0.1:5000" and flag(a, "--nnodes") == "2"
         assert flag(a, "--rdzv-conf") == f"is_host={int(i == 0)}"
         assert flag(a, "--local-addr") == "127.0.0.1" and a[-2:] == ["-m", "m"]
@@ -102,13 +113,13 @@ def test_multi_node_outside_slurm_emulates_nodes_on_this_host():
 
 
 def test_node_argv_first_node_hosts_the_rendezvous(monkeypatch):
-    monkeypatch.setattr(launch, "expand_nodelist", lambda nl: {"n[1-2]": ["n1", "n2"]}[nl])
-    monkeypatch.setattr(launch, "node_addr", lambda n: "127.0.0.1")
+    monkeypatch.setattr(nodes, "expand_nodelist", lambda nl: {"n[1-2]": ["n1", "n2"]}[nl])
+    monkeypatch.setattr(nodes, "node_addr", lambda n: "127.0.0.1")
     train = ["-m", "scalestudy.train", "pj", "rd"]
     common = dict(nnodes=2, nproc_per_node=2, rdzv_id="9-p", port=29509, train=train, python="py")
-    a1, e1 = launch.node_argv(environ={"SLURM_JOB_NODELIST": "n[1-2]", "SLURMD_NODENAME": "n1"},
+    a1, e1 = nodes.node_argv(environ={"SLURM_JOB_NODELIST": "n[1-2]", "SLURMD_NODENAME": "n1"},
                               **common)
-    a2, e2 = launch.node_argv(environ={"SLURM_JOB_NODELIST": "n[1-2]", "SLURMD_NODENAME": "n2"},
+    a2, e2 = nodes.node_argv(environ={"SLURM_JOB_NODELIST": "n[1-2]", "SLURMD_NODENAME": "n2"},
                               **common)
     for a in (a1, a2):
         assert a[:3] == ["py", "-m", "torch.distributed.run"]
@@ -123,9 +134,9 @@ def test_node_argv_first_node_hosts_the_rendezvous(monkeypatch):
 
 
 def test_node_argv_real_cluster_uses_node_names(monkeypatch):
-    monkeypatch.setattr(launch, "expand_nodelist", lambda nl: ["frontier00001", "frontier00002"])
-    monkeypatch.setattr(launch, "node_addr", lambda n: n)
-    a, env = launch.node_argv(nnodes=2, nproc_per_node=8, rdzv_id="1-p", port=29501,
+    monkeypatch.setattr(nodes, "expand_nodelist", lambda nl: ["frontier00001", "frontier00002"])
+    monkeypatch.setattr(nodes, "node_addr", lambda n: n)
+    a, env = nodes.node_argv(nnodes=2, nproc_per_node=8, rdzv_id="1-p", port=29501,
                               train=["x"], python="py",
                               environ={"SLURM_JOB_NODELIST": "frontier[00001-00002]",
                                        "SLURMD_NODENAME": "frontier00002"})
@@ -135,16 +146,16 @@ def test_node_argv_real_cluster_uses_node_names(monkeypatch):
 
 def test_node_argv_needs_a_nodelist():
     with pytest.raises(RuntimeError, match="SLURM_JOB_NODELIST"):
-        launch.node_argv(nnodes=2, nproc_per_node=1, rdzv_id="x", port=1, train=[], environ={})
+        nodes.node_argv(nnodes=2, nproc_per_node=1, rdzv_id="x", port=1, train=[], environ={})
 
 
 # --- resources and the sbatch line ----------------------------------------------------------
 
 def test_resources_cpu_single_node():
-    r = launch.job_resources(make_point(1, 2, timeout_s=600), {"partition": "debug"})
+    r = slurm.point_resources(make_point(1, 2, timeout_s=600), {"partition": "debug"})
     assert r["nodes"] == 1 and r["tasks"] == 1 and r["cpus_per_task"] == 2
-    assert r["runtime"] == 10 + launch.DEFAULT_RUNTIME_MARGIN_MIN
-    assert r["mem_mb"] == 2 * launch.DEFAULT_CPU_MEM_PER_PROC_MB + 512
+    assert r["runtime"] == 10 + slurm.DEFAULT_RUNTIME_MARGIN_MIN
+    assert r["mem_mb"] == 2 * slurm.DEFAULT_CPU_MEM_PER_PROC_MB + 512
     assert r["slurm_partition"] == "debug"
     assert "mpi" not in r and "gres" not in r and "slurm_account" not in r
 
@@ -153,32 +164,32 @@ def test_resources_gpu_multi_node():
     site = {"partition": "gpu", "account": "abc123", "constraint": "h100", "gpus_per_node": 4,
             "cpus_per_node": 32, "mem_per_node_mb": 400000, "exclusive": True,
             "extra": "--signal=USR1@60"}
-    r = launch.job_resources(make_point(3, 4, "cuda", timeout_s=3600), site)
+    r = slurm.point_resources(make_point(3, 4, "cuda", timeout_s=3600), site)
     assert r == {"nodes": 3, "tasks": 3, "cpus_per_task": 32, "mem_mb": 400000, "runtime": 65,
                  "tasks_per_gpu": 0, "gres": "gpu:4", "mpi": "srun", "slurm_partition": "gpu",
                  "slurm_account": "abc123", "constraint": "h100",
                  "slurm_extra": "--exclusive --signal=USR1@60"}
-    half = launch.job_resources(make_point(1, 2, "cuda"), site)
+    half = slurm.point_resources(make_point(1, 2, "cuda"), site)
     assert half["mem_mb"] == 200000 and half["cpus_per_task"] == 16 and half["gres"] == "gpu:2"
 
 
 def test_resources_reject_more_procs_than_gpus():
     with pytest.raises(ValueError, match="gpus_per_node"):
-        launch.job_resources(make_point(1, 8, "cuda"), {"gpus_per_node": 4})
+        slurm.point_resources(make_point(1, 8, "cuda"), {"gpus_per_node": 4})
 
 
 def test_resolve_site_coerces_profile_strings_and_rejects_typos():
     # Snakemake hands profile `config:` values over as strings (YAML BaseLoader)
-    s = launch.resolve_site({"partition": "a", "env": {"X": 1}},
+    s = slurm.resolve_site({"partition": "a", "env": {"X": 1}},
                             {"gpus_per_node": "8", "exclusive": "true", "env": {"Y": "2"},
                              "account": ""})
     assert s["gpus_per_node"] == 8 and s["exclusive"] is True and s["account"] is None
     assert s["env"] == {"X": "1", "Y": "2"} and s["partition"] == "a"
-    assert launch.resolve_site({"account": "abc"}, {"account": None})["account"] == "abc"
+    assert slurm.resolve_site({"account": "abc"}, {"account": None})["account"] == "abc"
     with pytest.raises(ValueError, match="unknown key 'partiton'"):
-        launch.resolve_site({"partiton": "x"})
+        slurm.resolve_site({"partiton": "x"})
     with pytest.raises(ValueError, match="gpus_per_node"):
-        launch.resolve_site({"gpus_per_node": "eight"})
+        slurm.resolve_site({"gpus_per_node": "eight"})
 
 
 class _Res(dict):
@@ -204,7 +215,7 @@ def sbatch_line(resources):
 
 def test_sbatch_line_multi_node_gpu():
     site = {"partition": "gpu", "gpus_per_node": 4, "cpus_per_node": 32}
-    argv = sbatch_line(launch.job_resources(make_point(2, 4, "cuda", timeout_s=1800), site))
+    argv = sbatch_line(slurm.point_resources(make_point(2, 4, "cuda", timeout_s=1800), site))
     assert flag(argv, "--nodes") == "2"
     assert flag(argv, "--ntasks") == "2"  # one torchrun launcher per node
     assert flag(argv, "--cpus-per-task") == "32"
@@ -214,13 +225,13 @@ def test_sbatch_line_multi_node_gpu():
 
 
 def test_sbatch_line_single_node_cpu_and_frontier():
-    argv = sbatch_line(launch.job_resources(make_point(1, 2), {"partition": "debug"}))
+    argv = sbatch_line(slurm.point_resources(make_point(1, 2), {"partition": "debug"}))
     assert flag(argv, "--nodes") == "1" and flag(argv, "--ntasks") == "1"
     assert flag(argv, "--cpus-per-task") == "2"
-    assert flag(argv, "--mem") == str(2 * launch.DEFAULT_CPU_MEM_PER_PROC_MB + 512)
+    assert flag(argv, "--mem") == str(2 * slurm.DEFAULT_CPU_MEM_PER_PROC_MB + 512)
     fr = {"partition": "batch", "account": "abc123", "gpus_per_node": 8, "cpus_per_node": 56,
           "gpu_request": "gpus-per-node", "exclusive": True}
-    argv = sbatch_line(launch.job_resources(make_point(16, 8, "rocm", timeout_s=1200), fr))
+    argv = sbatch_line(slurm.point_resources(make_point(16, 8, "cuda", timeout_s=1200), fr))
     assert flag(argv, "--nodes") == "16" and flag(argv, "--ntasks") == "16"
     assert flag(argv, "--gpus-per-node") == "8" and "--exclusive" in argv
     assert flag(argv, "--cpus-per-task") == "56" and flag(argv, "-A") == "abc123"
@@ -248,15 +259,15 @@ def test_launch_env_gpu_site_env_wins():
     site = {"gpus_per_node": 8, "cpus_per_node": 56,
             "env": {"NCCL_NET_GDR_LEVEL": "3", "OMP_NUM_THREADS": "2"}}
     job = {"SLURM_JOB_ID": "1"}
-    env = launch.env_additions(make_point(2, 8, "rocm"), job, site=site)
+    env = launch.env_additions(make_point(2, 8, "cuda"), job, site=site)
     assert env == {"NCCL_NET_GDR_LEVEL": "3", "OMP_NUM_THREADS": "2"}
-    env = launch.env_additions(make_point(2, 8, "rocm"), job, site={**site, "env": {}})
+    env = launch.env_additions(make_point(2, 8, "cuda"), job, site={**site, "env": {}})
     assert env == {"OMP_NUM_THREADS": "7"}  # 56 cores / 8 GCDs, no GLOO_SOCKET_IFNAME on GPU
 
 
 def test_slurm_env_record():
-    assert launch.slurm_env_record({}) is None
-    rec = launch.slurm_env_record({"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "n[1-2]",
+    assert slurm.slurm_env_record({}) is None
+    rec = slurm.slurm_env_record({"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "n[1-2]",
                                    "SLURM_NTASKS": "2", "CUDA_VISIBLE_DEVICES": "0,1",
                                    "SLURMD_NODENAME": "n2", "HOME": "/root"})
     assert rec == {"job_id": "5", "job_nodelist": "n[1-2]", "ntasks": "2",
@@ -264,10 +275,28 @@ def test_slurm_env_record():
 
 
 def test_rule_resources_drop_absent_keys():
-    res = launch.rule_resources(lambda w: make_point(int(w), 2))
-    assert set(res) == set(launch.RESOURCE_KEYS)
+    res = slurm.rule_resources(lambda w: slurm.point_resources(make_point(int(w), 2)))
+    assert set(res) == set(slurm.RESOURCE_KEYS)
     assert res["mpi"]("1") is None and res["mpi"]("2") == "srun"
     assert res["nodes"]("2") == 2 and res["gres"]("2") is None
+
+
+def test_job_resources_of_a_job_that_is_not_a_point():
+    # e.g. the calibrate job: one process on one device of a node, under the study's platform
+    plat = Platform(device="cuda", devices_per_node=4, timeout_s=900)
+    site = {"partition": "gpu", "gpus_per_node": 4, "cpus_per_node": 32}
+    r = slurm.job_resources(1, 1, plat, site, label="calibrate")
+    assert r == {"nodes": 1, "tasks": 1, "cpus_per_task": 8, "mem_mb": 0, "runtime": 20,
+                 "tasks_per_gpu": 0, "gres": "gpu:1", "slurm_partition": "gpu"}
+    with pytest.raises(ValueError, match="calibrate: procs_per_node=8 exceeds"):
+        slurm.job_resources(1, 8, plat, site, label="calibrate")
+    with pytest.raises(ValueError, match="calibrate: nodes=0"):
+        slurm.job_resources(0, 1, plat, site, label="calibrate")
+    # a point's resources are the same function of its shape and platform
+    p = make_point(2, 4, "cuda", timeout_s=900)
+    assert slurm.point_resources(p, site) == slurm.job_resources(2, 4, p.platform, site)
+    res = slurm.rule_resources(lambda w: slurm.job_resources(1, 1, plat, site))
+    assert res["mpi"](None) is None and res["gres"](None) == "gpu:1"
 
 
 # --- a real launch (torchrun start-up dominates: ~10-40 s on 2 shared cores) ---------------
@@ -332,12 +361,12 @@ def test_two_emulated_nodes_all_reduce(tmp_path):
 def test_profile_site_files(repo, profile):
     """Each shipped profile's site.yaml resolves and yields a valid sbatch line."""
     import yaml
-    site = launch.resolve_site(yaml.safe_load(
+    site = slurm.resolve_site(yaml.safe_load(
         (repo / "workflow" / "profiles" / profile / "site.yaml").read_text())["site"])
     gpu = profile != "slurm-ci"
     procs = site["gpus_per_node"] if gpu else 2
     point = make_point(2, procs, "cuda" if gpu else "cpu", timeout_s=900)
-    argv = sbatch_line(launch.job_resources(point, site))
+    argv = sbatch_line(slurm.point_resources(point, site))
     assert flag(argv, "--nodes") == "2" and flag(argv, "--ntasks") == "2"
     assert flag(argv, "-p") == site["partition"]
     if gpu:

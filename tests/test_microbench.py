@@ -54,22 +54,14 @@ def test_collectives_under_torchrun(tmp_path):
     assert png.exists()
 
 
-@pytest.mark.timing
-def test_predicted_vs_measured_step_time_on_cpu():
-    """The perf model, fed with building blocks measured here (matmul at the model's shapes,
-    fused attention, copy bandwidth, framework overhead), against real fp32 steps of the
-    same model. Observed on the 2-core dev host (load 4-7): errors -38% .. +3%, the model
-    under-predicting (it omits GELU/LayerNorm compute on CPU and the per-op cost of the
-    larger models). Bound: predicted/measured in [0.4, 1.6]: wide enough for contention
-    noise between the building-block and step measurements, narrow enough to catch a
-    structural error (a missing backward pass is x3, a missing layer count x2+).
-    Skipped on an oversubscribed host (1-min load > 3 x cores; seen here at load 27 on 2
-    cores: a 100 ms training step is preempted many times, a 20 ms building-block sample is
-    not, and the ratio fell to 0.19): timing comparisons mean nothing there."""
-    load, cores = os.getloadavg()[0], os.cpu_count() or 1
-    if load > 3 * cores:
-        pytest.skip(f"host oversubscribed (load {load:.1f} on {cores} cores)")
-    cases = {k: microbench.VALIDATE_CASES[k] for k in ("tiny-b8", "small-h128")}
-    for r in microbench.bench_validate(cases):
-        ratio = r["predicted_s"] / r["measured_s"]
-        assert 0.4 <= ratio <= 1.6, r
+def test_predicted_vs_measured_rows_are_complete_and_consistent():
+    """The validation rows behind the ``predict`` benchmark: the model's prediction from the
+    building blocks measured in this process and the real step time of the same model (their
+    ratio is a ``make bench`` figure, never asserted here: it is a timing comparison)."""
+    cases = {"tiny-b2": microbench.VALIDATE_CASES["tiny-b2"]}
+    (r,) = microbench.bench_validate(cases)
+    assert r["case"] == "tiny-b2" and r["micro_batch"] == 2
+    assert r["predicted_s"] > 0 and r["measured_s"] > 0
+    parts = ("compute_s", "overhead_s", "optimizer_s")
+    assert all(r[k] >= 0 for k in parts) and sum(r[k] for k in parts) <= r["predicted_s"] * (1 + 1e-9)
+    assert r["rel_error"] == pytest.approx((r["predicted_s"] - r["measured_s"]) / r["measured_s"])

@@ -1,61 +1,54 @@
-"""Regression test of the performance model against the default study's own points on CPU:
-`workflow/config/default.yaml` runs end to end (10 points: DP, TP, PP, N = 1, 2, 4 on gloo),
-and its `predict` job sets each measured step time against the model's prediction from the
-building blocks measured during that same run (the calibration job's matmul rates at the
-study's own shapes) and the `cpu-local` preset (overheads, gloo link, 2 cores).
+"""The pipeline's ``predict`` job (performance model vs measurement) on the session's tiny
+study run (``tiny_study_run``, conftest.py; the same Snakemake run test_workflow.py reads).
 
-The bound, from what the model is and what this host does:
-
-* The model is a lower bound: every effect it leaves out (the scheduler's interleaving of more
-  processes than cores, gloo's thread wake-ups, other tenants) only adds time. Step times of a
-  point vary by up to ~±20% between runs here (95% CIs in summary.md), so no prediction may
-  exceed its measurement by more than 1.5x; more means a term is counted twice or a rate is
-  wrong (a TP or PP division forgotten is 2x).
-* Measured on this 2-core host (two runs, load 1-3), predicted/measured spans 0.39-1.04 per
-  point, median 0.55-0.65; the points with 4 processes on 2 cores and with TP (DTensor) are the
-  lowest. A point may fall to 0.25 (the worst seen, with margin for a slower CI host), and the
-  median must stay in [0.4, 1.2]: a structural error (a pass or a layer count missing, a
-  collective dropped) moves the median by 2x or more and fails it.
+Only what is deterministic is checked here: the job's outputs exist, hold one row per
+feasible configuration of the plan, and the measured step time and the residual
+``(predicted - measured) / measured`` follow from ``runs.csv`` and ``study_predictions.csv``.
+How close the prediction is to the measurement is a timing figure, never asserted in a test:
+``python -m benchmarks predict`` runs the default study and reports the per-point
+predicted/measured ratios and their median next to their targets (``make bench``).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import time
-
+import numpy as np
 import pandas as pd
 import pytest
 
-from scalestudy.cli import REPO, snakemake_argv
-
-pytestmark = [pytest.mark.workflow, pytest.mark.timing]
+pytestmark = pytest.mark.workflow
 
 
-def _settled_load(limit: float, wait_s: float = 150.0) -> float:
-    """The 1-minute load average once it is at most ``limit``, waiting up to ``wait_s``: the
-    tests before this one (8-process parity runs) leave it high for a minute after they end."""
-    deadline = time.monotonic() + wait_s
-    while (load := os.getloadavg()[0]) > limit and time.monotonic() < deadline:
-        time.sleep(5)
-    return load
+def test_predict_job_outputs_follow_from_the_plan_and_runs(tiny_study_run):
+    _, results, _ = tiny_study_run
+    out = results / "tiny"
+    plan = pd.read_csv(out / "plan.tsv", sep="\t")
+    configs = sorted(set(plan.loc[plan["feasible"], "config_hash"]))
+    assert len(configs) == 4
 
+    pred = pd.read_csv(out / "predict" / "study_predictions.csv")
+    vm = pd.read_csv(out / "predict" / "predict_vs_measured.csv")
+    assert (out / "predict" / "predict_vs_measured.png").stat().st_size > 0
+    # one row per feasible config (repeats collapsed), in both tables
+    assert sorted(pred["config_hash"]) == configs
+    assert sorted(vm["config_hash"]) == configs
+    assert np.isfinite(pred["step_time_s"]).all() and (pred["step_time_s"] > 0).all()
 
-def test_default_study_predicted_vs_measured(tmp_path):
-    cores = os.cpu_count() or 1
-    load = _settled_load(2 * cores)
-    if load > 3 * cores:
-        pytest.skip(f"host oversubscribed (load {load:.1f} on {cores} cores): timing means nothing")
-    argv = snakemake_argv(str(REPO / "workflow/config/default.yaml"), str(tmp_path / "results"),
-                          str(REPO / "workflow/profiles/local"), [])
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # the prediction is carried over unchanged
+    merged = vm.merge(pred[["config_hash", "step_time_s"]], on="config_hash",
+                      suffixes=("", "_pred"))
+    assert merged["step_time_s"].tolist() == pytest.approx(merged["step_time_s_pred"].tolist(),
+                                                           rel=1e-12)
 
-    vm = pd.read_csv(tmp_path / "results/default/predict/predict_vs_measured.csv")
-    ratio = vm["step_time_s"] / vm["measured_step_time_s"]
-    table = vm.assign(ratio=ratio)[["series", "n", "step_time_s", "measured_step_time_s", "ratio"]]
-    print(table.to_string(index=False))  # shown with -s or on failure: the error of each point
-    assert len(vm) == 10 and ratio.notna().all()
-    assert ratio.max() <= 1.5, table
-    assert ratio.min() >= 0.25, table
-    assert 0.4 <= ratio.median() <= 1.2, table
+    # measured = median over the ok repeats of each run's median step time (runs.csv)
+    runs = pd.read_csv(out / "runs.csv")
+    ok = runs[runs["status"] == "ok"]
+    measured = ok.groupby("config_hash")["step_time_median_s"].median()
+    assert set(measured.index) == set(configs)  # every feasible config ran
+    vm = vm.set_index("config_hash").loc[configs]
+    assert vm["measured_step_time_s"].tolist() == pytest.approx(measured.loc[configs].tolist(),
+                                                                rel=1e-12)
+
+    # residual = (predicted - measured) / measured, for every config
+    expected = (vm["step_time_s"] - vm["measured_step_time_s"]) / vm["measured_step_time_s"]
+    assert vm["residual"].notna().all()
+    assert vm["residual"].tolist() == pytest.approx(expected.tolist(), rel=1e-9, abs=1e-12)

@@ -33,7 +33,8 @@ LOCAL_PROFILE = REPO / "workflow" / "profiles" / "local"
 START_TIMEOUT_S = 120
 STOP_TIMEOUT_S = 120
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(1500)]
+# The tests that need a running Slurm are marked ``slurm`` (timeout 1500 s); the rest of this
+# module checks, without one, what they rely on.
 
 STUDY = {
     "name": "slurmci",
@@ -115,13 +116,18 @@ def _wait_job(job_id: str, env: dict, limit_s: float) -> str:
     return f"still {state or 'unknown'} after {limit_s} s (cancelled)"
 
 
+# The probe's point: a GPU point on the fake GPUs (the probe itself only uses gloo), 2 nodes
+# x 2 processes. Shared by the driver (inside the Slurm job) and the rendering test below.
+PROBE_POINT = """
+from scalestudy.config.point import Model, Point
+point = Point.for_layout(Model(), dp=4, device="cuda", devices_per_node=2, timeout_s=200,
+                         site={"gpus_per_node": 2, "cpus_per_proc": 1}, point_id="probe-2x2")
+"""
+
 DRIVER = """
 import os, subprocess, sys
 from scalestudy.run import launch
-# a GPU point on the fake GPUs (the probe itself only uses gloo)
-point = {"point_id": "probe-2x2", "nodes": 2, "procs_per_node": 2,
-         "platform": {"device": "cuda", "timeout_s": 200,
-                      "site": {"gpus_per_node": 2, "cpus_per_proc": 1}}}
+""" + PROBE_POINT + """
 # what Snakemake's jobstep wrapper leaves of SLURM_* in a rule's shell
 env = {k: v for k, v in os.environ.items()
        if not k.startswith("SLURM_") or k in ("SLURM_JOB_ID", "SLURM_JOBID")}
@@ -131,6 +137,44 @@ sys.exit(subprocess.run(["timeout", "200", *argv], env=launch.launch_env(point, 
 """
 
 
+def _probe_point():
+    scope: dict = {}
+    exec(PROBE_POINT, scope)
+    return scope["point"]
+
+
+def test_probe_point_renders_without_slurm(tmp_path):
+    """What the Slurm tests rely on, checked without Slurm: the probe point's srun line (the
+    job log's first line) and resources, and the CI study's 2 x 2 point."""
+    from scalestudy.config.study import validate
+    from scalestudy.plan.planner import plan_points
+    from scalestudy.run import slurm
+
+    point = _probe_point()
+    assert (point.nodes, point.procs_per_node) == (2, 2)
+    argv = launch.launch_argv(point, tmp_path, python="py", environ={"SLURM_JOB_ID": "77"},
+                              module="ss_probe")
+    line = " ".join(argv)
+    assert line.startswith("srun --nodes 2 --ntasks 2 --ntasks-per-node 1"), line
+    assert "--gres=gpu:2" in argv and "--cpus-per-task" in argv
+    assert argv[argv.index("--cpus-per-task") + 1] == "2"  # 2 processes x cpus_per_proc 1
+    assert argv[-4:] == ["-m", "ss_probe", str(tmp_path / "point.json"), str(tmp_path)]
+    env = launch.env_additions(point, {"SLURM_JOB_ID": "77"})
+    assert env == {"OMP_NUM_THREADS": "1"}  # GPU point: no GLOO_SOCKET_IFNAME
+    res = slurm.point_resources(point)
+    assert res["nodes"] == 2 and res["tasks"] == 2 and res["gres"] == "gpu:2"
+    assert res["mpi"] == "srun" and res["runtime"] == 4 + slurm.DEFAULT_RUNTIME_MARGIN_MIN
+
+    points = plan_points(validate(STUDY))
+    assert [(p.n, p.nodes, p.procs_per_node, p.feasible) for p in points] == [
+        (1, 1, 1, True), (4, 2, 2, True)]
+    multi = slurm.point_resources(points[1], slurm.resolve_site(
+        yaml.safe_load((CI_PROFILE / "site.yaml").read_text())["site"]))
+    assert multi["nodes"] == 2 and multi["tasks"] == 2 and multi["mpi"] == "srun"
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(1500)
 def test_sbatch_two_nodes_two_procs_all_reduce(slurm, tmp_path):
     from test_launch import check_probe, write_probe
 
@@ -189,6 +233,8 @@ def _outcome(out: Path) -> dict:
             for pid in ids}
 
 
+@pytest.mark.slurm
+@pytest.mark.timeout(1500)
 def test_study_through_slurm_matches_local(slurm, tmp_path):
     import pandas as pd
 

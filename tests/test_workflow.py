@@ -1,5 +1,6 @@
 """End to end through Snakemake (subprocess): a tiny study produces every output, consistent;
-running again does nothing; extending the grid runs only the new points."""
+running again does nothing; extending the grid runs only the new points. The study's first run
+is the session's ``tiny_study_run`` (conftest.py), shared with test_predict_default.py."""
 
 from __future__ import annotations
 
@@ -11,55 +12,16 @@ import pandas as pd
 import pytest
 import yaml
 
-from scalestudy.cli import snakemake_argv
+from conftest import TINY, snakemake, trained
+from scalestudy.config.point import SCHEMA_VERSION, Point
 
 pytestmark = pytest.mark.workflow
 
-TINY = {
-    "name": "tiny",
-    "models": {"m": {"layers": 2, "hidden": 32, "heads": 2, "seq_len": 16, "vocab": 64}},
-    "train": {"steps": 6, "warmup_steps": 2},
-    "platform": {"device": "cpu", "devices_per_node": 4},
-    "series": [
-        {"name": "weak", "mode": "weak", "model": "m", "gpus": [1, 2], "micro_batch": 2},
-        # N=3 cannot split a global batch of 4 (infeasible, listed with its reason)
-        {"name": "strong", "mode": "strong", "model": "m", "gpus": [1, 2, 3], "micro_batch": 1,
-         "global_batch": 4},
-    ],
-}
 FIGURES = ["efficiency_weak", "efficiency_strong", "throughput", "mfu"]
 
 
-def snakemake(study_file, results, *extra, timeout=600):
-    argv = snakemake_argv(str(study_file), str(results),
-                          str(_repo() / "workflow/profiles/local"), list(extra))
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-
-
-def _repo():
-    from scalestudy.cli import REPO
-
-    return REPO
-
-
-def trained(out: str) -> int:
-    """How many training jobs a Snakemake run executed."""
-    return out.count("rule train:")
-
-
-@pytest.fixture(scope="module")
-def study_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("wf")
-    study_file = root / "tiny.yaml"
-    study_file.write_text(yaml.safe_dump(TINY))
-    results = root / "results"
-    first = snakemake(study_file, results)
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    return study_file, results, first
-
-
-def test_every_output_exists_and_is_consistent(study_run):
-    study_file, results, first = study_run
+def test_every_output_exists_and_is_consistent(tiny_study_run):
+    study_file, results, first = tiny_study_run
     out = results / "tiny"
     assert trained(first.stderr + first.stdout) == 4
     plan = pd.read_csv(out / "plan.tsv", sep="\t")
@@ -78,9 +40,12 @@ def test_every_output_exists_and_is_consistent(study_run):
         assert len(steps) == 6 and sum(s["warmup"] for s in steps) == 2
         summary = json.loads((run / "summary.json").read_text())
         assert summary["loss_last"] < summary["loss_first"]
+        doc = json.loads((run / "point.json").read_text())
+        assert doc["schema_version"] == SCHEMA_VERSION
+        point = Point.from_json(doc)
+        assert point.point_id == pid and point.config_hash == summary["config_hash"]
         env = json.loads((run / "env.json").read_text())
-        assert env["backend"] == "gloo" and env["world_size"] == json.loads(
-            (run / "point.json").read_text())["n"]
+        assert env["backend"] == "gloo" and env["world_size"] == point.n == doc["n"]
 
     runs = pd.read_csv(out / "runs.csv")
     assert len(runs) == len(plan)  # rows = points x repeats, infeasible ones included
@@ -107,23 +72,24 @@ def test_every_output_exists_and_is_consistent(study_run):
     assert "| weak |" in summary_md and "efficiency" in summary_md
 
 
-def test_rerun_is_a_noop(study_run):
-    study_file, results, _ = study_run
+def test_rerun_is_a_noop(tiny_study_run):
+    study_file, results, _ = tiny_study_run
     again = snakemake(study_file, results, "--dry-run")
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
-def test_report_html(study_run):
-    study_file, results, _ = study_run
+def test_report_html(tiny_study_run):
+    study_file, results, _ = tiny_study_run
     report = results / "tiny" / "report.html"
     r = snakemake(study_file, results, "--report", str(report))
     assert r.returncode == 0, r.stderr[-2000:]
     assert report.stat().st_size > 10_000
 
 
-def test_extending_the_grid_runs_only_new_points(study_run):
-    study_file, results, _ = study_run
+@pytest.mark.extends_shared_run
+def test_extending_the_grid_runs_only_new_points(tiny_study_run):
+    study_file, results, _ = tiny_study_run
     runs_dir = results / "tiny" / "runs"
     before = {p.parent.name: p.stat().st_mtime_ns for p in runs_dir.glob("*/status.json")}
     extended = dict(TINY)

@@ -17,10 +17,7 @@ with equal step counts (``stats.*_rows``) and the tables are built once at the e
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import locale
 import math
 import os
 import sys
@@ -66,31 +63,11 @@ EFFICIENCY_COLUMNS = [
 ]
 
 
-def _read_text(path) -> str:
-    """The text of a file, read as ``open(path).read()`` does (locale encoding, universal
-    newlines) with two system calls instead of Python's buffered file objects. OSError when
-    it cannot be read; UnicodeDecodeError when it is not text."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        data = os.read(fd, 1 << 16)
-        if len(data) == 1 << 16:  # a larger file: read the rest
-            parts = [data]
-            while chunk := os.read(fd, 1 << 20):
-                parts.append(chunk)
-            data = b"".join(parts)
-    finally:
-        os.close(fd)
-    text = data.decode(_ENCODING)
-    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
-
-
-_ENCODING = locale.getpreferredencoding(False)  # what open() decodes text files with
-
-
 def _read_json(path) -> dict | None:
     """The JSON object in ``path``; None when it is missing or unreadable."""
     try:
-        return json.loads(_read_text(path))
+        with open(path) as f:
+            return json.load(f)
     except (OSError, ValueError):
         return None
 
@@ -98,19 +75,17 @@ def _read_json(path) -> dict | None:
 def read_steps(path: Path) -> list[dict]:
     """Lines of ``steps.jsonl``; a torn or corrupt line is skipped."""
     try:
-        lines = _read_text(path).split("\n")
-    except OSError:
+        with open(path) as f:
+            lines = f.read().split("\n")
+    except (OSError, ValueError):
         return []
-    out, decode = [], _DECODER.decode  # json.loads without its per-call checks
+    out = []
     for line in lines:
         try:
-            out.append(decode(line))
+            out.append(json.loads(line))
         except ValueError:
             continue
     return out
-
-
-_DECODER = json.JSONDecoder()
 
 
 def steady_times(steps: list[dict], detect: bool = False) -> np.ndarray:
@@ -431,36 +406,9 @@ def efficiency_rows(runs: pd.DataFrame, times: dict[str, list[float]],
     return pd.DataFrame(rows, columns=EFFICIENCY_COLUMNS), messages
 
 
-def csv_text(df: pd.DataFrame) -> str:
-    """``df.to_csv(index=False, float_format="%.6g")``, the same text, written column-wise:
-    floats as ``%.6g`` (NaN empty), ints and bools as ``str``, text as is (missing empty).
-    Other column types (dates, nullable extension types) are left to pandas."""
-    cols = []
-    for c in df.columns:
-        s = df[c]
-        v = s.to_numpy()
-        if v.dtype.kind == "f":
-            text = ["%.6g" % x for x in v.tolist()]
-            missing = np.isnan(v)
-        elif v.dtype.kind in "iub" and not isinstance(s.dtype, pd.api.extensions.ExtensionDtype):
-            text, missing = v.tolist(), None
-        elif v.dtype == object and (s.dtype == object or isinstance(s.dtype, pd.StringDtype)):
-            text, missing = v.tolist(), s.isna().to_numpy()
-        else:
-            return df.to_csv(index=False, float_format="%.6g")
-        if missing is not None:
-            for i in np.flatnonzero(missing).tolist():
-                text[i] = ""
-        cols.append(text)
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")  # pandas' defaults: ',', '"', minimal quoting
-    w.writerow(list(df.columns))
-    w.writerows(zip(*cols))
-    return buf.getvalue()
-
-
 def _write_csv(path: Path, df: pd.DataFrame) -> None:
-    write_text(path, csv_text(df))
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False, float_format="%.6g")
 
 
 def load_plan(study_dir: Path) -> pd.DataFrame:
