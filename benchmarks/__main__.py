@@ -141,8 +141,12 @@ def run_one(name: str, args, workdir: Path, done: dict | None = None) -> dict:
             harness_rec = done["harness"]
             study = load_study(harness_rec["study"])
             study_dir = Path(harness_rec["workdir"]) / "results" / study["name"]
-        return predict.measure(args.study, workdir / "predict", study_dir=study_dir,
-                               timeout=args.timeout)
+        rec = predict.measure(args.study, workdir / "predict", study_dir=study_dir,
+                              timeout=args.timeout)
+        validation = predict.validate()  # one process: the model's arithmetic on real steps
+        rec["validate"] = validation["rows"]
+        rec["figures"] += validation["figures"]
+        return rec
     raise ValueError(f"unknown benchmark {name!r}; use one of {', '.join(NAMES)}")
 
 

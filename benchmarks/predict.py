@@ -119,9 +119,6 @@ def measure(study_file: str | Path | None = None, workdir: str | Path | None = N
     rec = summarize(pd.read_csv(csv), str(csv))
     rec.update(study=str(study_file), study_dir=str(study_dir), sweep_s=sweep_s,
                reused_run=sweep_s is None)
-    validation = validate()
-    rec["validate"] = validation["rows"]
-    rec["figures"] += validation["figures"]
     return rec
 
 

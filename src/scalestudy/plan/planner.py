@@ -18,6 +18,7 @@ from pathlib import Path
 from scalestudy.config.point import Model, Parallel, Platform, Point, Train, identify
 from scalestudy.config.study import StudyError
 from scalestudy.config.vocab import ScalingMode
+from scalestudy.perf import memory
 from scalestudy.plan import constraints
 
 SWEEPABLE = ("tp", "pp", "micro_batch", "dp_mode", "pp_schedule", "activation_checkpointing")
@@ -66,8 +67,6 @@ def series_points(study: dict, series: dict) -> list[Point]:
         reason = constraints.violation(p)
         mem = None
         if reason is None:
-            from scalestudy.perf import memory
-
             mem = memory.estimate(p)["total_bytes"] / 1e9
             if capacity:
                 reason = constraints.memory_fit(p, capacity)
