@@ -24,6 +24,7 @@ from pathlib import Path
 
 from benchmarks import figure
 from scalestudy.config.point import Model, Point, identify
+from scalestudy.perf import flops
 
 TARGET_MFU = 0.50
 # ~1.1B parameters: 18 layers x 12 h^2 (906M) + untied embedding and head (2 x 103M).
@@ -102,16 +103,17 @@ def record(config: str, point: Point, run_dir: Path, calibration: dict | None) -
     t = s.get("step_time_median_s")
     if rec["state"] == "ok" and t:
         conv = str(point.flops_convention)
-        mf = s["model_flops_per_step"][conv] / t
-        hf = s["hardware_flops_per_step"][conv] / t
+        mf, hf = s["model_flops_per_step"][conv], s["hardware_flops_per_step"][conv]
         peak = s.get("peak_flops_per_device")
-        rec.update(model_tflops_per_s=mf / 1e12, hardware_tflops_per_s=hf / 1e12,
+        rec.update(model_tflops_per_s=mf / t / 1e12, hardware_tflops_per_s=hf / t / 1e12,
                    peak_tflops=peak / 1e12 if peak else None,
-                   mfu=mf / peak if peak else None, hfu=hf / peak if peak else None,
+                   mfu=flops.utilisation(mf, t, 1, peak) if peak else None,
+                   hfu=flops.utilisation(hf, t, 1, peak) if peak else None,
                    peak_memory_gb=s["peak_memory_bytes"] / 1e9)
         if calibration and calibration.get("flops_per_s"):
             rec["measured_ceiling_tflops"] = calibration["flops_per_s"] / 1e12
-            rec["util_vs_measured_ceiling"] = mf / calibration["flops_per_s"]
+            rec["util_vs_measured_ceiling"] = flops.utilisation(mf, t, 1,
+                                                                calibration["flops_per_s"])
     return rec
 
 

@@ -246,9 +246,9 @@ def step_columns(times: list[list[float]], seeds: list[int], constants: np.ndarr
         cols["tokens_per_s_per_device"] = tokens / t / n
         cols["model_tflops_per_device"] = mf / t / n / 1e12
         cols["hardware_tflops_per_device"] = hf / t / n / 1e12
-        cols["mfu"] = mf / (t * n * peak)
-        cols["hfu"] = hf / (t * n * peak)
-        cols["util_vs_measured_ceiling"] = mf / (t * n * ceiling)
+        cols["mfu"] = flops.utilisation(mf, t, n, peak)
+        cols["hfu"] = flops.utilisation(hf, t, n, peak)
+        cols["util_vs_measured_ceiling"] = flops.utilisation(mf, t, n, ceiling)
     return cols, dists
 
 

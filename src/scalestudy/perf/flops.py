@@ -162,3 +162,10 @@ def flops_table(model: Model, rows: float, activation_checkpointing: str = "none
         "hardware": {c.value: hardware_flops_per_step(model, rows, c, activation_checkpointing)
                      for c in FlopsConvention},
     }
+
+
+def utilisation(flops_per_step, step_time_s, n, peak_flops_per_device):
+    """Fraction of the peak that ``flops_per_step`` over ``step_time_s`` seconds on ``n``
+    devices of ``peak_flops_per_device`` FLOP/s reach: MFU with model FLOPs, HFU with hardware
+    FLOPs, utilisation vs a measured ceiling with that ceiling (scalars or arrays)."""
+    return flops_per_step / (step_time_s * n * peak_flops_per_device)
