@@ -141,7 +141,7 @@ def run(hw: perfmodel.HardwareSpec, measured: perfmodel.Measured | None = None,
         for kind, pts in by_kind.items():
             x0 = None
             for p in sorted(pts, key=lambda q: q.n):
-                r = perfmodel.predict_step_time(p, hw, measured, dp_overlap)
+                r = perfmodel.predict_step_time(p, hw, measured, dp_overlap).row()
                 x = per_device_throughput(p.tokens_per_step, r["step_time_s"], p.n)
                 x0 = x if x0 is None else x0
                 eff = x / x0
@@ -250,7 +250,7 @@ def study_predictions(points: list[Point], hw: perfmodel.HardwareSpec,
         if not p.feasible or p.config_hash in seen:
             continue
         seen.add(p.config_hash)
-        r = perfmodel.predict_step_time(p, hw, measured, dp_overlap)
+        r = perfmodel.predict_step_time(p, hw, measured, dp_overlap).row()
         rows.append({"series": p.series, "mode": p.mode, "n": p.n, "dp": p.dp, "tp": p.tp,
                      "pp": p.pp, "micro_batch": p.micro_batch, "grad_accum": p.grad_accum,
                      "global_batch": p.global_batch, "config_hash": p.config_hash,
