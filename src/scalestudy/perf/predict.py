@@ -448,9 +448,10 @@ def breakdown_figure(brk, path: Path, title: str = "Where the step goes") -> Pat
     bottom = [0.0] * len(brk)
     cmap = plt.get_cmap("tab10")
     x = list(range(len(brk)))
-    for i, k in enumerate(keys):
+    for k in keys:  # one colour per term, the same in every figure
         vals = brk[f"pct_{k[:-2]}"].tolist()
-        ax.bar(x, vals, bottom=bottom, label=TERM_LABELS[k], color=cmap(i % 10))
+        ax.bar(x, vals, bottom=bottom, label=TERM_LABELS[k],
+               color=cmap(list(TERM_LABELS).index(k) % 10))
         bottom = [a + b for a, b in zip(bottom, vals)]
     ax.set_xticks(x, brk["point"], rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("% of step time")
