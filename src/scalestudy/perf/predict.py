@@ -421,6 +421,12 @@ def figures(df, comp, out: Path) -> list[Path]:
             line, = ax.plot(g["n"], 100 * g["efficiency"], marker="o", label=f"{model} predicted")
             ax.fill_between(g["n"], 100 * g["efficiency_low"], 100 * g["efficiency_high"],
                             color=line.get_color(), alpha=0.15)
+            alt = df[(df["series"] == f"{kind}_alt") & (df["model"] == model)].sort_values("n")
+            if not alt.empty:  # the other strong-scaling batch (the range covers both)
+                ax.plot(alt["n"], 100 * alt["efficiency"], "--", marker=".",
+                        color=line.get_color(), label=f"{model} predicted, script's batch")
+                ax.fill_between(alt["n"], 100 * alt["efficiency_low"], 100 * alt["efficiency_high"],
+                                color=line.get_color(), alpha=0.1)
             pub = comp[(comp["model"] == model) & comp["metric"].str.startswith(kind)]
             if not pub.empty:
                 ax.scatter(pub["n"], pub["published"], marker="*", s=150, color=line.get_color(),
