@@ -148,7 +148,7 @@ def test_boundary_crosses_node():
 
 
 def test_p2p_seconds_by_hand():
-    ab, msg = 4, 2 * 128 * 256 * 4  # fp32 b s h
+    msg = 2 * 128 * 256 * 4  # fp32 b s h
     one = 1e-5 + msg / 1e10
     torch_fw = hw_()
     p = point(pp=4, m=4)

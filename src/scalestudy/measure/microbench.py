@@ -506,7 +506,7 @@ def bench_validate(cases: dict | None = None) -> list[dict]:
     rows = []
     for name, (model, mb) in (cases or VALIDATE_CASES).items():
         point = memory_point(model, mb, "none")
-        s, h, V = model["seq_len"], model["hidden"], model["vocab"]
+        s, h = model["seq_len"], model["hidden"]
         shapes = {(int(M), int(N), int(K))
                   for M, N, K, _ in perfmodel.layer_gemms(point.model, s, mb)}
         shapes.add(tuple(int(x) for x in perfmodel.head_gemm(point.model, s, mb)[:3]))
