@@ -138,6 +138,20 @@ def test_tp_collective_and_overlap_by_hand():
     assert sm.tp_overlap(Framework(tp_overlap=0.5, tp_overlap_needs_sp=False), sp=False) == 0.5
 
 
+def test_head_tp_exchange_gathers_or_reduces():
+    """scalestudy's trainer gathers the logits before the loss; Megatron's vocabulary-parallel
+    cross-entropy all-reduces three b*s fp32 vectors instead."""
+    p = point(tp=2, mb=2)
+    gather = sm.predict_step_time(p, hw_(mem_bw=1e30))
+    reduce = sm.predict_step_time(p, hw_(mem_bw=1e30, framework=Framework(vocab_parallel_loss=True)))
+    per = 1e-5 + 2 * 128 * 256 * 4 / 1e10
+    logits = 1e-5 + 0.5 * 2 * 128 * 1000 * 4 / 1e10
+    small = 3 * (1e-5 + 2 * 128 * 4 / 1e10)
+    edges = per  # the embedding's all-reduce
+    assert gather.tp_comm_s == pytest.approx(4 * 8 * per + edges + logits + per)
+    assert reduce.tp_comm_s == pytest.approx(4 * 8 * per + edges + small + per)
+
+
 def test_boundary_crosses_node():
     # tp 1, dp 2, pp 8 on 8 devices per node: stages 0-3 on node 0, 4-7 on node 1
     p = point(dp=2, pp=8, m=8)

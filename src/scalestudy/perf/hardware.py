@@ -185,7 +185,9 @@ class Framework:
     gradient back: 2 when each is a blocking call, 1 when the two directions go together).
     ``pp_overlap``: hidden fraction of those transfers in the steady state (only with
     interleaving when ``pp_overlap_needs_interleaving``). ``pp_partitioned``: each TP rank
-    sends 1/tp of the activation and the receiver all-gathers it over TP."""
+    sends 1/tp of the activation and the receiver all-gathers it over TP.
+    ``vocab_parallel_loss``: the loss runs on the vocabulary-sharded logits (three all-reduces
+    of ``b·s`` values, Megatron) instead of gathering them (scalestudy's trainer)."""
 
     name: str = "torch"
     fused_qkv: bool = False
@@ -198,6 +200,7 @@ class Framework:
     pp_overlap: float = 0.0
     pp_overlap_needs_interleaving: bool = True
     pp_partitioned: bool = False
+    vocab_parallel_loss: bool = False
     source: str = ""
 
     @classmethod
@@ -209,7 +212,7 @@ class Framework:
                 a = Assumption.parse(d[f])
                 kw[f], assume[f] = a.value, a
         for f in ("fused_qkv", "dp_exposes_one_chunk", "tp_overlap_needs_sp",
-                  "pp_overlap_needs_interleaving", "pp_partitioned"):
+                  "pp_overlap_needs_interleaving", "pp_partitioned", "vocab_parallel_loss"):
             if f in d:
                 kw[f] = bool(d[f])
         if "pp_transfers_per_neighbour" in d:

@@ -629,7 +629,9 @@ class LayerCosts:
     """Seconds of one micro-batch's pieces on one TP rank (``_layer_costs``): per layer the
     dense products forward / backward, the attention core forward / backward, the memory-bound
     kernels (forward + backward; the forward is a third), one TP exchange; the head's product
-    forward / backward, its loss kernels, the embedding's and the head's TP exchanges."""
+    forward / backward, its loss kernels, the embedding's and the head's TP exchanges (the
+    logits all-gathered, or with a vocabulary-parallel loss three all-reduces of ``b·s`` fp32
+    values: Megatron's ``vocab_parallel_cross_entropy``)."""
 
     gemm_fwd: float
     gemm_bwd: float
@@ -669,7 +671,9 @@ def _layer_costs(point: Point, hw: HardwareSpec, measured: Measured | None) -> L
         tp_exchange=per, head_fwd=h_fwd, head_bwd=h_bwd,
         loss=elementwise_seconds(loss_bytes(s, b, model.vocab, tp), hw, measured),
         tp_embedding=collective_time("all_reduce", act, tp, hw.intra, measured),
-        tp_head=collective_time("all_gather", b * s * model.vocab * ab, tp, hw.intra, measured),
+        tp_head=(3 * collective_time("all_reduce", b * s * 4, tp, hw.intra, measured)
+                 if hw.framework.vocab_parallel_loss else
+                 collective_time("all_gather", b * s * model.vocab * ab, tp, hw.intra, measured)),
         measured=True in sources)
 
 
@@ -712,8 +716,9 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
 
     def stage_tp(r: int) -> float:
         """4 exchanges per layer, 2 more per recomputed layer; the vocabulary-parallel
-        embedding's all-reduce (first stage); the head's logits all-gather and its
-        input-gradient exchange (last stage); minus the framework's overlap."""
+        embedding's all-reduce (first stage); the head's loss exchanges (logits all-gather, or
+        Megatron's three small all-reduces) and its input-gradient exchange (last stage); minus
+        the framework's overlap."""
         if tp == 1:
             return 0.0
         t = ((4 * lps + 2 * ckpts[r]) * c.tp_exchange + (c.tp_embedding if r == 0 else 0.0)
