@@ -45,22 +45,22 @@ def test_collective_ring_cost_by_hand():
 
 def test_single_device_compute_only_by_hand():
     r = predict_step_time(point(mb=2), ideal_hw())
-    assert r["compute_s"] == pytest.approx(3 * fwd_flops(2) / 1e12, rel=1e-9)
-    assert r["step_time_s"] == pytest.approx(r["compute_s"], rel=1e-9)
-    assert r["model_flops_per_step"] == pytest.approx(3 * fwd_flops(2))
-    assert r["mfu"] == pytest.approx(1.0)
+    assert r.compute_s == pytest.approx(3 * fwd_flops(2) / 1e12, rel=1e-9)
+    assert r.step_time_s == pytest.approx(r.compute_s, rel=1e-9)
+    assert r.model_flops_per_step == pytest.approx(3 * fwd_flops(2))
+    assert r.mfu == pytest.approx(1.0)
     # megatron Eq. 3 for GELU 4h: 72 B s l h^2 (1 + s/6h + V/12lh)
     B, s, l, h, V = 2, 128, 8, 256, 1000
-    assert r["model_flops_per_step"] == pytest.approx(
+    assert r.model_flops_per_step == pytest.approx(
         72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)))
 
 
 def test_full_checkpointing_recompute():
     r = predict_step_time(point(mb=2, ckpt="full"), ideal_hw())
     layers_fwd = fwd_flops(2) - 2 * 128 * 2 * 256 * 1000
-    assert r["compute_s"] == pytest.approx((3 * fwd_flops(2) + layers_fwd) / 1e12)
-    assert r["hfu"] == pytest.approx(1.0)
-    assert r["mfu"] < r["hfu"]
+    assert r.compute_s == pytest.approx((3 * fwd_flops(2) + layers_fwd) / 1e12)
+    assert r.hfu == pytest.approx(1.0)
+    assert r.mfu < r.hfu
 
 
 def test_tensor_parallel_all_reduces_by_hand():
@@ -69,20 +69,34 @@ def test_tensor_parallel_all_reduces_by_hand():
     per = 1e-5 + 1.0 * msg / 1e10  # 2(p-1)/p = 1 at p = 2
     # embedding all-reduce; head: all-gather of the fp32 logits (p-1)/p = 1/2, input-grad all-reduce
     edges = per + (1e-5 + 0.5 * 2 * 128 * 1000 * 4 / 1e10) + per
-    assert r["tp_comm_s"] == pytest.approx(4 * 8 * per + edges)
+    assert r.tp_comm_s == pytest.approx(4 * 8 * per + edges)
     r6 = predict_step_time(point(tp=2, mb=2, ckpt="full"), ideal_hw())
-    assert r6["tp_comm_s"] == pytest.approx(6 * 8 * per + edges)
-    assert r["compute_s"] == pytest.approx(3 * fwd_flops(2) / 2 / 1e12)
+    assert r6.tp_comm_s == pytest.approx(6 * 8 * per + edges)
+    assert r.compute_s == pytest.approx(3 * fwd_flops(2) / 2 / 1e12)
 
 
-def test_pipeline_bubble():
+def test_pipeline_bubble_by_hand():
+    """1F1B on 4 stages of 2 layers, 8 micro-batches: the last stage (with the head) is the
+    bottleneck; the fill and drain cost the other stages' slots once each; the torch
+    framework's 2 serial transfers per neighbour put 2 on the edge stages, 4 in the middle."""
     r = predict_step_time(point(pp=4, m=8), ideal_hw())
-    assert r["bubble_fraction"] == pytest.approx(3 / 8)
+    L = 3 * flops.layer_forward_flops(Model(**MODEL), 2) / 1e12
+    H = 3 * 2 * 128 * 2 * 256 * 1000 / 1e12
+    t = 1e-5 + 2 * 128 * 256 * 4 / 1e10  # one fp32 activation transfer, intra-node
+    slots = [2 * L + 2 * t, 2 * L + 4 * t, 2 * L + 4 * t, 2 * L + H + 2 * t]
+    assert r.bottleneck_stage == 3
+    assert r.micro_batch_slot_s == pytest.approx(slots[3])
+    assert r.pp_bubble_s == pytest.approx(sum(slots[:3]))
+    assert r.bubble_fraction == pytest.approx(sum(slots[:3]) / (8 * slots[3]))
+    assert r.pp_p2p_s == pytest.approx(8 * 2 * t)
+    assert r.step_time_s == pytest.approx(8 * slots[3] + sum(slots[:3]) + r.dp_comm_exposed_s
+                                          + r.optimizer_s)
+    assert r.step_time_s == pytest.approx(sum(r.terms().values()))
+    # interleaving: each rank runs 2 chunks, twice the transfers, half the fill and drain
     ri = predict_step_time(point(pp=4, m=8, schedule="interleaved1f1b", v=2), ideal_hw())
-    assert ri["bubble_fraction"] == pytest.approx(3 / 16)
-    assert ri["pp_p2p_s"] == pytest.approx(2 * r["pp_p2p_s"])
-    slot = r["micro_batch_slot_s"]
-    assert r["step_time_s"] == pytest.approx((8 + 3) * slot + r["dp_comm_exposed_s"] + r["optimizer_s"])
+    assert ri.pp_p2p_s == pytest.approx(2 * r.pp_p2p_s)
+    si = [2 * L + 4 * t, 2 * L + 8 * t, 2 * L + 8 * t]
+    assert ri.pp_bubble_s == pytest.approx(sum(si) / 2)
 
 
 def test_data_parallel_volume_and_overlap():
@@ -90,17 +104,17 @@ def test_data_parallel_volume_and_overlap():
     ddp = predict_step_time(point(dp=4, mb=2), hw, dp_overlap=0.0)
     grad = memory_point(MODEL, 2, "none")
     P = flops.param_count(Model(**MODEL))
-    assert ddp["dp_comm_s"] == pytest.approx(1e-5 + 1.5 * 4 * P / 1e10)
-    assert ddp["dp_comm_exposed_s"] == pytest.approx(ddp["dp_comm_s"])
+    assert ddp.dp_comm_s == pytest.approx(1e-5 + 1.5 * 4 * P / 1e10)
+    assert ddp.dp_comm_exposed_s == pytest.approx(ddp.dp_comm_s)
     z1 = predict_step_time(point(dp=4, mb=2, dp_mode="zero1"), hw, dp_overlap=0.0)
-    assert z1["dp_comm_s"] == pytest.approx(ddp["dp_comm_s"] + 1e-5)  # same volume, 2 calls
+    assert z1.dp_comm_s == pytest.approx(ddp.dp_comm_s + 1e-5)  # same volume, 2 calls
     hidden = predict_step_time(point(dp=4, mb=2), hw, dp_overlap=1.0)
-    assert hidden["dp_comm_exposed_s"] == pytest.approx(
-        max(0.0, ddp["dp_comm_s"] - hidden["compute_s"] * 2 / 3))
+    assert hidden.dp_comm_exposed_s == pytest.approx(
+        max(0.0, ddp.dp_comm_s - hidden.compute_s * 2 / 3))
     assert grad.micro_batch == 2
     # across nodes the inter-node link applies: 8 devices per node, tp 4 x dp 4 spans 2
     x = predict_step_time(point(dp=4, tp=4, mb=2), hw)
-    assert x["dp_link"] == "inter"
+    assert x.dp_link == "inter"
 
 
 def test_measured_fits_and_lookup():
@@ -139,8 +153,8 @@ def test_layer_selective_recomputes_every_other_layer():
     full = predict_step_time(point(tp=2, mb=2, ckpt="full"), hw)
     sel = predict_step_time(point(tp=2, mb=2, ckpt="selective"), hw)
     # 8 layers: 4 recomputed -> half the extra compute and half the extra all-reduces of full
-    assert sel["compute_s"] - none["compute_s"] == pytest.approx((full["compute_s"] - none["compute_s"]) / 2)
-    assert sel["tp_comm_s"] - none["tp_comm_s"] == pytest.approx((full["tp_comm_s"] - none["tp_comm_s"]) / 2)
+    assert sel.compute_s - none.compute_s == pytest.approx((full.compute_s - none.compute_s) / 2)
+    assert sel.tp_comm_s - none.tp_comm_s == pytest.approx((full.tp_comm_s - none.tp_comm_s) / 2)
 
 
 def test_tp_larger_than_node_is_rejected():
@@ -157,15 +171,15 @@ def test_flops_agree_with_flops_module(ckpt, mlp):
     cfg, rows = p.model, p.global_batch
     assert cfg.mlp == mlp and rows == 6
     r = predict_step_time(p, ideal_hw())
-    assert r["model_flops_per_step"] == pytest.approx(
+    assert r.model_flops_per_step == pytest.approx(
         flops.model_flops_per_step(cfg, rows, "megatron"))
-    assert r["hardware_flops_per_step"] == pytest.approx(
+    assert r.hardware_flops_per_step == pytest.approx(
         flops.hardware_flops_per_step(cfg, rows, "megatron", ckpt))
     gemms = perfmodel.layer_gemms(cfg, cfg.seq_len, p.micro_batch)
     assert sum(2 * M * N * K * c for M, N, K, c in gemms) == pytest.approx(
         flops.layer_forward_flops(cfg, p.micro_batch))
     # at 1 FLOP/s per 1e-12 s and no memory cost, compute time is the hardware FLOPs
-    assert r["compute_s"] * 1e12 == pytest.approx(
+    assert r.compute_s * 1e12 == pytest.approx(
         flops.hardware_flops_per_step(cfg, rows, "megatron", ckpt), rel=1e-9)
 
 
@@ -178,8 +192,8 @@ def test_calibration_as_matmul_ceiling(tmp_path):
     m = Measured.from_calibration(cal)
     assert m.matmul_rate("fp32", 64, 64, 64) == 2e9
     r = predict_step_time(point(mb=2), ideal_hw(), m)
-    assert r["matmul_rate_source"] == "measured"
-    assert r["compute_s"] == pytest.approx(3 * fwd_flops(2) / 2e9, rel=1e-6)
+    assert r.matmul_rate_source == "measured"
+    assert r.compute_s == pytest.approx(3 * fwd_flops(2) / 2e9, rel=1e-6)
 
 
 def test_calibrated_shapes_are_used_per_product(tmp_path):
@@ -210,18 +224,18 @@ def test_cpu_host_shares_cores_and_does_not_overlap():
     DP overlap, and with more processes than cores every phase is that much slower."""
     cpu = ideal_hw(compute_units=2, devices_per_node=8)
     r2 = predict_step_time(point(dp=2, mb=2), cpu)
-    assert r2["dp_overlap"] == 0.0
-    assert r2["step_time_s"] == pytest.approx(r2["compute_s"] + r2["dp_comm_s"])
+    assert r2.dp_overlap == 0.0
+    assert r2.step_time_s == pytest.approx(r2.compute_s + r2.dp_comm_s)
     r4 = predict_step_time(point(dp=4, mb=2), cpu)
-    assert r4["core_sharing_slowdown"] == 2.0
+    assert r4.core_sharing_slowdown == 2.0
     unshared = predict_step_time(point(dp=4, mb=2), ideal_hw(devices_per_node=8))
-    assert unshared["dp_overlap"] == 1.0 and unshared["dp_comm_exposed_s"] == 0.0
-    assert r4["step_time_s"] == pytest.approx(2 * (unshared["compute_s"] + unshared["dp_comm_s"]))
+    assert unshared.dp_overlap == 1.0 and unshared.dp_comm_exposed_s == 0.0
+    assert r4.step_time_s == pytest.approx(2 * (unshared.compute_s + unshared.dp_comm_s))
 
 
 def test_tensor_parallel_uses_dtensor_overhead():
     ovh = {"fwd_bwd_fixed_s": 1e-3, "fwd_bwd_per_layer_s": 1e-4, "optimizer_fixed_s": 0.0,
            "tp_fwd_bwd_fixed_s": 5e-3, "tp_fwd_bwd_per_layer_s": 1e-3, "optimizer_per_layer_s": 0.0}
     hw = ideal_hw(overhead=ovh)
-    assert predict_step_time(point(mb=2, m=2), hw)["overhead_s"] == pytest.approx(2 * (1e-3 + 8e-4))
-    assert predict_step_time(point(tp=2, mb=2, m=2), hw)["overhead_s"] == pytest.approx(2 * (5e-3 + 8e-3))
+    assert predict_step_time(point(mb=2, m=2), hw).overhead_s == pytest.approx(2 * (1e-3 + 8e-4))
+    assert predict_step_time(point(tp=2, mb=2, m=2), hw).overhead_s == pytest.approx(2 * (5e-3 + 8e-3))

@@ -60,7 +60,7 @@ def test_ranked_best_first_and_feasible():
     hw = perfmodel.HardwareSpec.load("frontier")
     model, _ = tune.known_models()["gpt-175b"]
     best = tune.rank(model, 1024, 1280, hw, top=5)
-    tps = [b["prediction"]["tokens_per_s"] for b in best]
+    tps = [b["prediction"].tokens_per_s for b in best]
     assert tps == sorted(tps, reverse=True)
     assert all(b["memory_bytes"] <= 0.9 * hw.memory_bytes for b in best)
     # every top shape keeps TP inside a node and pipelines across nodes, as the Frontier

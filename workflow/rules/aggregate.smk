@@ -27,7 +27,8 @@ rule aggregate:
 
 rule predict:
     """Predicted (performance model, on this host's measured building blocks) vs measured step
-    time of every point, with the residuals."""
+    time of every point, with the residuals, and each point's step split into the model's
+    terms."""
     input:
         study=STUDY_FILE,
         runs=f"{OUT}/runs.csv",
@@ -38,6 +39,9 @@ rule predict:
         residuals=f"{OUT}/predict/predict_vs_measured.csv",
         figure=report(f"{OUT}/predict/predict_vs_measured.png",
                       caption="../report/predict_vs_measured.rst", category="Figures"),
+        breakdown=f"{OUT}/predict/study_breakdown.csv",
+        breakdown_figure=report(f"{OUT}/predict/study_breakdown.png",
+                                caption="../report/study_breakdown.rst", category="Figures"),
     log:
         f"{OUT}/logs/predict.log",
     conda:

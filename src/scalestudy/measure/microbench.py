@@ -506,10 +506,10 @@ def bench_validate(cases: dict | None = None) -> list[dict]:
     rows = []
     for name, (model, mb) in (cases or VALIDATE_CASES).items():
         point = memory_point(model, mb, "none")
-        s, h, V = model["seq_len"], model["hidden"], model["vocab"]
+        s, h = model["seq_len"], model["hidden"]
         shapes = {(int(M), int(N), int(K))
                   for M, N, K, _ in perfmodel.layer_gemms(point.model, s, mb)}
-        shapes.add((mb * s, V, h))
+        shapes.add(tuple(int(x) for x in perfmodel.head_gemm(point.model, s, mb)[:3]))
         mm = bench_matmul(sorted(shapes), ["fp32"], "cpu", samples=3, min_time_s=0.02)
         att = bench_attention([(mb, model["heads"], s, h // model["heads"])], ["fp32"], "cpu")
         ovh = bench_overhead(samples=5, layouts=("plain",))
@@ -518,10 +518,11 @@ def bench_validate(cases: dict | None = None) -> list[dict]:
         pred = perfmodel.predict_step_time(point, hw, measured)
         t = time_training_step(model, mb)
         rows.append({"case": name, "micro_batch": mb, **model,
-                     "predicted_s": pred["step_time_s"], "compute_s": pred["compute_s"],
-                     "attention_s": pred["attention_s"], "elementwise_s": pred["elementwise_s"],
-                     "overhead_s": pred["overhead_s"], "optimizer_s": pred["optimizer_s"],
-                     "measured_s": t, "rel_error": (pred["step_time_s"] - t) / t})
+                     "predicted_s": pred.step_time_s, "compute_s": pred.compute_s,
+                     "gemm_s": pred.gemm_s, "attention_s": pred.attention_s,
+                     "elementwise_s": pred.elementwise_s, "overhead_s": pred.overhead_s,
+                     "optimizer_s": pred.optimizer_s,
+                     "measured_s": t, "rel_error": (pred.step_time_s - t) / t})
     return rows
 
 

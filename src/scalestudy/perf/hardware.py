@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import platform as pyplatform
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -105,6 +105,48 @@ def usable_cpus() -> int:
 
 
 @dataclass(frozen=True)
+class Assumption:
+    """A model input that is not known exactly: ``value`` (the central estimate, what a
+    prediction uses), the stated range ``[low, high]`` in the same unit, and its source.
+    ``slow`` says which end makes a step slower (``"low"`` for rates, bandwidths and overlaps;
+    ``"high"`` for a cost)."""
+
+    value: float
+    low: float
+    high: float
+    source: str = ""
+    slow: str = "low"
+
+    def __post_init__(self):
+        if not self.low <= self.value <= self.high:
+            raise ValueError(f"assumption {self.value} is outside its range [{self.low}, "
+                             f"{self.high}] ({self.source})")
+        if self.slow not in ("low", "high"):
+            raise ValueError(f"slow={self.slow!r}: use 'low' or 'high'")
+
+    @property
+    def fast(self) -> str:
+        return "high" if self.slow == "low" else "low"
+
+    def end(self, which: str) -> float:
+        """The value at ``"value"``, ``"low"``, ``"high"``, ``"slow"`` or ``"fast"``."""
+        which = {"slow": self.slow, "fast": self.fast}.get(which, which)
+        return float(getattr(self, which))
+
+    @classmethod
+    def parse(cls, x, slow: str = "low", source: str = "") -> "Assumption":
+        """A YAML entry: a number (exact: low = high = value) or ``{value, low, high, source}``."""
+        if isinstance(x, Assumption):
+            return x
+        if isinstance(x, dict):
+            v = float(x["value"])
+            return cls(v, float(x.get("low", v)), float(x.get("high", v)),
+                       str(x.get("source", source)).strip(), str(x.get("slow", slow)))
+        v = float(x)
+        return cls(v, v, v, source, slow)
+
+
+@dataclass(frozen=True)
 class Link:
     """A communication path: ``bandwidth`` in bytes/s per direction per device, ``latency``
     in seconds per collective call, ``bandwidth_pair`` (optional) for groups of two."""
@@ -120,10 +162,98 @@ class Link:
             return self.bandwidth_pair
         return self.bandwidth
 
+    def scaled(self, bandwidth: float) -> "Link":
+        """The same link at ``bandwidth`` (the pair bandwidth scales in proportion)."""
+        f = bandwidth / self.bandwidth
+        return Link(bandwidth, self.latency,
+                    None if self.bandwidth_pair is None else self.bandwidth_pair * f)
+
+
+@dataclass(frozen=True)
+class Framework:
+    """How a training framework schedules its communication (``frameworks:`` of
+    ``hardware.yaml``; each field's source is there). Overlaps are fractions in [0, 1] of a
+    collective's time hidden behind compute.
+
+    ``fused_qkv``: q, k, v (and SwiGLU's gate and up) are one product (Megatron) rather than
+    separate ones (scalestudy's model). ``dp_overlap`` / ``dp_overlap_pp``: the gradient
+    reduction hides behind the backward of the last micro-batch, without / with pipeline
+    parallelism; ``dp_exposes_one_chunk``: even when hidden, one chunk stays exposed (a layer;
+    with PP, a virtual stage). ``tp_overlap``: hidden fraction of the TP collectives (only
+    with sequence parallelism when ``tp_overlap_needs_sp``). ``pp_transfers_per_neighbour``:
+    serial transfers one micro-batch costs a stage per neighbouring stage (activation out +
+    gradient back: 2 when each is a blocking call, 1 when the two directions go together).
+    ``pp_overlap``: hidden fraction of those transfers in the steady state (only with
+    interleaving when ``pp_overlap_needs_interleaving``). ``pp_partitioned``: each TP rank
+    sends 1/tp of the activation and the receiver all-gathers it over TP.
+    ``vocab_parallel_loss``: the loss runs on the vocabulary-sharded logits (three all-reduces
+    of ``b·s`` values, Megatron) instead of gathering them (scalestudy's trainer)."""
+
+    name: str = "torch"
+    fused_qkv: bool = False
+    dp_overlap: float = 1.0
+    dp_overlap_pp: float = 0.0
+    dp_exposes_one_chunk: bool = False
+    tp_overlap: float = 0.0
+    tp_overlap_needs_sp: bool = True
+    pp_transfers_per_neighbour: int = 2
+    pp_overlap: float = 0.0
+    pp_overlap_needs_interleaving: bool = True
+    pp_partitioned: bool = False
+    vocab_parallel_loss: bool = False
+    source: str = ""
+
+    @classmethod
+    def from_dict(cls, d: dict, name: str) -> tuple["Framework", dict]:
+        """``(framework, {name: Assumption})`` from a ``frameworks:`` entry."""
+        kw, assume = {"name": name, "source": str(d.get("source", "")).strip()}, {}
+        for f in ("dp_overlap", "dp_overlap_pp", "tp_overlap", "pp_overlap"):
+            if f in d:
+                a = Assumption.parse(d[f])
+                kw[f], assume[f] = a.value, a
+        for f in ("fused_qkv", "dp_exposes_one_chunk", "tp_overlap_needs_sp",
+                  "pp_overlap_needs_interleaving", "pp_partitioned", "vocab_parallel_loss"):
+            if f in d:
+                kw[f] = bool(d[f])
+        if "pp_transfers_per_neighbour" in d:
+            kw["pp_transfers_per_neighbour"] = int(d["pp_transfers_per_neighbour"])
+        unknown = set(d) - {"description", "source"} - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"framework {name!r}: unknown keys {sorted(unknown)}")
+        return cls(**kw), assume
+
+
+def frameworks() -> dict[str, dict]:
+    """The ``frameworks:`` entries of ``hardware.yaml``."""
+    return table().get("frameworks", {})
+
+
+def load_framework(name: str) -> tuple[Framework, dict]:
+    """A framework of ``hardware.yaml`` by name and its assumptions."""
+    if name not in frameworks():
+        raise ValueError(f"framework {name!r}: no such entry; use one of "
+                         f"{', '.join(sorted(frameworks()))}")
+    return Framework.from_dict(frameworks()[name], name)
+
+
+#: The assumptions a system may declare, and which field of HardwareSpec each sets.
+SPEC_ASSUMPTIONS = ("gemm_efficiency", "gemm_quantisation", "attention_efficiency",
+                    "mem_bw_efficiency", "intra_bandwidth", "inter_bandwidth")
+FRAMEWORK_ASSUMPTIONS = ("dp_overlap", "dp_overlap_pp", "tp_overlap", "pp_overlap")
+
 
 @dataclass(frozen=True)
 class HardwareSpec:
-    """A device and its interconnect. Rates in FLOP/s and bytes/s, sizes in bytes."""
+    """A device, its interconnect and the framework that drives it. Rates in FLOP/s and
+    bytes/s, sizes in bytes. Uncertain inputs hold their central value here; their stated
+    ranges are in ``assumptions`` (``with_assumption`` / ``scenarios`` move them).
+
+    ``matmul_efficiency``: the fraction of peak large GEMMs reach; ``gemm_tile`` (M×N of a
+    thread-block tile) and ``multiprocessors`` (SMs / CUs) add tile and wave quantisation to
+    smaller products (``gemm_quantisation``: the fraction of that loss applied, 1 = all);
+    ``attention_efficiency``: the fused attention kernel's rate as a fraction of peak (None:
+    the attention products run as GEMMs); ``mem_bw_efficiency``: the fraction of ``mem_bw``
+    memory-bound kernels reach."""
 
     name: str
     device: str
@@ -137,12 +267,62 @@ class HardwareSpec:
     source: str = ""
     overhead: dict = field(default_factory=dict)
     compute_units: int | None = None  # cores a CPU node's processes share; None: one per device
+    gemm_tile: tuple | None = None
+    multiprocessors: int | None = None
+    gemm_quantisation: float = 1.0
+    attention_efficiency: float | None = None
+    mem_bw_efficiency: float = 1.0
+    framework: Framework = field(default_factory=Framework)
+    assumptions: dict = field(default_factory=dict)
 
     def peak(self, dtype: str) -> float:
         if dtype not in self.peak_flops:
             raise ValueError(f"hardware {self.name!r} declares no peak for {dtype!r}; add "
                              "peak_tflops to its description")
         return float(self.peak_flops[dtype])
+
+    def with_assumption(self, name: str, value: float) -> "HardwareSpec":
+        """This spec with assumption ``name`` set to ``value``."""
+        if name in FRAMEWORK_ASSUMPTIONS:
+            return replace(self, framework=replace(self.framework, **{name: float(value)}))
+        if name == "gemm_efficiency":
+            return replace(self, matmul_efficiency=float(value))
+        if name == "intra_bandwidth":
+            return replace(self, intra=self.intra.scaled(float(value)))
+        if name == "inter_bandwidth":
+            return replace(self, inter=self.inter.scaled(float(value)) if self.inter else None)
+        if name in SPEC_ASSUMPTIONS:
+            return replace(self, **{name: float(value)})
+        raise ValueError(f"unknown assumption {name!r}")
+
+    def at(self, ends: dict) -> "HardwareSpec":
+        """This spec with each named assumption at an end (``low``/``high``/``slow``/
+        ``fast``/``value``)."""
+        hw = self
+        for name, which in ends.items():
+            hw = hw.with_assumption(name, self.assumptions[name].end(which))
+        return hw
+
+    def with_framework(self, name: str) -> "HardwareSpec":
+        """This spec driven by another framework of ``hardware.yaml``."""
+        fw, assume = load_framework(name)
+        keep = {k: v for k, v in self.assumptions.items() if k not in FRAMEWORK_ASSUMPTIONS}
+        return replace(self, framework=fw, assumptions={**keep, **assume})
+
+    def scenarios(self) -> list[tuple[str, "HardwareSpec"]]:
+        """``[(label, spec), ...]``: the central spec; every uncertain assumption at its slow
+        end, at its fast end; and each one alone at either end of its range (the others
+        central). A prediction's range is the envelope over these."""
+        varied = [k for k, a in self.assumptions.items() if a.low != a.high]
+        out = [("central", self)]
+        if not varied:
+            return out
+        out.append(("all slow", self.at({k: "slow" for k in varied})))
+        out.append(("all fast", self.at({k: "fast" for k in varied})))
+        for k in varied:
+            out.append((f"{k} low", self.at({k: "low"})))
+            out.append((f"{k} high", self.at({k: "high"})))
+        return out
 
     @classmethod
     def from_dict(cls, d: dict, name: str, source: str = "") -> "HardwareSpec":
@@ -157,24 +337,49 @@ class HardwareSpec:
         if not peaks or mem is None:
             raise ValueError(f"hardware {name!r}: device {d.get('device')!r} is not in the "
                              "devices table; declare peak_tflops and memory_gb")
+        assume: dict = {}
 
-        def link(x):
+        def take(key: str, x, slow: str = "low") -> float:
+            a = Assumption.parse(x, slow)
+            if a.low != a.high or a.source:
+                assume[key] = a
+            return a.value
+
+        def link(x, key):
             if not x:
                 return None
-            return Link(float(x["bandwidth"]), float(x.get("latency", 0.0)),
+            bw = take(key, x["bandwidth"])
+            return Link(bw, float(x.get("latency", 0.0)),
                         float(x["bandwidth_pair"]) if x.get("bandwidth_pair") else None)
 
-        return cls(
+        gemm = d.get("gemm") or {}
+        if "matmul_efficiency" in d and "efficiency" not in gemm:
+            gemm = {**gemm, "efficiency": d["matmul_efficiency"]}
+        eff = take("gemm_efficiency", gemm.get("efficiency", 1.0))
+        tile = tuple(int(t) for t in gemm["tile"]) if gemm.get("tile") else None
+        quant = take("gemm_quantisation", gemm.get("quantisation", 1.0), slow="high")
+        att = d.get("attention") or {}
+        att_eff = take("attention_efficiency", att["efficiency"]) if "efficiency" in att else None
+        fw, fw_assume = load_framework(str(d.get("framework", "torch")))
+        spec = cls(
             name=name, device=str(d.get("device") or name),
             devices_per_node=int(d["devices_per_node"]),
             peak_flops={k: float(v) * 1e12 for k, v in peaks.items()},
             memory_bytes=float(mem) * 1e9,
             mem_bw=float(d.get("mem_bw") or dev.get("mem_bw") or 1e12),
-            matmul_efficiency=float(d.get("matmul_efficiency", 1.0)),
-            intra=link(d["intra_node"]), inter=link(d.get("inter_node")), source=source,
+            matmul_efficiency=eff,
+            intra=link(d["intra_node"], "intra_bandwidth"),
+            inter=link(d.get("inter_node"), "inter_bandwidth"), source=source,
             overhead={k: float(v) for k, v in (d.get("overhead") or {}).items()},
             compute_units=int(d["compute_units"]) if d.get("compute_units") else None,
+            gemm_tile=tile,
+            multiprocessors=int(dev["multiprocessors"]) if tile and dev.get("multiprocessors") else None,
+            gemm_quantisation=quant,
+            attention_efficiency=att_eff,
+            mem_bw_efficiency=take("mem_bw_efficiency", d.get("mem_bw_efficiency", 1.0)),
+            framework=fw,
         )
+        return replace(spec, assumptions={**assume, **fw_assume})
 
     @classmethod
     def load(cls, name_or_path: str) -> "HardwareSpec":

@@ -1,76 +1,70 @@
-"""Predicted step time of a training point from its hardware's building blocks.
+"""Predicted step time of a training point, as a sum of named terms.
 
-``predict_step_time(point, hw, measured=None)`` is a pure, analytic model (no fitting to any
-published result). For the most loaded pipeline stage and one micro-batch of ``b`` sequences
-of ``s`` tokens (hidden ``h``, ``a`` heads, MLP width ``f``, vocabulary ``V``):
+``predict_step_time(point, hw, measured=None, dp_overlap=None)`` returns a ``StepBreakdown``:
+seconds per optimizer step of the bottleneck pipeline stage, split into the terms below. Each
+term is a pure function of this module with its units and source in its docstring; every
+hardware or framework figure it uses comes from ``data/hardware.yaml`` (``hw``), where each
+uncertain one carries its stated range and source, or from measurements (``measured``,
+``scalestudy.measure.microbench`` / ``calibrate``). Nothing is fitted to a published result.
 
-1. **Compute.** Forward FLOPs per layer ``2·(4h² + k·h·f)·s·b + 4·s²·h·b`` (``k`` = 2 MLP
-   matrices for GELU, 3 for SwiGLU), the output head ``2·s·b·h·V`` on the last stage, all
-   divided by ``tp``; training = 3 × forward, plus one more forward of every recomputed
-   layer (``full``: all; ``selective``: those with an even global index, as
-   ``scalestudy.distributed.engine`` runs it; ``selective_attention``: the attention core,
-   ``4·s²·h·b``). Time = FLOPs / rate, where the rate is the
-   *measured* matmul throughput of the device for the dtype at the nearest measured shape
-   (per product: projections, MLP, attention ``Q K^T``/``A V``, head; a measured fused
-   attention kernel when there is one) when ``measured`` has it, else ``peak ×
-   matmul_efficiency`` declared by the hardware preset. Non-matmul kernels (LayerNorm,
-   residual adds, GELU/SwiGLU, log-softmax) are memory-bound: their bytes
-   (``elementwise_bytes``) at ``mem_bw``. Framework overhead (dispatch, autograd, clipping
-   and optimizer bookkeeping) per micro-batch and per layer is added when measured
-   (``microbench overhead``) or declared (``overhead:`` in the preset; 0 for GPUs, whose
-   asynchronous launches hide it behind large kernels); with ``tp > 1`` the ``tp_`` figures
-   apply, measured with the model under DTensor on a one-rank mesh (DTensor's per-op
-   dispatch, which on a CPU costs more than the tiny model's arithmetic).
-2. **Tensor-parallel collectives.** Megatron TP does 2 all-reduces of ``b·s·h`` activations
-   per layer in the forward pass and 2 in the backward (2 more for every layer whose
-   forward is re-run); sequence parallelism swaps each for an all-gather + reduce-scatter
-   of the same total volume. The vocabulary-sharded embedding adds one all-reduce (first
-   stage), the head an all-gather of the logits and an all-reduce of its input gradient
-   (last stage). Ring cost ``α + 2(p-1)/p · n/β`` with the intra-node link (TP stays in a
-   node). Not overlapped with compute.
-3. **Pipeline.** Each micro-batch sends its ``b·s·h`` activations forward and their
-   gradient backward (``α + n/β``; inter-node link when the job spans nodes). With ``m``
-   micro-batches and ``v`` virtual stages the step takes ``(m + (pp-1)/v)`` micro-batch slots
-   of the bottleneck stage: bubble fraction ``(pp-1)/(m·v)`` (GPipe and 1F1B alike;
-   interleaving divides it by ``v`` but multiplies the p2p transfers by ``v``).
-4. **Data-parallel gradients.** Bytes = parameters on the device × gradient bytes.
-   ``ddp``: all-reduce (``2(d-1)/d · n/β``); ``zero1``: reduce-scatter of gradients +
-   all-gather of updated weights (same volume); ``fsdp_grad_op``: reduce-scatter + one
-   all-gather of the weights per micro-batch; ``fsdp``: reduce-scatter + two all-gathers per
-   micro-batch (forward and backward). The inter-node link applies when ``tp·dp`` exceeds a
-   node. A fraction ``dp_overlap`` of it hides behind backward compute (the last
-   micro-batch's backward; FSDP's per-micro-batch gathers behind that micro-batch's compute).
-   Default ``dp_overlap``: 1 without PP, 0 with PP (the pipeline engines of DeepSpeed and
-   ``torch.distributed.pipelining`` reduce gradients after the flush), and 0 on a CPU host
-   (``compute_units`` declared): gloo's transfers run on the cores that compute.
-5. **Shared cores.** A CPU host declares ``compute_units`` (cores): when it runs more
-   processes than that, every phase of the step (compute, dispatch, gloo's copies) takes
-   ``procs / compute_units`` times longer.
-6. **Optimizer.** AdamW is memory-bound: 28 bytes touched per parameter of the optimizer
-   shard (read weight/gradient/moments/master, write them back) at ``mem_bw``; gradient
-   clipping of sharded gradients (TP, PP, FSDP) adds one small all-reduce.
+Notation: micro-batch ``b`` sequences of ``s`` tokens, hidden ``h``, ``a`` heads, MLP width
+``f``, vocabulary ``V``, ``l`` layers on ``pp`` stages (``v`` virtual stages each), ``tp`` /
+``dp`` ranks, ``m`` micro-batches per pipeline and step.
 
-Step time = pipeline (compute + TP collectives + p2p of every micro-batch slot, bubble
-included) + exposed DP time + optimizer. Not modelled: kernel-launch gaps on GPUs, load
-imbalance between stages other than the head, network contention between concurrent
-collectives beyond the per-device NIC share, the operating system's scheduling of more
-processes than cores beyond the ``compute_units`` slowdown, and stragglers. Where these
-matter the model under-predicts: it is a lower bound on the step time of a correct trainer.
+Terms (seconds per step; ``docs/performance-model.md`` has the full table with sources):
+
+- ``gemm_s`` — dense products (q/k/v/o projections, MLP, output head): forward, the two
+  backward products (data and weight gradients) and the recomputed forward, each at the
+  device's GEMM ceiling times its tile/wave quantisation for that shape
+  (``gemm_efficiency``), or at the rate measured for the nearest shape.
+- ``attention_s`` — the attention core: a fused kernel at its published rate
+  (``attention_seconds``, FlashAttention-2 FLOP count: causal half, backward 2.5 ×), or the
+  ``Q Kᵀ`` / ``A V`` products at GEMM rates.
+- ``elementwise_s`` — memory-bound kernels (norms, residual adds, activation, loss) at the
+  device's bandwidth (``elementwise_bytes`` / ``elementwise_seconds``).
+- ``overhead_s`` — framework overhead per micro-batch (measured on a CPU host; 0 on GPUs).
+- ``tp_comm_s`` — exposed tensor-parallel collectives (``tp_collective_seconds``), minus the
+  framework's declared overlap.
+- ``pp_p2p_s`` — exposed pipeline transfers (``p2p_seconds``), as the framework schedules
+  them (blocking or batched, partitioned over TP, overlapped with interleaving).
+- ``pp_bubble_s`` — the pipeline fill and drain (``pipeline_seconds``): the other stages'
+  micro-batch slots, divided by ``v``.
+- ``dp_comm_exposed_s`` — the data-parallel gradient traffic left after the framework's
+  overlap (``dp_comm_seconds`` / ``dp_exposed_seconds``).
+- ``optimizer_s`` — AdamW over the optimizer shard at memory bandwidth, plus clipping
+  (``optimizer_seconds``).
+
+On a CPU host whose processes outnumber its cores every term is multiplied by ``procs /
+compute_units`` (``core_sharing_slowdown``). Not modelled: kernel-launch gaps on GPUs, load
+imbalance between stages other than the embedding and head, network contention beyond the
+per-device NIC share, stragglers, the operating system's scheduling beyond the core-sharing
+slowdown. Where these matter the model under-predicts.
+
+``predict_range`` evaluates a point under every scenario of ``hw.scenarios()`` (the stated
+ranges of its assumptions) and returns the central breakdown with the envelope.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import ClassVar
 
 from scalestudy.config.point import Model, Point
-from scalestudy.config.vocab import Checkpointing, DPMode, DType, MLP
+from scalestudy.config.vocab import Attention, Checkpointing, DPMode, DType, MLP
 from scalestudy.perf import flops, memory
-from scalestudy.perf.hardware import HardwareSpec, Link, presets
+from scalestudy.perf.hardware import Framework, HardwareSpec, Link, presets
 
 ACT_BYTES = {True: 2, False: 4}
-OPT_BYTES_TOUCHED = 28  # AdamW: read w, g, m, v (+master), write them back (bytes/param)
+#: AdamW with fp32 state: read weight, gradient, two moments (and the master copy), write them
+#: back (bytes per parameter of the optimizer shard).
+OPT_BYTES_TOUCHED = 28
+#: FlashAttention-2's FLOP convention (Dao, arXiv:2307.08691 §4.1): a causal mask halves the
+#: forward FLOPs ("With causal mask, we divide this number by 2") and the backward costs 2.5 ×
+#: the forward ("backward pass FLOPs ... forward pass FLOPs by 2.5").
+FA_CAUSAL_FRACTION = 0.5
+FA_BACKWARD_FACTOR = 2.5
 
 
 def spec_from_microbench(matmul_csv: str, collectives_csv: str | None = None,
@@ -234,7 +228,9 @@ def collective_time(op: str, nbytes: float, group: int, link: Link,
                     measured: Measured | None = None, adjacent: bool = True) -> float:
     """Seconds for one ring collective of a ``nbytes`` buffer among ``group`` ranks:
     ``α + factor(p) · n / β`` (factor: all-reduce ``2(p-1)/p``, all-gather / reduce-scatter
-    ``(p-1)/p``, send/recv 1), or the measured fit when ``measured`` has one."""
+    ``(p-1)/p``, send/recv 1; Thakur et al. 2005 ring algorithms, the bus-bandwidth convention
+    of nccl-tests), or the measured fit when ``measured`` has one. ``β`` is the link's
+    per-device bandwidth (``hardware.yaml``), ``α`` its latency."""
     if group <= 1 or nbytes <= 0:
         return 0.0
     if measured is not None:
@@ -244,18 +240,32 @@ def collective_time(op: str, nbytes: float, group: int, link: Link,
     return link.latency + _bus_factor(op, group) * nbytes / link.bw(group, adjacent)
 
 
-# --- the model ------------------------------------------------------------------------------
+# --- compute terms --------------------------------------------------------------------------
 
 
-def layer_gemms(model: Model, s: int, b: int, tp: int = 1, attention_only: bool = False) -> list:
-    """The forward matrix products of one layer on one TP rank as ``(M, N, K, count)``:
-    q/k/v/o projections, the MLP matrices, and the two attention products per head
-    (``Q K^T`` and ``A V``, ``2·s·s·head_dim`` FLOPs each)."""
+def layer_gemms(model: Model, s: int, b: int, tp: int = 1, attention_only: bool = False,
+                fused_qkv: bool = False) -> list:
+    """The forward matrix products of one layer on one TP rank as ``(M, N, K, count)``
+    (``M×K`` times ``K×N``), as Megatron-style tensor parallelism splits them: q, k, v and
+    the MLP's up (and gate) products column-parallel (``N`` divided by ``tp``), the attention
+    output and MLP down products row-parallel (``K`` divided by ``tp``), and the attention
+    core's ``Q Kᵀ`` and ``A V`` (``s × s × head_dim``, ``2·b·a/tp`` of them). ``fused_qkv``:
+    q, k, v (and SwiGLU's gate and up) as one product (Megatron) instead of separate ones
+    (``scalestudy.models.gpt``). FLOPs: ``2·M·N·K·count`` summed = ``flops.layer_forward_flops``."""
     h, f, a = model.hidden, model.ffn, model.heads
     attn = [(s, s, model.head_dim, 2 * b * a / tp)]
     if attention_only:
         return attn
-    return [(b * s, h / tp, h, 4), (b * s, f / tp, h, model.mlp_matrices)] + attn
+    bs = b * s
+    up = model.mlp_matrices - 1  # GELU: 1 (up); SwiGLU: 2 (gate, up)
+    qkv = [(bs, 3 * h / tp, h, 1)] if fused_qkv else [(bs, h / tp, h, 3)]
+    mlp_up = [(bs, up * f / tp, h, 1)] if (fused_qkv and up > 1) else [(bs, f / tp, h, up)]
+    return qkv + [(bs, h, h / tp, 1)] + mlp_up + [(bs, h, f / tp, 1)] + attn
+
+
+def head_gemm(model: Model, s: int, b: int, tp: int = 1) -> tuple:
+    """The output head's forward product ``(b·s, V/tp, h, 1)`` (vocabulary-parallel)."""
+    return (b * s, model.vocab / tp, model.hidden, 1)
 
 
 def gemm_shapes(points) -> list[tuple[int, int, int]]:
@@ -267,202 +277,578 @@ def gemm_shapes(points) -> list[tuple[int, int, int]]:
         if not p.feasible:
             continue
         model, tp, s, b = p.model, p.tp, p.seq_len, p.micro_batch
-        for M, N, K, _ in layer_gemms(model, s, b, tp) + [(b * s, model.vocab / tp,
-                                                           model.hidden, 1)]:
+        for M, N, K, _ in layer_gemms(model, s, b, tp) + [head_gemm(model, s, b, tp)]:
             shapes.add((int(M), int(N), int(K)))
     return sorted(shapes)
+
+
+def tile_wave_efficiency(M: float, N: float, tile: tuple | None, units: int | None) -> float:
+    """Useful fraction of the work a GEMM's output tiles schedule (dimensionless, ≤ 1).
+
+    Tile quantisation: the ``M × N`` output is covered by ``⌈M/Tm⌉·⌈N/Tn⌉`` tiles of
+    ``Tm × Tn``, so ``M·N / (⌈M/Tm⌉Tm·⌈N/Tn⌉Tn)`` of the tiles' work is useful. Wave
+    quantisation: ``T`` tiles run in ``⌈T/units⌉`` waves over the ``units`` SMs / CUs, so
+    ``T / (⌈T/units⌉·units)`` of the last wave's slots are busy (NVIDIA/cutlass issue #335:
+    "You need ceil(210/108)=2 waves"; NVIDIA Matrix Multiplication Background guide §3.1-3.2).
+    1 when the system declares no tile (a CPU host)."""
+    if not tile:
+        return 1.0
+    tm, tn = tile
+    gm, gn = math.ceil(M / tm), math.ceil(N / tn)
+    q = (M * N) / (gm * tm * gn * tn)
+    if units:
+        tiles = gm * gn
+        q *= tiles / (math.ceil(tiles / units) * units)
+    return q
+
+
+def gemm_efficiency(M: float, N: float, K: float, hw: HardwareSpec) -> float:
+    """Fraction of the dtype's peak that one ``M×K · K×N`` product reaches on ``hw``:
+    the large-GEMM ceiling ``hw.matmul_efficiency`` (``gemm.efficiency`` in hardware.yaml,
+    cited there) times the tile/wave quantisation of its output (``tile_wave_efficiency``),
+    of which the fraction ``hw.gemm_quantisation`` applies (1: the declared tile always; 0:
+    libraries find a tile without loss). ``K`` enters through the roofline of
+    ``gemm_seconds``."""
+    q = tile_wave_efficiency(M, N, hw.gemm_tile, hw.multiprocessors)
+    return hw.matmul_efficiency * (1.0 - hw.gemm_quantisation * (1.0 - q))
+
+
+def gemm_seconds(M: float, N: float, K: float, count: float, dtype: str, hw: HardwareSpec) -> float:
+    """Seconds for ``count`` products ``M×K · K×N`` at the declared rate: ``2·M·N·K / (peak ·
+    gemm_efficiency)``, or, when moving its operands and output (``(M·K + K·N + M·N)`` elements
+    at 2 bytes, 4 in fp32) at ``mem_bw · mem_bw_efficiency`` takes longer, that (the
+    roofline; only where the system declares a GEMM tile, i.e. a GPU)."""
+    t = 2.0 * M * N * K / (hw.peak(dtype) * gemm_efficiency(M, N, K, hw))
+    if hw.gemm_tile:
+        eb = 4 if dtype == DType.FP32 else 2
+        t = max(t, eb * (M * K + K * N + M * N) / (hw.mem_bw * hw.mem_bw_efficiency))
+    return count * t
+
+
+def product_seconds(M: float, N: float, K: float, count: float, dtype: str, hw: HardwareSpec,
+                    measured: Measured | None = None) -> tuple[float, float, bool]:
+    """``(forward_s, backward_s, measured?)`` of ``count`` products ``M×K · K×N`` in training.
+
+    Measured: ``2·M·N·K·count`` FLOPs at the rate measured for the nearest shape
+    (``Measured.matmul_rate``; a study calibrates its forward shapes), backward = 2 ×
+    forward. Declared: the forward shape and the two backward products, data gradient
+    ``M×N · N×K`` and weight gradient ``K×M · M×N``, each at ``gemm_seconds``."""
+    r = measured.matmul_rate(dtype, M, N, K) if measured is not None else None
+    if r:
+        fwd = 2.0 * M * N * K * count / r
+        return fwd, 2.0 * fwd, True
+    fwd = gemm_seconds(M, N, K, count, dtype, hw)
+    bwd = gemm_seconds(M, K, N, count, dtype, hw) + gemm_seconds(K, N, M, count, dtype, hw)
+    return fwd, bwd, False
+
+
+def attention_seconds(model: Model, s: int, b: int, tp: int, dtype: str, hw: HardwareSpec,
+                      measured: Measured | None = None) -> tuple[float, float, bool]:
+    """``(forward_s, backward_s, measured?)`` of one layer's attention core on one TP rank.
+
+    Measured: a fused-attention rate (``Measured.attention_rate``, Megatron's count
+    ``4·s²·h/tp`` per sequence), else the ``Q Kᵀ`` / ``A V`` products at the nearest measured
+    matmul rate; backward = 2 × forward. Declared, fused kernel (``model.attention == fused``
+    and the system declares ``attention.efficiency``): FlashAttention-2's count, the causal
+    forward ``0.5 · 4·b·s²·h/tp`` and the backward ``2.5 ×`` that (Dao, arXiv:2307.08691
+    §4.1), at ``attention_efficiency × peak``. Otherwise the products at ``gemm_seconds``."""
+    head = model.head_dim
+    if measured is not None:
+        r = measured.attention_rate(dtype, s, head)
+        if r:
+            fwd = 4.0 * b * s * s * model.hidden / tp / r
+            return fwd, 2.0 * fwd, True
+    (M, N, K, count), = layer_gemms(model, s, b, tp, attention_only=True)
+    r = measured.matmul_rate(dtype, M, N, K) if measured is not None else None
+    if r:
+        fwd = 2.0 * M * N * K * count / r
+        return fwd, 2.0 * fwd, True
+    if model.attention == Attention.FUSED and hw.attention_efficiency:
+        fwd_flops = FA_CAUSAL_FRACTION * 4.0 * b * s * s * model.hidden / tp
+        rate = hw.attention_efficiency * hw.peak(dtype)
+        return fwd_flops / rate, FA_BACKWARD_FACTOR * fwd_flops / rate, False
+    fwd, bwd, _ = product_seconds(M, N, K, count, dtype, hw)
+    return fwd, bwd, False
 
 
 def elementwise_bytes(model: Model, s: int, b: int, act_bytes: int, tp: int = 1,
                       sp: bool = False) -> float:
     """Memory traffic of one layer's non-matmul operations, forward + backward, on one TP
-    rank: per token the forward reads and writes two LayerNorms (2h each), two residual
-    adds (3h each), the attention output relayout (2h) and the activation function (GELU:
-    2f; SwiGLU: 5f); the backward moves about twice as much. Bytes."""
+    rank (bytes): per token the forward reads and writes two LayerNorms (2h each), two
+    residual adds (3h each), the attention output relayout (2h) and the activation function
+    (GELU: 2f; SwiGLU: 5f); the backward moves about twice as much (3 × the forward in all).
+    The hidden-wide part is split over TP only with sequence parallelism."""
     h, f = model.hidden, model.ffn
     act = (5 if model.mlp == MLP.SWIGLU else 2) * f / tp
     hwide = 12 * h / (tp if sp else 1)
     return 3.0 * (hwide + act) * s * b * act_bytes
 
 
+def loss_bytes(s: int, b: int, vocab: int, tp: int = 1) -> float:
+    """Memory traffic of the fp32 log-softmax / cross-entropy over the logits and its
+    backward: 5 passes over ``b·s·V/tp`` fp32 values (bytes)."""
+    return 5.0 * b * s * vocab / tp * 4
+
+
+def elementwise_seconds(nbytes: float, hw: HardwareSpec, measured: Measured | None = None) -> float:
+    """Seconds to move ``nbytes`` at the measured copy bandwidth, else at ``mem_bw ·
+    mem_bw_efficiency`` of ``hw`` (datasheet HBM bandwidth times the stated fraction)."""
+    if measured is not None and measured.mem_bw:
+        return nbytes / measured.mem_bw
+    return nbytes / (hw.mem_bw * hw.mem_bw_efficiency)
+
+
+# --- communication terms --------------------------------------------------------------------
+
+
+def tp_collective_seconds(act_bytes: float, tp: int, hw: HardwareSpec, sp: bool = False,
+                          measured: Measured | None = None) -> float:
+    """Seconds of one Megatron TP exchange of a ``b·s·h`` activation (``act_bytes``) on the
+    intra-node link: an all-reduce, or with sequence parallelism an all-gather plus a
+    reduce-scatter of the same volume (Korthikanti et al. 2022). A layer does 2 in the forward
+    and 2 in the backward pass (Shoeybi et al. 2019, Fig. 4), 2 more when it is recomputed."""
+    if tp <= 1:
+        return 0.0
+    if sp:
+        return (collective_time("all_gather", act_bytes, tp, hw.intra, measured)
+                + collective_time("reduce_scatter", act_bytes, tp, hw.intra, measured))
+    return collective_time("all_reduce", act_bytes, tp, hw.intra, measured)
+
+
+def tp_overlap(fw: Framework, sp: bool) -> float:
+    """The hidden fraction of TP collectives under ``fw`` (0 unless it overlaps them; Megatron
+    only with sequence parallelism, hardware.yaml ``frameworks``)."""
+    return fw.tp_overlap if (sp or not fw.tp_overlap_needs_sp) else 0.0
+
+
+def node_of(rank: int, devices_per_node: int) -> int:
+    return rank // devices_per_node
+
+
+def boundary_crosses_node(point: Point, stage: int, devices_per_node: int) -> bool:
+    """Whether pipeline stage ``stage`` sends to stage ``stage + 1`` across nodes. Ranks are
+    laid out tp fastest, then dp, then pp (Megatron's and DeepSpeed's topology, and
+    ``scalestudy.distributed.mesh``): stage ``r`` holds ranks ``[r·k, (r+1)·k)``, ``k = tp·dp``,
+    each sending to the rank ``k`` further on."""
+    k = point.tp * int(point.dp)
+    return any(node_of(x, devices_per_node) != node_of(x + k, devices_per_node)
+               for x in range(stage * k, (stage + 1) * k))
+
+
+def p2p_seconds(point: Point, stage: int, hw: HardwareSpec, measured: Measured | None = None) -> float:
+    """Exposed pipeline transfers of one micro-batch on stage ``stage`` (seconds).
+
+    Per neighbouring stage the framework's ``pp_transfers_per_neighbour`` serial transfers
+    (activation out, gradient back) of ``b·s·h`` activations (``/tp`` with sequence
+    parallelism or when the framework partitions them over TP, plus an intra-node all-gather
+    over TP of each received tensor in that case), on the inter-node link where the boundary
+    crosses nodes (``boundary_crosses_node``); ``v`` × that with ``v`` virtual stages; minus the
+    framework's steady-state overlap (with interleaving only, where so declared)."""
+    pp = point.pp
+    if pp <= 1:
+        return 0.0
+    fw = hw.framework
+    v = point.parallel.virtual_stages
+    tp, sp = point.tp, point.parallel.sequence_parallel and point.tp > 1
+    ab = ACT_BYTES[DType(point.train.precision) != DType.FP32]
+    full = point.micro_batch * point.seq_len * point.model.hidden * ab
+    split = sp or (fw.pp_partitioned and tp > 1)
+    msg = full / tp if split else full
+    t = 0.0
+    for r in (stage - 1, stage):  # the boundaries r|r+1 this stage touches
+        if r < 0 or r >= pp - 1:
+            continue
+        inter = boundary_crosses_node(point, r, hw.devices_per_node) and hw.inter is not None
+        link = hw.inter if inter else hw.intra
+        one = collective_time("send_recv", msg, 2, link, None if inter else measured)
+        gather = (collective_time("all_gather", full, tp, hw.intra, measured)
+                  if (fw.pp_partitioned and tp > 1 and not sp) else 0.0)
+        t += fw.pp_transfers_per_neighbour * one + gather
+    ov = fw.pp_overlap if (v > 1 or not fw.pp_overlap_needs_interleaving) else 0.0
+    return v * t * (1.0 - ov)
+
+
+def pipeline_seconds(slots: list[float], micro_batches: int, virtual: int = 1) -> tuple[float, float]:
+    """``(pipeline_s, bubble_s)`` of a 1F1B (or GPipe) schedule whose stage ``r`` takes
+    ``slots[r]`` seconds per micro-batch (forward + backward + its communication): ``m``
+    slots of the slowest stage plus the fill and drain, the other stages' slots once each
+    (the latency of one micro-batch through the pipeline), divided by ``v`` when each rank
+    holds ``v`` interleaved stages (Narayanan et al. SC21 §2.2: bubble ``(p-1)/(v·m)`` of the
+    ideal time for equal stages). DeepSpeed's TrainSchedule: ``2·(m + p - 1)`` steps."""
+    worst = max(slots)
+    bubble = (sum(slots) - worst) / virtual
+    return micro_batches * worst + bubble, bubble
+
+
+def dp_comm_seconds(point: Point, params: float, hw: HardwareSpec,
+                    measured: Measured | None = None) -> tuple[float, float, str]:
+    """``(per_step_s, per_micro_batch_s, link)`` of the data-parallel gradient traffic of a
+    device holding ``params`` parameters (gradients at the activation width: 2 bytes in
+    bf16/fp16). ``ddp``: one all-reduce; ``zero1``: reduce-scatter of the gradients and
+    all-gather of the updated weights (same volume, Rajbhandari et al. 2020); ``fsdp_grad_op``:
+    reduce-scatter per step and an all-gather per micro-batch; ``fsdp``: two all-gathers per
+    micro-batch (forward and backward). Ring costs (``collective_time``) on the inter-node
+    link when ``tp·dp`` exceeds a node."""
+    dp = int(point.dp)
+    if dp <= 1:
+        return 0.0, 0.0, "intra"
+    ab = ACT_BYTES[DType(point.train.precision) != DType.FP32]
+    nbytes = params * ab
+    inter = point.tp * dp > hw.devices_per_node and hw.inter is not None
+    link = hw.inter if inter else hw.intra
+    meas = None if inter else measured
+    adj = point.tp == 1
+    mode = point.parallel.dp_mode
+    if mode == DPMode.DDP:
+        return collective_time("all_reduce", nbytes, dp, link, meas, adj), 0.0, ("inter" if inter else "intra")
+    rs = collective_time("reduce_scatter", nbytes, dp, link, meas, adj)
+    ag = collective_time("all_gather", nbytes, dp, link, meas, adj)
+    if mode == DPMode.ZERO1:
+        return rs + ag, 0.0, ("inter" if inter else "intra")
+    gathers = 2 if mode == DPMode.FSDP else 1
+    return rs, gathers * ag, ("inter" if inter else "intra")
+
+
+def dp_overlap_fraction(point: Point, hw: HardwareSpec, override: float | None = None) -> float:
+    """The fraction of the DP traffic that may hide behind backward compute: ``override``
+    when given; 0 on a CPU host (``compute_units``: gloo's copies run on the computing cores);
+    else the framework's ``dp_overlap`` (no pipeline) or ``dp_overlap_pp``."""
+    if override is not None:
+        return float(override)
+    if hw.compute_units:
+        return 0.0
+    return hw.framework.dp_overlap_pp if point.pp > 1 else hw.framework.dp_overlap
+
+
+def dp_exposed_seconds(per_step: float, per_micro_batch: float, micro_batches: int,
+                       overlap: float, backward_s: float, compute_s: float,
+                       chunks: float | None = None) -> float:
+    """Exposed DP seconds per step: the per-step reduction minus ``overlap`` × the backward
+    of the last micro-batch (``backward_s``), never below one chunk (``per_step / chunks``)
+    when the framework exposes one (Megatron-Core: a layer, or a virtual stage with PP); plus
+    the per-micro-batch gathers minus ``overlap`` × that micro-batch's compute, ``m`` times."""
+    step = max(0.0, per_step - overlap * backward_s)
+    if chunks and overlap > 0:
+        step = max(step, per_step / chunks)
+    return step + micro_batches * max(0.0, per_micro_batch - overlap * compute_s)
+
+
+# --- per-step terms -------------------------------------------------------------------------
+
+
+def optimizer_seconds(params: float, hw: HardwareSpec, overhead_s: float = 0.0,
+                      clip_s: float = 0.0) -> float:
+    """AdamW over ``params`` parameters (the optimizer shard): ``OPT_BYTES_TOUCHED`` bytes each
+    at ``mem_bw · mem_bw_efficiency`` (memory-bound), plus its measured dispatch overhead and
+    the gradient-clipping all-reduce (seconds)."""
+    return OPT_BYTES_TOUCHED * params / (hw.mem_bw * hw.mem_bw_efficiency) + overhead_s + clip_s
+
+
+def overhead_seconds(overhead: dict, phase: str, layers: float, tp: int) -> float:
+    """Framework overhead of ``phase`` (``fwd_bwd`` per micro-batch, ``optimizer`` per step)
+    for a stage of ``layers`` layers: ``fixed + per_layer · layers`` (seconds), measured by
+    ``microbench overhead`` (``tp_`` figures: under DTensor, used when ``tp > 1``)."""
+    pre = "tp_" if tp > 1 and "tp_fwd_bwd_fixed_s" in overhead else ""
+    return (overhead.get(f"{pre}{phase}_fixed_s", 0.0)
+            + overhead.get(f"{pre}{phase}_per_layer_s", 0.0) * layers)
+
+
+def core_sharing_slowdown(point: Point, hw: HardwareSpec) -> float:
+    """``procs / compute_units`` (≥ 1) on a CPU host whose processes outnumber its cores:
+    every phase of the step runs on a time-shared core; 1 elsewhere."""
+    if not hw.compute_units:
+        return 1.0
+    local = point.procs_per_node or min(point.n, hw.devices_per_node)
+    return max(1.0, local / hw.compute_units)
+
+
+# --- the breakdown --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """One optimizer step of a point on a system: the time terms (seconds per step, on the
+    bottleneck stage's timeline; they add up to ``step_time_s``) and what follows from them."""
+
+    #: the terms, in the order a stacked bar shows them
+    TERMS: ClassVar[tuple[str, ...]] = (
+        "gemm_s", "attention_s", "elementwise_s", "overhead_s", "tp_comm_s", "pp_p2p_s",
+        "pp_bubble_s", "dp_comm_exposed_s", "optimizer_s")
+
+    step_time_s: float
+    gemm_s: float
+    attention_s: float
+    elementwise_s: float
+    overhead_s: float
+    tp_comm_s: float
+    pp_p2p_s: float
+    pp_bubble_s: float
+    dp_comm_exposed_s: float
+    optimizer_s: float
+    dp_comm_s: float = 0.0  # the DP traffic before overlap
+    bubble_fraction: float = 0.0  # bubble / (m slots of the bottleneck stage)
+    micro_batch_slot_s: float = 0.0
+    bottleneck_stage: int = 0
+    core_sharing_slowdown: float = 1.0
+    tokens_per_step: float = 0.0
+    tokens_per_s: float = 0.0
+    model_flops_per_step: float = 0.0
+    hardware_flops_per_step: float = 0.0
+    mfu: float = 0.0
+    hfu: float = 0.0
+    tflops_per_device: float = 0.0
+    matmul_flops_per_s: float = 0.0
+    matmul_rate_source: str = "declared"
+    dp_overlap: float = 0.0
+    dp_link: str = "intra"
+    pp_link: str = "intra"
+    hardware: str = ""
+    framework: str = ""
+
+    @property
+    def compute_s(self) -> float:
+        """GEMMs + attention + memory-bound kernels."""
+        return self.gemm_s + self.attention_s + self.elementwise_s
+
+    def terms(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in self.TERMS}
+
+    def fractions(self) -> dict[str, float]:
+        """Each term as a fraction of the step."""
+        return {k: v / self.step_time_s for k, v in self.terms().items()}
+
+    def row(self) -> dict:
+        """Every field (and ``compute_s``) as a flat dict, for a table row."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["compute_s"] = self.compute_s
+        return d
+
+
+@dataclass(frozen=True)
+class LayerCosts:
+    """Seconds of one micro-batch's pieces on one TP rank (``_layer_costs``): per layer the
+    dense products forward / backward, the attention core forward / backward, the memory-bound
+    kernels (forward + backward; the forward is a third), one TP exchange; the head's product
+    forward / backward, its loss kernels, the embedding's and the head's TP exchanges (the
+    logits all-gathered, or with a vocabulary-parallel loss three all-reduces of ``b·s`` fp32
+    values: Megatron's ``vocab_parallel_cross_entropy``)."""
+
+    gemm_fwd: float
+    gemm_bwd: float
+    attn_fwd: float
+    attn_bwd: float
+    elementwise: float
+    tp_exchange: float
+    head_fwd: float
+    head_bwd: float
+    loss: float
+    tp_embedding: float
+    tp_head: float
+    measured: bool
+
+
+def _layer_costs(point: Point, hw: HardwareSpec, measured: Measured | None) -> LayerCosts:
+    model, tp = point.model, point.tp
+    b, s = point.micro_batch, model.seq_len
+    sp = point.parallel.sequence_parallel and tp > 1
+    dtype = DType(point.train.precision)
+    ab = ACT_BYTES[dtype != DType.FP32]
+    g_fwd = g_bwd = 0.0
+    sources = set()
+    for M, N, K, count in layer_gemms(model, s, b, tp, fused_qkv=hw.framework.fused_qkv)[:-1]:
+        f_, b_, meas = product_seconds(M, N, K, count, dtype, hw, measured)
+        g_fwd, g_bwd = g_fwd + f_, g_bwd + b_
+        sources.add(meas)
+    a_fwd, a_bwd, meas = attention_seconds(model, s, b, tp, dtype, hw, measured)
+    sources.add(meas)
+    h_fwd, h_bwd, meas = product_seconds(*head_gemm(model, s, b, tp), dtype, hw, measured)
+    sources.add(meas)
+    act = b * s * model.hidden * ab
+    per = tp_collective_seconds(act, tp, hw, sp, measured)
+    return LayerCosts(
+        gemm_fwd=g_fwd, gemm_bwd=g_bwd, attn_fwd=a_fwd, attn_bwd=a_bwd,
+        elementwise=elementwise_seconds(elementwise_bytes(model, s, b, ab, tp, sp), hw, measured),
+        tp_exchange=per, head_fwd=h_fwd, head_bwd=h_bwd,
+        loss=elementwise_seconds(loss_bytes(s, b, model.vocab, tp), hw, measured),
+        tp_embedding=collective_time("all_reduce", act, tp, hw.intra, measured),
+        tp_head=(3 * collective_time("all_reduce", b * s * 4, tp, hw.intra, measured)
+                 if hw.framework.vocab_parallel_loss else
+                 collective_time("all_gather", b * s * model.vocab * ab, tp, hw.intra, measured)),
+        measured=True in sources)
+
+
 def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None = None,
-                      dp_overlap: float | None = None) -> dict:
-    """Predicted seconds per optimizer step of ``point`` on ``hw`` and its components
-    (module doc). Returns seconds (``*_s``), FLOPs, ``mfu`` / ``hfu`` (fractions of the
-    dtype's spec peak), ``tokens_per_s`` and the assumptions used."""
+                      dp_overlap: float | None = None) -> StepBreakdown:
+    """The step of ``point`` on ``hw`` as a ``StepBreakdown`` (module doc). ``measured``:
+    building blocks measured on the machine (they replace the declared rates where they
+    cover a product, a collective or the bandwidth); ``dp_overlap`` overrides the framework's
+    DP overlap."""
     model, par = point.model, point.parallel
     tp, pp, dp, n = point.tp, point.pp, int(point.dp), point.n
     b, m, s = point.micro_batch, max(1, int(point.grad_accum)), model.seq_len
     l, h, V = model.layers, model.hidden, model.vocab
     v = par.virtual_stages if pp > 1 else 1
     ckpt = par.activation_checkpointing
-    dp_mode = par.dp_mode
     sp = par.sequence_parallel and tp > 1
     dtype = DType(point.train.precision)
-    half = dtype != DType.FP32
-    ab = ACT_BYTES[half]
-    dpn = hw.devices_per_node
-    if tp > dpn:
-        raise ValueError(f"tp={tp} exceeds devices_per_node={dpn} of hardware {hw.name!r}")
-
-    # 1. compute per micro-batch on the bottleneck (last) stage
+    fw = hw.framework
+    if tp > hw.devices_per_node:
+        raise ValueError(f"tp={tp} exceeds devices_per_node={hw.devices_per_node} of hardware {hw.name!r}")
     lps = l / pp
-    rate_source = "declared"
-
-    def fwd_time(gemms) -> float:
-        nonlocal rate_source
-        total = 0.0
-        for M, N, K, count in gemms:
-            if M == N == s and K == model.head_dim and measured is not None:
-                r = measured.attention_rate(dtype, s, K)  # the fused attention kernel
-            else:
-                r = None
-            r = r or (measured.matmul_rate(dtype, M, N, K) if measured is not None else None)
-            if r:
-                rate_source = "measured"
-            else:
-                r = hw.peak(dtype) * hw.matmul_efficiency
-            total += 2.0 * M * N * K * count / r
-        return total
-
-    layer_t = fwd_time(layer_gemms(model, s, b, tp))
-    attn_t = fwd_time(layer_gemms(model, s, b, tp, attention_only=True))
-    head_t = fwd_time([(b * s, V / tp, h, 1)])
-    bw = (measured.mem_bw if measured is not None and measured.mem_bw else None) or hw.mem_bw
-    ew_layer = elementwise_bytes(model, s, b, ab, tp, sp) / bw
-    ew_head = 5.0 * b * s * V / tp * 4 / bw  # fp32 log-softmax + its backward
+    c = _layer_costs(point, hw, measured)
+    att_re = c.attn_fwd if ckpt == Checkpointing.SELECTIVE_ATTENTION else 0.0
     ckpts = [memory.checkpointed_layers(l, pp, r, v, ckpt) for r in range(pp)]
-    att_re = attn_t if ckpt == Checkpointing.SELECTIVE_ATTENTION else 0.0  # attention core recompute
 
-    def stage_compute(r: int) -> float:
-        t_r = lps * (3 * layer_t + ew_layer + att_re) + ckpts[r] * (layer_t + ew_layer / 3)
-        return t_r + ((3 * head_t + ew_head) if r == pp - 1 else 0.0)
+    def stage_terms(r: int) -> tuple[float, float, float]:
+        """(gemm, attention, elementwise) seconds of one micro-batch on stage r: every layer
+        forward + backward, the recomputed layers' forward again, the head on the last."""
+        last = r == pp - 1
+        gemm = lps * (c.gemm_fwd + c.gemm_bwd) + ckpts[r] * c.gemm_fwd
+        attn = lps * (c.attn_fwd + c.attn_bwd + att_re) + ckpts[r] * c.attn_fwd
+        elem = lps * c.elementwise + ckpts[r] * c.elementwise / 3
+        if last:
+            gemm, elem = gemm + c.head_fwd + c.head_bwd, elem + c.loss
+        return gemm, attn, elem
 
     ovh = hw.overhead if measured is None or not measured.overhead else measured.overhead
-    pre = "tp_" if tp > 1 and "tp_fwd_bwd_fixed_s" in ovh else ""  # DTensor's dispatch
-
-    def overhead(phase: str) -> float:
-        return ovh.get(f"{pre}{phase}_fixed_s", 0.0) + ovh.get(f"{pre}{phase}_per_layer_s", 0.0) * lps
-
-    t_ovh_mb = overhead("fwd_bwd")
-
-    # 2. tensor parallel: 4 per layer, 2 more per fully recomputed layer
-    act_msg = b * s * h * ab
-    if sp:
-        per = (collective_time("all_gather", act_msg, tp, hw.intra, measured)
-               + collective_time("reduce_scatter", act_msg, tp, hw.intra, measured))
-    else:
-        per = collective_time("all_reduce", act_msg, tp, hw.intra, measured)
-
-    # the vocabulary-sharded embedding's all-reduce (first stage); the head's logits
-    # all-gather and its input-gradient all-reduce (last stage)
-    emb = collective_time("all_reduce", act_msg, tp, hw.intra, measured)
-    head = collective_time("all_gather", b * s * V * ab, tp, hw.intra, measured) + per
+    t_ovh = overhead_seconds(ovh, "fwd_bwd", lps, tp)
+    tp_hidden = tp_overlap(fw, sp)
 
     def stage_tp(r: int) -> float:
+        """4 exchanges per layer, 2 more per recomputed layer; the vocabulary-parallel
+        embedding's all-reduce (first stage); the head's loss exchanges (logits all-gather, or
+        Megatron's three small all-reduces) and its input-gradient exchange (last stage); minus
+        the framework's overlap."""
         if tp == 1:
             return 0.0
-        return ((4 * lps + 2 * ckpts[r]) * per + (emb if r == 0 else 0.0)
-                + (head if r == pp - 1 else 0.0))
+        t = ((4 * lps + 2 * ckpts[r]) * c.tp_exchange + (c.tp_embedding if r == 0 else 0.0)
+             + ((c.tp_head + c.tp_exchange) if r == pp - 1 else 0.0))
+        return t * (1.0 - tp_hidden)
 
-    worst = max(range(pp), key=lambda r: stage_compute(r) + stage_tp(r))  # the bottleneck
-    t_comp, t_tp = stage_compute(worst), stage_tp(worst)
+    comp = [stage_terms(r) for r in range(pp)]
+    tps = [stage_tp(r) for r in range(pp)]
+    p2ps = [p2p_seconds(point, r, hw, measured) for r in range(pp)]
+    slots = [sum(comp[r]) + t_ovh + tps[r] + p2ps[r] for r in range(pp)]
+    worst = max(range(pp), key=lambda r: slots[r])
+    t_pipe, t_bubble = pipeline_seconds(slots, m, v)
+    t_comp = sum(comp[worst])
     t_bwd_mb = t_comp * 2 / 3  # backward of one micro-batch (no recompute share)
 
-    # 3. pipeline
-    multi_node = n > dpn
-    p2p_link = hw.inter if (multi_node and hw.inter) else hw.intra
-    p2p_msg = act_msg / (tp if sp else 1)
-    t_p2p = 0.0
-    if pp > 1:
-        t_p2p = 2 * v * collective_time("send_recv", p2p_msg, 2, p2p_link,
-                                        measured if not multi_node else None)
-    t_slot = t_comp + t_ovh_mb + t_tp + t_p2p
-    slots = m + (pp - 1) / v if pp > 1 else m
-    t_pipe = slots * t_slot
-    t_bubble = (slots - m) * t_slot
+    # data parallelism: the stage with the most parameters reduces last
+    params = max(memory.stage_params(model, tp, pp, r) for r in range(pp))
+    t_dp_step, t_dp_mb, dp_link = dp_comm_seconds(point, params, hw, measured)
+    ov = dp_overlap_fraction(point, hw, dp_overlap)
+    chunks = (lps if pp == 1 else v) if fw.dp_exposes_one_chunk else None
+    t_dp_exposed = dp_exposed_seconds(t_dp_step, t_dp_mb, m, ov, t_bwd_mb, t_comp, chunks)
 
-    # 4. data parallel
-    params_dev = memory.estimate(point)["params_per_device"]
-    grad_bytes = params_dev * ab
-    dp_inter = tp * dp > dpn and hw.inter is not None
-    dp_link = hw.inter if dp_inter else hw.intra
-    dp_meas = None if dp_inter else measured
-    adj = tp == 1
-    t_dp_step = t_dp_mb = 0.0
-    if dp > 1:
-        if dp_mode == DPMode.DDP:
-            t_dp_step = collective_time("all_reduce", grad_bytes, dp, dp_link, dp_meas, adj)
-        elif dp_mode == DPMode.ZERO1:
-            t_dp_step = (collective_time("reduce_scatter", grad_bytes, dp, dp_link, dp_meas, adj)
-                         + collective_time("all_gather", grad_bytes, dp, dp_link, dp_meas, adj))
-        else:  # fsdp_grad_op, fsdp
-            t_dp_step = collective_time("reduce_scatter", grad_bytes, dp, dp_link, dp_meas, adj)
-            gathers = 2 if dp_mode == DPMode.FSDP else 1
-            t_dp_mb = gathers * collective_time("all_gather", grad_bytes, dp, dp_link, dp_meas, adj)
-    if dp_overlap is not None:
-        ov = float(dp_overlap)
-    else:  # a CPU host has no engine of its own for gloo's transfers: its cores compute
-        ov = 0.0 if (pp > 1 or hw.compute_units) else 1.0
-    exposed_step = max(0.0, t_dp_step - ov * t_bwd_mb)
-    exposed_mb = max(0.0, t_dp_mb - ov * t_comp) * m
-    t_dp_exposed = exposed_step + exposed_mb
+    # optimizer on its shard; clipping reduces the squared norm of sharded gradients
+    opt_params = params / (dp if par.dp_mode != DPMode.DDP else 1)
+    sharded = tp > 1 or pp > 1 or (dp > 1 and par.dp_mode in (DPMode.FSDP, DPMode.FSDP_GRAD_OP))
+    clip = (collective_time("all_reduce", 4, n, hw.intra, measured)
+            if point.train.grad_clip and sharded else 0.0)
+    t_opt = optimizer_seconds(opt_params, hw, overhead_seconds(ovh, "optimizer", lps, tp), clip)
 
-    # 5. optimizer
-    opt_params = params_dev / (dp if dp_mode != DPMode.DDP else 1)
-    # gradient clipping reduces the squared norm of sharded gradients (DTensor, stages)
-    clip = point.train.grad_clip
-    sharded = tp > 1 or pp > 1 or (dp > 1 and dp_mode in (DPMode.FSDP, DPMode.FSDP_GRAD_OP))
-    t_clip = collective_time("all_reduce", 4, n, hw.intra, measured) if clip and sharded else 0.0
-    t_opt = OPT_BYTES_TOUCHED * opt_params / hw.mem_bw + overhead("optimizer") + t_clip
-
-    # a CPU host whose processes outnumber its cores: every phase (compute, dispatch, gloo's
-    # copies) runs on a time-shared core, that much slower
-    slow = 1.0
-    if hw.compute_units:
-        local = point.procs_per_node or min(n, dpn)
-        slow = max(1.0, local / hw.compute_units)
+    slow = core_sharing_slowdown(point, hw)
     step = slow * (t_pipe + t_dp_exposed + t_opt)
+    gemm, attn, elem = comp[worst]
     gb = int(point.global_batch)
     tokens = gb * s
     mflops = flops.model_flops_per_step(model, gb)
     hflops = flops.hardware_flops_per_step(model, gb, "megatron", ckpt)
     peak = hw.peak(dtype)
-    return {
-        "step_time_s": step,
-        "compute_s": m * t_comp * slow,
-        "core_sharing_slowdown": slow,
-        "overhead_s": m * t_ovh_mb * slow,
-        "attention_s": m * slow * (lps * (3 * attn_t + att_re) + ckpts[worst] * attn_t),
-        "elementwise_s": m * slow * (lps * ew_layer + ckpts[worst] * ew_layer / 3
-                                     + (ew_head if worst == pp - 1 else 0.0)),
-        "bottleneck_stage": worst,
-        "tp_comm_s": m * t_tp * slow,
-        "pp_p2p_s": m * t_p2p * slow,
-        "pp_bubble_s": t_bubble * slow,
-        "bubble_fraction": (slots - m) / m,
-        "dp_comm_s": (t_dp_step + m * t_dp_mb) * slow,
-        "dp_comm_exposed_s": t_dp_exposed * slow,
-        "optimizer_s": t_opt * slow,
-        "micro_batch_slot_s": t_slot * slow,
-        "tokens_per_step": tokens,
-        "tokens_per_s": tokens / step,
-        "model_flops_per_step": mflops,
-        "hardware_flops_per_step": hflops,
-        "mfu": mflops / (step * n * peak),
-        "hfu": hflops / (step * n * peak),
-        "tflops_per_device": hflops / (step * n) / 1e12,
-        "matmul_flops_per_s": (lps * flops.layer_forward_flops(model, b) / tp + 2.0 * s * b * h * V / tp)
-        / (lps * layer_t + head_t),
-        "matmul_rate_source": rate_source,
-        "dp_overlap": ov,
-        "dp_link": "inter" if dp_inter else "intra",
-        "pp_link": "inter" if (pp > 1 and multi_node) else "intra",
-        "hardware": hw.name,
-    }
+    matmul_flops = lps * flops.layer_forward_flops(model, b) / tp + 2.0 * s * b * h * V / tp
+    multi = any(boundary_crosses_node(point, r, hw.devices_per_node) for r in range(pp - 1))
+    return StepBreakdown(
+        step_time_s=step,
+        gemm_s=m * gemm * slow,
+        attention_s=m * attn * slow,
+        elementwise_s=m * elem * slow,
+        overhead_s=m * t_ovh * slow,
+        tp_comm_s=m * tps[worst] * slow,
+        pp_p2p_s=m * p2ps[worst] * slow,
+        pp_bubble_s=t_bubble * slow,
+        dp_comm_exposed_s=t_dp_exposed * slow,
+        optimizer_s=t_opt * slow,
+        dp_comm_s=(t_dp_step + m * t_dp_mb) * slow,
+        bubble_fraction=t_bubble / (m * slots[worst]),
+        micro_batch_slot_s=slots[worst] * slow,
+        bottleneck_stage=worst,
+        core_sharing_slowdown=slow,
+        tokens_per_step=tokens,
+        tokens_per_s=tokens / step,
+        model_flops_per_step=mflops,
+        hardware_flops_per_step=hflops,
+        mfu=mflops / (step * n * peak),
+        hfu=hflops / (step * n * peak),
+        tflops_per_device=hflops / (step * n) / 1e12,
+        matmul_flops_per_s=matmul_flops / (lps * (c.gemm_fwd + c.attn_fwd) + c.head_fwd),
+        matmul_rate_source="measured" if c.measured else "declared",
+        dp_overlap=ov,
+        dp_link=dp_link,
+        pp_link="inter" if (pp > 1 and multi and hw.inter is not None) else "intra",
+        hardware=hw.name,
+        framework=fw.name,
+    )
+
+
+def evaluation_seconds(point: Point, hw: HardwareSpec, measured: Measured | None = None) -> float:
+    """Seconds of one forward-only pass over the point's global batch (a validation
+    iteration: DeepSpeed's ``eval_batch`` runs the step's ``m`` micro-batches through
+    ``InferenceSchedule``, Megatron's ``forward_backward_func`` with ``forward_only``): per
+    stage the layers' forward products, attention and a third of the memory-bound traffic,
+    the head and its loss, 2 TP exchanges per layer, one transfer per neighbouring stage, in a
+    pipeline of ``m`` slots plus the fill (``pipeline_seconds``). Used where a published
+    iteration time includes evaluation (``scalestudy.perf.predict``)."""
+    model, par = point.model, point.parallel
+    tp, pp = point.tp, point.pp
+    m = max(1, int(point.grad_accum))
+    v = par.virtual_stages if pp > 1 else 1
+    lps = model.layers / pp
+    c = _layer_costs(point, hw, measured)
+    slots = []
+    for r in range(pp):
+        t = lps * (c.gemm_fwd + c.attn_fwd + c.elementwise / 3)
+        if tp > 1:
+            t += 2 * lps * c.tp_exchange + (c.tp_embedding if r == 0 else 0.0)
+        if r == pp - 1:
+            t += c.head_fwd + c.loss / 5 * 2 + (c.tp_head if tp > 1 else 0.0)
+        # forward only: half the transfers of a training slot
+        t += p2p_seconds(point, r, hw, measured) / 2
+        slots.append(t)
+    t_pipe, _ = pipeline_seconds(slots, m, v)
+    return core_sharing_slowdown(point, hw) * t_pipe
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A point's central breakdown and its range: ``low`` / ``high`` are the shortest and
+    longest step over ``hw.scenarios()`` (every assumption at the ends of its stated range),
+    ``scenarios`` every scenario's breakdown by label."""
+
+    central: StepBreakdown
+    scenarios: dict = field(default_factory=dict)
+
+    @property
+    def step_time_low_s(self) -> float:
+        return min(b.step_time_s for b in self.scenarios.values())
+
+    @property
+    def step_time_high_s(self) -> float:
+        return max(b.step_time_s for b in self.scenarios.values())
+
+
+def predict_range(point: Point, hw: HardwareSpec, measured: Measured | None = None,
+                  dp_overlap: float | None = None) -> Prediction:
+    """``predict_step_time`` under every scenario of ``hw.scenarios()``."""
+    sc = {label: predict_step_time(point, h, measured, dp_overlap) for label, h in hw.scenarios()}
+    return Prediction(central=sc["central"], scenarios=sc)
 
 
 __all__ = [
-    "HardwareSpec", "Link", "Measured", "collective_time", "gemm_shapes", "predict_step_time",
-    "presets", "spec_from_microbench",
+    "HardwareSpec", "Link", "Measured", "Prediction", "StepBreakdown", "attention_seconds",
+    "boundary_crosses_node", "collective_time", "core_sharing_slowdown", "dp_comm_seconds",
+    "dp_exposed_seconds", "dp_overlap_fraction", "elementwise_bytes", "evaluation_seconds", "elementwise_seconds", "gemm_efficiency",
+    "gemm_seconds", "gemm_shapes", "layer_gemms", "optimizer_seconds", "p2p_seconds",
+    "pipeline_seconds", "predict_range", "predict_step_time", "presets", "product_seconds",
+    "spec_from_microbench", "tile_wave_efficiency", "tp_collective_seconds",
 ]

@@ -86,7 +86,7 @@ def candidates(model: Model, n: int, global_batch: int, hw: perfmodel.HardwareSp
 def rank(model: Model, n: int, global_batch: int, hw: perfmodel.HardwareSpec, top: int = 5,
          precision: str = "bf16", measured: perfmodel.Measured | None = None, **kw) -> list[dict]:
     """The ``top`` feasible shapes by predicted tokens/s, best first: dicts with ``point``,
-    ``prediction`` and ``memory_bytes``."""
+    ``prediction`` (a ``perfmodel.StepBreakdown``) and ``memory_bytes``."""
     scored = []
     for point, ok, _ in candidates(model, n, global_batch, hw, precision, **kw):
         if not ok:
@@ -94,7 +94,7 @@ def rank(model: Model, n: int, global_batch: int, hw: perfmodel.HardwareSpec, to
         pred = perfmodel.predict_step_time(point, hw, measured)
         scored.append({"point": point, "prediction": pred,
                        "memory_bytes": memory.estimate(point)["total_bytes"]})
-    scored.sort(key=lambda r: (-r["prediction"]["tokens_per_s"], r["memory_bytes"]))
+    scored.sort(key=lambda r: (-r["prediction"].tokens_per_s, r["memory_bytes"]))
     return scored[:top]
 
 
@@ -119,8 +119,8 @@ def study_yaml(model: Model, best: list[dict], hw: perfmodel.HardwareSpec) -> st
             "activation_checkpointing": str(par.activation_checkpointing),
         })
         notes.append(f"#   {sname}: {par.pp_schedule} v={par.virtual_stages} {par.dp_mode} "
-                     f"ckpt={par.activation_checkpointing}: predicted {q['step_time_s']:.4g} "
-                     f"s/step, {q['tokens_per_s']:.4g} tokens/s, MFU {q['mfu']:.1%}, "
+                     f"ckpt={par.activation_checkpointing}: predicted {q.step_time_s:.4g} "
+                     f"s/step, {q.tokens_per_s:.4g} tokens/s, MFU {q.mfu:.1%}, "
                      f"memory {memory.fmt_bytes(r['memory_bytes'])}")
     n_max = max(r["point"].n for r in best)
     shape = {k: (str(v) if isinstance(v, str) else v)
@@ -190,8 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         p, q, par = r["point"], r["prediction"], r["point"].parallel
         print(f"{i:>4} {p.tp:>3} {p.pp:>4} {p.dp:>4} {p.micro_batch:>3} "
               f"{par.pp_schedule:>11} {par.virtual_stages:>2} {par.dp_mode:>12} "
-              f"{par.activation_checkpointing:>5} {q['step_time_s']:>10.4g} {q['tokens_per_s']:>10.4g} "
-              f"{q['mfu']:>6.1%} {memory.fmt_bytes(r['memory_bytes']):>10}")
+              f"{par.activation_checkpointing:>5} {q.step_time_s:>10.4g} {q.tokens_per_s:>10.4g} "
+              f"{q.mfu:>6.1%} {memory.fmt_bytes(r['memory_bytes']):>10}")
     if a.out:
         from scalestudy.record.io import write_text
 

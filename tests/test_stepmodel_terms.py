@@ -1,0 +1,299 @@
+"""The step model's terms one by one, each against a hand computation (scalestudy.perf.stepmodel).
+No timing: every figure here is arithmetic on declared rates."""
+
+import math
+
+import pytest
+
+from scalestudy.config.point import Model
+from scalestudy.measure.microbench import memory_point
+from scalestudy.perf import stepmodel as sm
+from scalestudy.perf.hardware import Assumption, Framework, HardwareSpec, Link
+
+MODEL = dict(vocab=1000, seq_len=128, layers=8, hidden=256, heads=8)
+
+
+def hw_(**kw):
+    d = dict(name="t", device="t", devices_per_node=8, peak_flops={"fp32": 1e12, "bf16": 2e12},
+             memory_bytes=1e12, mem_bw=1e12, matmul_efficiency=0.5,
+             intra=Link(1e10, 1e-5), inter=Link(1e9, 1e-4))
+    d.update(kw)
+    return HardwareSpec(**d)
+
+
+def point(dp=1, tp=1, pp=1, mb=2, m=1, precision="fp32", **kw):
+    return memory_point(dict(MODEL), mb, "none", dp=dp, tp=tp, pp=pp, grad_accum=m,
+                        precision=precision, **kw)
+
+
+# --- compute ----------------------------------------------------------------------------------
+
+
+def test_tile_wave_efficiency_by_hand():
+    assert sm.tile_wave_efficiency(1000, 1000, None, None) == 1.0  # no tile declared (CPU)
+    # 300 x 128 on 256 x 128 tiles: 2 x 1 tiles of which 300/512 is used
+    assert sm.tile_wave_efficiency(300, 128, (256, 128), None) == pytest.approx(300 / 512)
+    # the cutlass issue's example: 210 tiles on 108 SMs take 2 waves = 216 slots
+    assert sm.tile_wave_efficiency(210 * 128, 128, (128, 128), 108) == pytest.approx(210 / 216)
+    # exactly one full wave: no loss
+    assert sm.tile_wave_efficiency(108 * 256, 128, (256, 128), 108) == pytest.approx(1.0)
+
+
+def test_gemm_efficiency_and_seconds_by_hand():
+    hw = hw_(gemm_tile=(256, 128), multiprocessors=108, mem_bw=1e30)
+    q = 210 / 216
+    assert sm.gemm_efficiency(210 * 256, 128, 4096, hw) == pytest.approx(0.5 * q)
+    half = hw_(gemm_tile=(256, 128), multiprocessors=108, mem_bw=1e30, gemm_quantisation=0.5)
+    assert sm.gemm_efficiency(210 * 256, 128, 4096, half) == pytest.approx(0.5 * (1 - 0.5 * (1 - q)))
+    # compute-bound: 2 M N K / (peak x efficiency), times count
+    M, N, K = 210 * 256, 128, 4096
+    assert sm.gemm_seconds(M, N, K, 3, "bf16", hw) == pytest.approx(3 * 2 * M * N * K / (2e12 * 0.5 * q))
+    # memory-bound (roofline): a 4096 x 4096 x 1 product moves ~16.8M bf16 elements
+    slow_mem = hw_(gemm_tile=(256, 128), multiprocessors=108, mem_bw=1e9, mem_bw_efficiency=0.5)
+    nbytes = 2 * (4096 * 1 + 1 * 4096 + 4096 * 4096)
+    assert sm.gemm_seconds(4096, 4096, 1, 1, "bf16", slow_mem) == pytest.approx(nbytes / 0.5e9)
+    # without a declared tile (a CPU host) there is no roofline and no quantisation
+    assert sm.gemm_seconds(4096, 4096, 1, 1, "fp32", hw_(mem_bw=1.0)) == pytest.approx(
+        2 * 4096 * 4096 / 0.5e12)
+
+
+def test_product_seconds_backward_shapes():
+    hw = hw_(gemm_tile=(256, 128), multiprocessors=108, mem_bw=1e30)
+    M, N, K = 4096, 128, 4096
+    fwd, bwd, meas = sm.product_seconds(M, N, K, 1, "bf16", hw)
+    assert not meas
+    assert fwd == pytest.approx(sm.gemm_seconds(M, N, K, 1, "bf16", hw))
+    # data gradient M x N . N x K and weight gradient K x M . M x N
+    assert bwd == pytest.approx(sm.gemm_seconds(M, K, N, 1, "bf16", hw)
+                                + sm.gemm_seconds(K, N, M, 1, "bf16", hw))
+    # the thin forward (16 tiles on 108 SMs) is slower per FLOP than its backward products
+    assert bwd < 2 * fwd
+    m = sm.Measured(matmul={"bf16": [(4096, 4096, 4096, 1e12)]})
+    fwd, bwd, meas = sm.product_seconds(M, N, K, 2, "bf16", hw, m)
+    assert meas and fwd == pytest.approx(2 * 2 * M * N * K / 1e12) and bwd == pytest.approx(2 * fwd)
+
+
+def test_layer_gemms_shapes_and_flops():
+    cfg = Model(**MODEL)
+    bs, h, f = 2 * 128, 256, 1024
+    g = sm.layer_gemms(cfg, 128, 2, tp=2)
+    assert g[:4] == [(bs, h / 2, h, 3), (bs, h, h / 2, 1), (bs, f / 2, h, 1), (bs, h, f / 2, 1)]
+    fused = sm.layer_gemms(cfg, 128, 2, tp=2, fused_qkv=True)
+    assert fused[0] == (bs, 3 * h / 2, h, 1)
+    from scalestudy.perf import flops
+
+    for gg in (g, fused):
+        assert sum(2 * M * N * K * c for M, N, K, c in gg) * 2 == pytest.approx(
+            flops.layer_forward_flops(cfg, 2))
+    sw = Model(**MODEL, mlp="swiglu")
+    assert sm.layer_gemms(sw, 128, 2, fused_qkv=True)[2] == (bs, 2 * sw.ffn, h, 1)
+    assert sm.layer_gemms(sw, 128, 2)[2] == (bs, sw.ffn, h, 2)
+
+
+def test_attention_seconds_flash_by_hand():
+    cfg = Model(**MODEL)  # fused attention
+    hw = hw_(attention_efficiency=0.25)
+    fwd, bwd, meas = sm.attention_seconds(cfg, 128, 2, 2, "bf16", hw)
+    flops_fwd = 0.5 * 4 * 2 * 128 * 128 * 256 / 2  # causal half, per TP rank
+    assert not meas
+    assert fwd == pytest.approx(flops_fwd / (0.25 * 2e12))
+    assert bwd == pytest.approx(2.5 * fwd)
+    # math attention (or no declared kernel): the two products at the GEMM rate, full s^2
+    math_cfg = Model(**MODEL, attention="math")
+    fwd, bwd, _ = sm.attention_seconds(math_cfg, 128, 2, 1, "bf16", hw)
+    assert fwd == pytest.approx(4 * 2 * 128 * 128 * 256 / (0.5 * 2e12))
+    assert bwd == pytest.approx(2 * fwd)
+    # a measured fused-attention rate (Megatron's count 4 b s^2 h / tp)
+    m = sm.Measured(attention={"bf16": [(128, 32, 1e11)]})
+    fwd, bwd, meas = sm.attention_seconds(cfg, 128, 2, 1, "bf16", hw, m)
+    assert meas and fwd == pytest.approx(4 * 2 * 128 * 128 * 256 / 1e11) and bwd == 2 * fwd
+
+
+def test_elementwise_and_loss_by_hand():
+    cfg = Model(**MODEL)
+    h, f, s, b = 256, 1024, 128, 2
+    assert sm.elementwise_bytes(cfg, s, b, 2) == pytest.approx(3 * (12 * h + 2 * f) * s * b * 2)
+    assert sm.elementwise_bytes(cfg, s, b, 2, tp=2) == pytest.approx(3 * (12 * h + f) * s * b * 2)
+    assert sm.elementwise_bytes(cfg, s, b, 2, tp=2, sp=True) == pytest.approx(
+        3 * (6 * h + f) * s * b * 2)
+    sw = Model(**MODEL, mlp="swiglu")
+    assert sm.elementwise_bytes(sw, s, b, 4) == pytest.approx(3 * (12 * h + 5 * sw.ffn) * s * b * 4)
+    assert sm.loss_bytes(s, b, 1000, 2) == pytest.approx(5 * b * s * 500 * 4)
+    hw = hw_(mem_bw=2e12, mem_bw_efficiency=0.5)
+    assert sm.elementwise_seconds(1e12, hw) == pytest.approx(1.0)
+    assert sm.elementwise_seconds(1e12, hw, sm.Measured(mem_bw=4e12)) == pytest.approx(0.25)
+
+
+# --- communication ----------------------------------------------------------------------------
+
+
+def test_tp_collective_and_overlap_by_hand():
+    hw = hw_()
+    n = 1e6
+    assert sm.tp_collective_seconds(n, 1, hw) == 0.0
+    assert sm.tp_collective_seconds(n, 4, hw) == pytest.approx(1e-5 + 1.5 * n / 1e10)
+    assert sm.tp_collective_seconds(n, 4, hw, sp=True) == pytest.approx(2 * (1e-5 + 0.75 * n / 1e10))
+    fw = Framework(tp_overlap=0.5, tp_overlap_needs_sp=True)
+    assert sm.tp_overlap(fw, sp=False) == 0.0 and sm.tp_overlap(fw, sp=True) == 0.5
+    assert sm.tp_overlap(Framework(tp_overlap=0.5, tp_overlap_needs_sp=False), sp=False) == 0.5
+
+
+def test_head_tp_exchange_gathers_or_reduces():
+    """scalestudy's trainer gathers the logits before the loss; Megatron's vocabulary-parallel
+    cross-entropy all-reduces three b*s fp32 vectors instead."""
+    p = point(tp=2, mb=2)
+    gather = sm.predict_step_time(p, hw_(mem_bw=1e30))
+    reduce = sm.predict_step_time(p, hw_(mem_bw=1e30, framework=Framework(vocab_parallel_loss=True)))
+    per = 1e-5 + 2 * 128 * 256 * 4 / 1e10
+    logits = 1e-5 + 0.5 * 2 * 128 * 1000 * 4 / 1e10
+    small = 3 * (1e-5 + 2 * 128 * 4 / 1e10)
+    edges = per  # the embedding's all-reduce
+    assert gather.tp_comm_s == pytest.approx(4 * 8 * per + edges + logits + per)
+    assert reduce.tp_comm_s == pytest.approx(4 * 8 * per + edges + small + per)
+
+
+def test_boundary_crosses_node():
+    # tp 1, dp 2, pp 8 on 8 devices per node: stages 0-3 on node 0, 4-7 on node 1
+    p = point(dp=2, pp=8, m=8)
+    assert [sm.boundary_crosses_node(p, r, 8) for r in range(7)] == [False] * 3 + [True] + [False] * 3
+    # tp 4 x dp 2 fills a node per stage: every boundary crosses
+    q = point(dp=2, tp=4, pp=2, m=2)
+    assert sm.boundary_crosses_node(q, 0, 8)
+
+
+def test_p2p_seconds_by_hand():
+    msg = 2 * 128 * 256 * 4  # fp32 b s h
+    one = 1e-5 + msg / 1e10
+    torch_fw = hw_()
+    p = point(pp=4, m=4)
+    # torch: 2 serial transfers per neighbour; the first stage has one neighbour
+    assert sm.p2p_seconds(p, 0, torch_fw) == pytest.approx(2 * one)
+    assert sm.p2p_seconds(p, 1, torch_fw) == pytest.approx(4 * one)
+    assert sm.p2p_seconds(point(pp=1), 0, torch_fw) == 0.0
+    # DeepSpeed-style partitioned transfers: 1/tp of the activation, plus an all-gather over TP
+    ds = hw_(framework=Framework(name="ds", pp_transfers_per_neighbour=2, pp_partitioned=True))
+    q = point(tp=2, pp=4, m=4)
+    part = 1e-5 + (msg / 2) / 1e10
+    gather = 1e-5 + 0.5 * msg / 1e10
+    assert sm.p2p_seconds(q, 1, ds) == pytest.approx(2 * (2 * part + gather))
+    # Megatron-Core: 1 transfer per neighbour, overlapped only with interleaving
+    mc = hw_(framework=Framework(name="mc", pp_transfers_per_neighbour=1, pp_overlap=0.75))
+    assert sm.p2p_seconds(p, 1, mc) == pytest.approx(2 * one)
+    r = point(pp=4, m=8, pp_schedule="interleaved1f1b", virtual_stages=2)
+    assert sm.p2p_seconds(r, 1, mc) == pytest.approx(2 * 2 * one * 0.25)
+    # across nodes the inter-node link (1 devices per node here)
+    assert sm.p2p_seconds(p, 0, hw_(devices_per_node=1)) == pytest.approx(2 * (1e-4 + msg / 1e9))
+
+
+def test_pipeline_seconds_by_hand():
+    assert sm.pipeline_seconds([1.0], 8) == (8.0, 0.0)
+    # equal stages: (m + p - 1) slots, interleaving divides the bubble by v
+    assert sm.pipeline_seconds([1.0] * 4, 8) == (11.0, 3.0)
+    assert sm.pipeline_seconds([1.0] * 4, 8, virtual=3) == (9.0, 1.0)
+    # unequal stages: m slots of the slowest + the others once each
+    assert sm.pipeline_seconds([1.0, 1.0, 2.0], 10) == (22.0, 2.0)
+
+
+def test_dp_comm_and_exposure_by_hand():
+    hw = hw_()
+    P = 1e6
+    ddp = point(dp=4)
+    t, t_mb, link = sm.dp_comm_seconds(ddp, P, hw)
+    assert (t_mb, link) == (0.0, "intra") and t == pytest.approx(1e-5 + 1.5 * 4 * P / 1e10)
+    z1 = point(dp=4, dp_mode="zero1")
+    assert sm.dp_comm_seconds(z1, P, hw)[0] == pytest.approx(2 * (1e-5 + 0.75 * 4 * P / 1e10))
+    fsdp = point(dp=4, dp_mode="fsdp")
+    t, t_mb, _ = sm.dp_comm_seconds(fsdp, P, hw)
+    assert t_mb == pytest.approx(2 * (1e-5 + 0.75 * 4 * P / 1e10))
+    # bf16 gradients, across nodes (tp 4 x dp 4 > 8 per node)
+    x = point(dp=4, tp=4, precision="bf16")
+    t, _, link = sm.dp_comm_seconds(x, P, hw)
+    assert link == "inter" and t == pytest.approx(1e-4 + 1.5 * 2 * P / 1e9)
+    assert sm.dp_comm_seconds(point(), P, hw) == (0.0, 0.0, "intra")
+    # exposure: overlap x the last backward hides it; a chunk stays exposed when declared
+    assert sm.dp_exposed_seconds(10.0, 0.0, 4, 1.0, 6.0, 9.0) == pytest.approx(4.0)
+    assert sm.dp_exposed_seconds(10.0, 0.0, 4, 0.5, 6.0, 9.0) == pytest.approx(7.0)
+    assert sm.dp_exposed_seconds(10.0, 0.0, 4, 1.0, 60.0, 9.0, chunks=5) == pytest.approx(2.0)
+    assert sm.dp_exposed_seconds(10.0, 0.0, 4, 0.0, 60.0, 9.0, chunks=5) == pytest.approx(10.0)
+    assert sm.dp_exposed_seconds(0.0, 2.0, 4, 1.0, 0.0, 1.5) == pytest.approx(4 * 0.5)
+
+
+def test_dp_overlap_fraction_rules():
+    fw = Framework(dp_overlap=0.9, dp_overlap_pp=0.3)
+    hw = hw_(framework=fw)
+    assert sm.dp_overlap_fraction(point(dp=2), hw) == 0.9
+    assert sm.dp_overlap_fraction(point(dp=2, pp=2, m=2), hw) == 0.3
+    assert sm.dp_overlap_fraction(point(dp=2), hw, override=0.1) == 0.1
+    assert sm.dp_overlap_fraction(point(dp=2), hw_(compute_units=2, framework=fw)) == 0.0
+
+
+def test_optimizer_overhead_slowdown_by_hand():
+    hw = hw_(mem_bw=1e12, mem_bw_efficiency=0.5)
+    assert sm.optimizer_seconds(1e9, hw) == pytest.approx(28 * 1e9 / 0.5e12)
+    assert sm.optimizer_seconds(1e9, hw, 0.1, 0.2) == pytest.approx(28 * 1e9 / 0.5e12 + 0.3)
+    ovh = {"fwd_bwd_fixed_s": 1.0, "fwd_bwd_per_layer_s": 0.5,
+           "tp_fwd_bwd_fixed_s": 3.0, "tp_fwd_bwd_per_layer_s": 2.0}
+    assert sm.overhead_seconds(ovh, "fwd_bwd", 4, 1) == pytest.approx(3.0)
+    assert sm.overhead_seconds(ovh, "fwd_bwd", 4, 2) == pytest.approx(11.0)
+    assert sm.overhead_seconds(ovh, "optimizer", 4, 1) == 0.0
+    assert sm.core_sharing_slowdown(point(dp=4), hw_(compute_units=2)) == 2.0
+    assert sm.core_sharing_slowdown(point(dp=2), hw_(compute_units=2)) == 1.0
+    assert sm.core_sharing_slowdown(point(dp=4), hw_()) == 1.0
+
+
+# --- the whole step ---------------------------------------------------------------------------
+
+
+def test_breakdown_terms_add_up_and_evaluation_is_the_forward():
+    hw = hw_(mem_bw=1e30)
+    b = sm.predict_step_time(point(mb=2), hw)
+    assert b.step_time_s == pytest.approx(sum(b.terms().values()))
+    assert sum(b.fractions().values()) == pytest.approx(1.0)
+    assert b.compute_s == pytest.approx(b.gemm_s + b.attention_s + b.elementwise_s)
+    row = b.row()
+    assert row["compute_s"] == b.compute_s and row["framework"] == "torch"
+    # one device, no memory cost: evaluation = the forward pass = a third of the step
+    assert sm.evaluation_seconds(point(mb=2), hw) == pytest.approx(b.step_time_s / 3)
+
+
+def test_assumptions_and_scenarios():
+    a = Assumption.parse({"value": 0.5, "low": 0.4, "high": 0.8, "source": "x"})
+    assert (a.value, a.low, a.high, a.source, a.end("slow"), a.end("fast")) == (0.5, 0.4, 0.8, "x", 0.4, 0.8)
+    cost = Assumption.parse({"value": 1, "low": 0, "high": 1}, slow="high")
+    assert cost.end("slow") == 1 and cost.end("fast") == 0
+    assert Assumption.parse(3.0) == Assumption(3.0, 3.0, 3.0)
+    with pytest.raises(ValueError, match="outside its range"):
+        Assumption(1.0, 0.0, 0.5)
+    fr = HardwareSpec.load("frontier")
+    varied = [k for k, v in fr.assumptions.items() if v.low != v.high]
+    sc = dict(fr.scenarios())
+    assert len(sc) == 3 + 2 * len(varied)
+    assert sc["all slow"].matmul_efficiency == 0.56 and sc["all fast"].matmul_efficiency == 0.767
+    assert sc["inter_bandwidth low"].inter.bandwidth == 10e9
+    assert sc["intra_bandwidth high"].intra.bw(4) == 100e9
+    assert sc["intra_bandwidth high"].intra.bw(2) == 400e9  # the pair scales with it
+    assert sc["gemm_quantisation low"].gemm_quantisation == 0.0
+    # the range of a prediction is the envelope of these scenarios
+    from scalestudy.perf import predict
+
+    row = predict.reference("frontier_dash2024_configs").iloc[3]
+    p = predict.config_point(row, 2, 640)
+    pr = sm.predict_range(p, fr)
+    assert pr.step_time_low_s <= pr.central.step_time_s <= pr.step_time_high_s
+    assert pr.step_time_low_s < pr.step_time_high_s
+
+
+def test_dgx_presets_cite_their_figures():
+    h = HardwareSpec.load("dgx-h100")
+    assert (h.devices_per_node, h.peak("bf16"), h.framework.name) == (8, 989e12, "megatron-core")
+    assert h.intra.bandwidth == 370e9 and h.inter.bandwidth == 46e9
+    assert h.multiprocessors == 132 and h.gemm_tile == (256, 128)
+    a = HardwareSpec.load("dgx-a100")
+    assert (a.devices_per_node, a.peak("bf16"), a.inter.bandwidth) == (8, 312e12, 24e9)
+    assert a.multiprocessors == 108
+    for hw in (h, a, HardwareSpec.load("frontier")):
+        for name, ass in hw.assumptions.items():
+            assert ass.low <= ass.value <= ass.high, name
+    # the framework can be swapped (scalestudy predict --framework)
+    assert h.with_framework("megatron-deepspeed").framework.pp_partitioned
+    assert math.isclose(h.with_framework("torch").assumptions["dp_overlap"].value, 1.0)
