@@ -130,7 +130,9 @@ def _text(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return repr(value)  # round-trips: 0.003, 1e-05, 500000.0
+        # a whole number as an integer (Megatron's --rotary-base is type=int: 500000), else
+        # the shortest text that reads back as the same float (0.003, 1e-05)
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
     return str(value)
 
 
