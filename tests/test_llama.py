@@ -124,3 +124,16 @@ def test_llama3_presets_are_the_study_files_and_tunes():
     points = plan_points(study)
     assert points and all(p.feasible and p.model.arch == "llama" for p in points)
     assert {p.model.name for p in points} == {"llama3-tiny"}  # the real shapes never run here
+
+
+def test_readme_llama_example_plans(tmp_path):
+    """The copy-paste example of the README's "Llama-style models" section is a valid study."""
+    import yaml
+
+    text = (ROOT / "README.md").read_text().split("## Llama-style models", 1)[1]
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "readme.yaml"
+    path.write_text(block)
+    points = plan_points(load_study(path))
+    assert len(points) == 5 and all(p.feasible and p.model.kv_heads == 2 for p in points)
+    assert yaml.safe_load(block)["models"]["llama-small"]["arch"] == "llama"

@@ -121,11 +121,11 @@ def main() -> None:
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
 
-    from torch.distributed.fsdp import fully_shard
-
     torch.manual_seed(a.seed)
     model = Llama(a).to(device)
     if world > 1:
+        from torch.distributed.fsdp import fully_shard
+
         for layer in model.layers:
             fully_shard(layer)
         fully_shard(model)
