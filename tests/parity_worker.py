@@ -96,9 +96,9 @@ LAYOUTS: dict[str, Point] = {
     "dp2xtp2xpp2-ddp-gpipe-sp-acfull": L(CFG, dp=2, tp=2, pp=2, pp_schedule="gpipe",
                                          sequence_parallel=True,
                                          activation_checkpointing="full"),
-    "llama-dp2xtp2xpp2-fsdp-1f1b-sp-acsel": L(LLAMA, dp=2, tp=2, pp=2, dp_mode="fsdp",
-                                              sequence_parallel=True,
-                                              activation_checkpointing="selective"),
+    "llama-dp2xtp2xpp2-fsdp-sp-acsel": L(LLAMA, dp=2, tp=2, pp=2, dp_mode="fsdp",
+                                         sequence_parallel=True,
+                                         activation_checkpointing="selective"),
 }
 
 

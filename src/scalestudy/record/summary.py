@@ -9,7 +9,8 @@ loss), ``loss_noise_floor`` (the synthetic data's, built-in trainer only),
 ``model_flops_per_step`` / ``hardware_flops_per_step`` (``{convention: FLOPs or null}``,
 ``scalestudy.perf.flops.point_flops_table``), ``device_type``, ``device_name``,
 ``hardware``, ``dtype``, ``peak_flops_per_device``, ``peak_source``, ``peak_memory_bytes``,
-``memory_kind``, ``train_wall_s``, ``workload``. No torch import."""
+``memory_kind``, ``train_wall_s`` (the trainer's own time; for a command the attempt's wall
+time, launcher included), ``workload``. No torch import."""
 
 from __future__ import annotations
 
