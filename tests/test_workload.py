@@ -229,6 +229,7 @@ def test_runner_reads_a_megatron_log_like_a_builtin_record(tmp_path):
     assert steps[2]["step_time_s"] == pytest.approx(0.020) and steps[2]["tokens"] == 4 * 16
     summary = json.loads((run / "summary.json").read_text())
     assert summary["workload"] == "command" and summary["metrics"] == "megatron"
+    assert "23.04" in summary["metrics_reads"] and "core_v0.19.0" in summary["metrics_reads"]
     assert summary["step_time_median_s"] == pytest.approx(0.021)
     assert summary["loss_last"] == pytest.approx(5.5)
     assert summary["model_flops_per_step"]["megatron"] > 0  # from the model block

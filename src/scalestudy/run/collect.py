@@ -135,5 +135,6 @@ def collect(point: Point, run_dir: Path, log: Path, wall_s: float) -> str | None
     write_json(run_dir / "summary.json", summary(
         point, records, device_type=device_type, device_name=device_name,
         peak_memory_bytes=max(peaks) if peaks else None, memory_kind=kind if peaks else None,
-        train_wall_s=wall_s, metrics=str(point.workload.metrics)))
+        train_wall_s=wall_s, metrics=str(point.workload.metrics),
+        metrics_reads=logparse.READS.get(str(point.workload.metrics))))
     return None

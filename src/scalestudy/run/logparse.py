@@ -70,6 +70,13 @@ TORCHTITAN: dict[str, str] = {
 }
 
 PRESETS: dict[str, dict[str, str]] = {"megatron": MEGATRON, "torchtitan": TORCHTITAN}
+#: What each preset reads, by version (recorded in summary.json as ``metrics_reads``).
+READS: dict[str, str] = {
+    "megatron": "Megatron-LM training_log line, 23.04 (and v2.6) through core_v0.19.0; "
+                "Megatron-DeepSpeed's line alike",
+    "torchtitan": "torchtitan MetricsProcessor.log step line, v0.1.0 through v0.2.2 and main "
+                  "(b5bcd76c)",
+}
 
 
 def _number(text: str) -> float:
