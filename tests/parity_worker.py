@@ -1,5 +1,6 @@
 """Parity worker, run under torchrun: trains many layouts one after another in one process
-group and compares each with a single-process reference (plain GPT + AdamW + clip_grad_norm_).
+group and compares each with a single-process reference (the plain model, GPT or Llama, +
+AdamW + clip_grad_norm_).
 
     torchrun --nproc-per-node N tests/parity_worker.py OUT_JSON [LAYOUT_NAME ...]
 
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 
 from scalestudy.config.point import Model, Point
 from scalestudy.distributed.engine import Engine
-from scalestudy.models.gpt import GPT
+from scalestudy.models import build_model
 from scalestudy.record.io import write_json
 from scalestudy.train.data import SyntheticTokens
 
@@ -47,6 +48,10 @@ def L(model: Model, **kw) -> Point:
 
 
 TIED_SWIGLU = dataclasses.replace(CFG, tied_embeddings=True, mlp="swiglu")
+# Llama-style: RMSNorm, RoPE, grouped-query attention (2 query heads per key/value head),
+# SwiGLU, no biases, untied head
+LLAMA = Model(arch="llama", vocab=64, seq_len=16, layers=2, hidden=32, heads=4, kv_heads=2)
+LLAMA4 = dataclasses.replace(LLAMA, layers=4)
 
 # name -> point. World size = pp*dp*tp.
 LAYOUTS: dict[str, Point] = {
@@ -64,6 +69,9 @@ LAYOUTS: dict[str, Point] = {
     "pp2-1f1b-ga4": L(CFG, pp=2, pp_schedule="1f1b", grad_accum=4),
     "pp2v2-interleaved1f1b": L(CFG4, pp=2, pp_schedule="interleaved1f1b", virtual_stages=2),
     "pp2-1f1b-bf16-acsel": L(CFG, pp=2, precision="bf16", activation_checkpointing="selective"),
+    "llama-tp2-sp": L(LLAMA, tp=2, sequence_parallel=True),
+    "llama-dp2-fsdp-acfull": L(LLAMA, dp=2, dp_mode="fsdp", activation_checkpointing="full"),
+    "llama-pp2-1f1b": L(LLAMA, pp=2),
     # world 4
     "dp2xtp2-ddp": L(CFG, dp=2, tp=2),
     "dp2xtp2-zero1-sp": L(CFG, dp=2, tp=2, dp_mode="zero1", sequence_parallel=True),
@@ -77,6 +85,10 @@ LAYOUTS: dict[str, Point] = {
     "dp4-fsdp": L(CFG, dp=4, dp_mode="fsdp"),
     "tp4": L(CFG, tp=4),
     "pp4-1f1b": L(CFG4, pp=4, pp_schedule="1f1b"),
+    "llama-dp2xtp2-zero1-acattn": L(LLAMA, dp=2, tp=2, dp_mode="zero1",
+                                    activation_checkpointing="selective_attention"),
+    "llama-dp2xpp2v2-ddp-interleaved": L(LLAMA4, dp=2, pp=2, pp_schedule="interleaved1f1b",
+                                         virtual_stages=2),
     # world 8
     "dp2xtp2xpp2-zero1-1f1b": L(CFG, dp=2, tp=2, pp=2, dp_mode="zero1"),
     "dp2xtp2xpp2-fsdp-interleaved": L(CFG4, dp=2, tp=2, pp=2, dp_mode="fsdp",
@@ -84,13 +96,16 @@ LAYOUTS: dict[str, Point] = {
     "dp2xtp2xpp2-ddp-gpipe-sp-acfull": L(CFG, dp=2, tp=2, pp=2, pp_schedule="gpipe",
                                          sequence_parallel=True,
                                          activation_checkpointing="full"),
+    "llama-dp2xtp2xpp2-fsdp-sp-acsel": L(LLAMA, dp=2, tp=2, pp=2, dp_mode="fsdp",
+                                         sequence_parallel=True,
+                                         activation_checkpointing="selective"),
 }
 
 
 def reference(cfg: Model) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Single process: the mean loss over the global batch, AdamW, global-norm clipping."""
     torch.manual_seed(OPT["seed"])
-    model = GPT(cfg)
+    model = build_model(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=OPT["lr"], betas=OPT["betas"],
                             weight_decay=OPT["weight_decay"], foreach=True)
     data = SyntheticTokens(cfg.vocab, cfg.seq_len, seed=OPT["seed"])

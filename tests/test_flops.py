@@ -8,8 +8,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from scalestudy.config.point import Model
 from scalestudy.config.vocab import FlopsConvention
-from scalestudy.models import num_params
-from scalestudy.models.gpt import GPT
+from scalestudy.models import build_model, num_params
+from scalestudy.models.presets import LLAMA3
 from scalestudy.perf import flops
 
 # Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
@@ -25,6 +25,12 @@ CONFIGS = [
     dict(tied_embeddings=True),
     dict(mlp="swiglu"),
     dict(mlp="swiglu", ffn_hidden=96, bias=False, tied_embeddings=True),
+    # Llama-style: RMSNorm, RoPE, SwiGLU, no biases, untied; grouped-query attention
+    dict(arch="llama"),
+    dict(arch="llama", kv_heads=2),
+    dict(arch="llama", kv_heads=1, tied_embeddings=True, bias=True, multiple_of=32,
+         ffn_dim_multiplier=1.3),
+    dict(arch="llama", kv_heads=2, mlp="gelu"),
 ]
 
 
@@ -32,12 +38,12 @@ def counted_flops(cfg: Model, rows: int, wrap_layers: str | bool = False) -> int
     """Forward + backward FLOPs as FlopCounterMode counts them, on the meta device, under the
     math SDPA backend (the default CPU flash kernel is not counted: FlopCounterMode has no formula for it)."""
     with torch.device("meta"):
-        model = GPT(cfg)
+        model = build_model(cfg)
     if wrap_layers:  # activation checkpointing as scalestudy.distributed.engine applies it
         for key, layer in model.layers.items():
             if wrap_layers == "selective" and int(key) % 2:
                 continue  # selective: layers 0, 2, 4, ... only
-            layer.forward = (lambda f: lambda x: checkpoint(f, x, use_reentrant=False))(layer.forward)
+            layer.forward = (lambda f: lambda *a: checkpoint(f, *a, use_reentrant=False))(layer.forward)
     x = torch.randint(0, cfg.vocab, (rows, cfg.seq_len), device="meta")
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as fc:
         model(x).float().sum().backward()
@@ -109,7 +115,7 @@ def test_param_formula_reproduces_sc21_table1(params_b, layers, hidden):
 def test_gpt_params_counts_the_model(kw):
     cfg = Model(vocab=96, seq_len=16, layers=3, hidden=32, heads=4, **kw)
     with torch.device("meta"):
-        assert flops.param_count(cfg) == num_params(GPT(cfg))
+        assert flops.param_count(cfg) == num_params(build_model(cfg))
 
 
 def test_model_is_eq2_plus_final_norm():
@@ -130,3 +136,54 @@ def test_flops_table_has_every_convention():
     table = flops.flops_table(cfg, 4, "full")
     assert set(table["model"]) == set(FlopsConvention) == {"megatron", "palm"}
     assert table["hardware"]["megatron"] > table["model"]["megatron"]
+
+
+def test_gqa_shrinks_only_the_key_value_projections():
+    """Per token and layer (forward + backward) GQA saves 12·h·(h - kv_dim) FLOPs: the key
+    and value projections; the attention matmuls run for every query head as before."""
+    mha = Model(arch="llama", vocab=128, seq_len=32, layers=2, hidden=64, heads=4)
+    gqa = Model(arch="llama", vocab=128, seq_len=32, layers=2, hidden=64, heads=4, kv_heads=1)
+    saved = flops.model_flops_per_step(mha, 1) - flops.model_flops_per_step(gqa, 1)
+    assert saved == 12 * 64 * (64 - 16) * 2 * 32
+    assert saved == counted_flops(mha, 1) - counted_flops(gqa, 1)
+
+
+def test_llama_full_recompute_matches_flop_counter():
+    cfg = Model(arch="llama", vocab=128, seq_len=32, layers=2, hidden=64, heads=4, kv_heads=2)
+    with set_checkpoint_early_stop(False):
+        assert flops.hardware_flops_per_step(cfg, 2, "megatron", "full") == pytest.approx(
+            counted_flops(cfg, rows=2, wrap_layers=True), rel=1e-12)
+
+
+# Published sizes: Llama 3 8B "8.03B params" and Llama 3 70B "70.6B params" (Hugging Face's
+# model-size figure on Meta-Llama-3 derivatives, e.g. huggingface.co/UmmeHani2000/llama3.1_8B
+# and huggingface.co/ProbablyFaiz/Meta-Llama-3.3-70B-Instruct-FP8; Meta's model cards say only
+# "8B" / "70B"); the exact 8,030,261,248 of Llama-3-8B also in thamada/modelQuery's README.
+# Shapes: Meta's models/sku_list.py (meta-llama/llama-models), scalestudy.models.presets.
+@pytest.mark.parametrize("name, published, digits", [
+    ("llama3-8b", 8.03e9, 2), ("llama3-70b", 70.6e9, 1)])
+def test_llama3_parameter_counts_match_the_published_sizes(name, published, digits):
+    cfg = LLAMA3[name]
+    with torch.device("meta"):
+        n = num_params(build_model(cfg))  # the real module, shapes only
+    assert n == flops.param_count(cfg)
+    assert round(n / 1e9, digits) == round(published / 1e9, digits)
+    assert {"llama3-8b": 8_030_261_248, "llama3-70b": 70_553_706_496}[name] == n
+    assert cfg.ffn == {"llama3-8b": 14336, "llama3-70b": 28672}[name]
+
+
+def test_llama3_8b_flops_per_token_match_megatron_and_torchtitan():
+    """Llama 3 8B at s = 8192: 5.7913e10 FLOPs per token under the megatron convention, the
+    figure of Megatron-LM core_v0.6-0.11's num_floating_point_operations, and torchtitan's
+    6·(N - N_embedding) + 12·l·H·Q·s (5.7914e10: it also counts the norms' weights in N)."""
+    cfg = LLAMA3["llama3-8b"]
+    per_token = flops.model_flops_per_step(cfg, 1, "megatron") / cfg.seq_len
+    assert per_token == pytest.approx(5.7913e10, rel=1e-4)
+    assert flops.model_flops_per_step(cfg, 1, "palm") / cfg.seq_len == per_token
+    h, l, V = cfg.hidden, cfg.layers, cfg.vocab
+    titan = 6 * (flops.param_count(cfg) - V * h) + 12 * l * cfg.heads * cfg.head_dim * cfg.seq_len
+    assert titan == pytest.approx(5.7914e10, rel=1e-4)
+    # the difference is exactly the norms' weights (2 per layer and the final one), 6 FLOPs each
+    assert titan - 6 * (l * 2 * h + h) == pytest.approx(per_token, rel=1e-12)
+    assert LLAMA3["llama3-405b"].ffn == 53248
+    assert flops.param_count(LLAMA3["llama3-405b"]) == 405_853_388_800

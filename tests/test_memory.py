@@ -35,6 +35,7 @@ def test_point_helper_builds_the_layout():
 @pytest.mark.parametrize("kw", [
     {}, {"tied_embeddings": True}, {"mlp": "swiglu", "bias": False},
     {"hidden": 128, "layers": 3, "vocab": 1000, "ffn_hidden": 200},
+    {"arch": "llama", "kv_heads": 2}, {"arch": "llama", "kv_heads": 1, "bias": True},
 ])
 def test_total_params_matches_model(kw):
     from scalestudy.models import build_model, num_params
@@ -90,6 +91,31 @@ def test_tensor_parallel_activations_korthikanti():
         s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
     sp = point(big, mb=b, tp=t, precision="bf16", sp=True)
     assert memory.layer_activation_bytes(sp) == pytest.approx(s * b * h * (34 + 5 * a * s / h) / t)
+
+
+def test_grouped_query_attention():
+    """GQA: wk and wv are h x kv_dim (weights, gradients and optimizer state shrink with
+    them), K and V activations (2 of Korthikanti's units each) shrink to kv/heads."""
+    mha = dict(arch="llama", vocab=1024, seq_len=512, layers=4, hidden=256, heads=8)
+    gqa = dict(mha, kv_heads=2)
+    s, b, h, L = 512, 1, 256, 4
+    kv = 2 * 256 // 8
+    e_mha = memory.estimate(point(mha, mb=b, precision="bf16"))
+    e_gqa = memory.estimate(point(gqa, mb=b, precision="bf16"))
+    assert params(mha) - params(gqa) == L * 2 * h * (h - kv)
+    assert e_mha["weights"] - e_gqa["weights"] == 2 * L * 2 * h * (h - kv)  # bf16
+    assert e_mha["optimizer"] - e_gqa["optimizer"] == 12 * L * 2 * h * (h - kv)
+    per_layer = memory.layer_activation_bytes(point(mha, mb=b, precision="bf16"))
+    per_layer_gqa = memory.layer_activation_bytes(point(gqa, mb=b, precision="bf16"))
+    assert per_layer - per_layer_gqa == pytest.approx(s * b * h * 4 * (1 - 2 / 8))
+    # under TP the saving is split with the rest of the sharded units
+    t = 2
+    tp_mha = memory.layer_activation_bytes(point(mha, mb=b, tp=t, precision="bf16"))
+    tp_gqa = memory.layer_activation_bytes(point(gqa, mb=b, tp=t, precision="bf16"))
+    assert tp_mha - tp_gqa == pytest.approx(s * b * h * 4 * (1 - 2 / 8) / t)
+    # no learned positions: the first stage holds only the token embedding
+    assert memory.stage_params(Model(**gqa), 1, 2, 0) + memory.stage_params(
+        Model(**gqa), 1, 2, 1) == pytest.approx(params(gqa))
 
 
 def test_checkpointing():

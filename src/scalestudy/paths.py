@@ -5,6 +5,7 @@ time by ``setup.py``), so ``scalestudy run`` works from any directory."""
 
 from __future__ import annotations
 
+import subprocess
 from functools import lru_cache
 from pathlib import Path
 
@@ -34,3 +35,13 @@ def schema_file() -> Path:
 def profile(name: str) -> Path:
     """A shipped Snakemake profile (``local``, ``slurm``, ``frontier``, ``slurm-ci``)."""
     return workflow_dir() / "profiles" / name
+
+
+def git_commit() -> str | None:
+    """The commit of the scalestudy checkout that runs, when there is one."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=_PACKAGE,
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None

@@ -50,7 +50,7 @@ RUN_COLUMNS = [
     "device_type", "device_name", "hardware", "peak_tflops", "peak_source", "mfu", "hfu",
     "measured_ceiling_tflops", "util_vs_measured_ceiling",
     "peak_memory_gb", "memory_kind", "mem_estimate_gb", "loss_first", "loss_last",
-    "n_params", "exit_code", "wall_s",
+    "n_params", "exit_code", "wall_s", "workload",
 ]
 
 EFFICIENCY_COLUMNS = [
@@ -103,16 +103,15 @@ def _num(x) -> float:
 
 
 def _flops_from_point(point: dict | None, key: str, convention: str) -> float:
-    """Model/hardware FLOPs per step from a ``point.json`` object (when no summary exists);
-    NaN when it is not a readable point."""
+    """Model/hardware FLOPs per step from a ``point.json`` object (when no summary exists),
+    as its workload knows them (``flops.point_flops_table``); NaN when it is not a readable
+    point or the FLOPs are unknown."""
     try:
         p = Point.from_json(point or {})
-        if key == "model":
-            return flops.model_flops_per_step(p.model, p.global_batch, convention)
-        return flops.hardware_flops_per_step(p.model, p.global_batch, convention,
-                                             p.parallel.activation_checkpointing)
+        value = flops.point_flops_table(p)[key].get(str(convention))
     except (PointError, ValueError):
         return float("nan")
+    return float("nan") if value is None else float(value)
 
 
 def _seed(key: str) -> int:

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from scalestudy.config.vocab import (
-    MLP, Attention, Checkpointing, Device, DPMode, DType, FlopsConvention, PPSchedule,
-    ScalingMode, TRAIN_PRECISIONS,
+    MLP, Arch, Attention, Checkpointing, Device, DPMode, DType, FlopsConvention, FlopsSource,
+    MetricsFormat, PPSchedule, ScalingMode, TRAIN_PRECISIONS, WorkloadKind,
 )
 
 #: Version of the ``point.json`` layout; a file with another version is refused.
@@ -45,9 +45,25 @@ def _coerce(obj, name: str, enum) -> None:
                          f"expected one of {allowed}") from None
 
 
+def swiglu_width(hidden: int, multiple_of: int = 8, ffn_dim_multiplier: float | None = None) -> int:
+    """Llama's SwiGLU width rule (meta-llama/llama3 ``model.py``, torchtitan's llama3 model):
+    ``int(2·4h/3)``, times ``ffn_dim_multiplier`` (truncated), rounded up to a multiple of
+    ``multiple_of``. Llama 3 8B (h 4096, 1.3, 1024) -> 14336; 70B (8192, 1.3, 4096) -> 28672;
+    405B (16384, 1.2, 4096) -> 53248."""
+    width = int(2 * (4 * hidden) / 3)
+    if ffn_dim_multiplier is not None:
+        width = int(ffn_dim_multiplier * width)
+    return multiple_of * ((width + multiple_of - 1) // multiple_of)
+
+
 @dataclass(frozen=True)
 class Model:
-    """A decoder-only transformer's shape. Sizes are counts (tokens, features, layers)."""
+    """A decoder-only transformer's shape. Sizes are counts (tokens, features, layers).
+
+    ``arch``: ``gpt`` (LayerNorm, learned positions, multi-head attention; GELU and biases by
+    default) or ``llama`` (RMSNorm, rotary positions, grouped-query attention with
+    ``kv_heads`` key/value heads; SwiGLU and no biases by default). ``mlp`` / ``bias`` None:
+    the architecture's default."""
 
     name: str = "model"
     layers: int = 2
@@ -55,28 +71,69 @@ class Model:
     heads: int = 4
     seq_len: int = 64  # tokens per sequence
     vocab: int = 256
-    ffn_hidden: int | None = None  # None: 4h (gelu) or Llama's 8h/3 rounded up to 8 (swiglu)
-    mlp: MLP = MLP.GELU
+    ffn_hidden: int | None = None  # None: 4h (gelu) or Llama's width rule (swiglu, see ffn)
+    mlp: MLP | None = None  # None: gelu for gpt, swiglu for llama
     tied_embeddings: bool = False
-    bias: bool = True
+    bias: bool | None = None  # None: True for gpt, False for llama
     attention: Attention = Attention.FUSED
+    arch: Arch = Arch.GPT
+    kv_heads: int | None = None  # key/value heads (grouped-query attention); None: heads
+    multiple_of: int | None = None  # SwiGLU width rounded up to this (None: 8)
+    ffn_dim_multiplier: float | None = None  # SwiGLU width scale (Llama 3: 1.3 / 1.2)
+    rope_theta: float = 10000.0  # rotary base (llama; Llama 3: 500000)
+    norm_eps: float = 1e-5  # LayerNorm / RMSNorm epsilon
 
     def __post_init__(self):
+        _coerce(self, "arch", Arch)
+        llama = self.arch == Arch.LLAMA
+        if self.mlp is None:
+            object.__setattr__(self, "mlp", MLP.SWIGLU if llama else MLP.GELU)
+        if self.bias is None:
+            object.__setattr__(self, "bias", not llama)
         _coerce(self, "mlp", MLP)
         _coerce(self, "attention", Attention)
+        if self.kv_heads is not None:
+            if isinstance(self.kv_heads, bool) or not isinstance(self.kv_heads, int) \
+                    or self.kv_heads < 1:
+                raise PointError(f"model.kv_heads: {self.kv_heads!r} is not a positive integer")
+            if self.heads % self.kv_heads:
+                raise PointError(f"model.kv_heads: {self.kv_heads} does not divide heads "
+                                 f"{self.heads} (each key/value head serves heads/kv_heads "
+                                 "query heads)")
+            if not llama and self.kv_heads != self.heads:
+                raise PointError("model.kv_heads: grouped-query attention needs arch llama "
+                                 "(the gpt model has one key/value head per head)")
+        if not llama and self.rope_theta != 10000.0:
+            raise PointError("model.rope_theta: only arch llama has rotary position embeddings")
+        if self.mlp != MLP.SWIGLU and (self.multiple_of is not None
+                                       or self.ffn_dim_multiplier is not None):
+            raise PointError("model.multiple_of / ffn_dim_multiplier: they shape the SwiGLU "
+                             "width; with mlp gelu the width is 4h (or ffn_hidden)")
 
     @property
     def ffn(self) -> int:
-        """The MLP's hidden width."""
+        """The MLP's hidden width: ``ffn_hidden``; else 4h (GELU) or Llama's rule for SwiGLU
+        (:func:`swiglu_width`, ``multiple_of`` 8 unless set: the tiny models stay tiny;
+        Meta's own default is 256)."""
         if self.ffn_hidden:
             return int(self.ffn_hidden)
         if self.mlp == MLP.SWIGLU:
-            return 8 * ((int(8 * self.hidden / 3) + 7) // 8)
+            return swiglu_width(self.hidden, self.multiple_of or 8, self.ffn_dim_multiplier)
         return 4 * self.hidden
 
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
+
+    @property
+    def n_kv_heads(self) -> int:
+        """Key/value heads: ``kv_heads``, else one per head (multi-head attention)."""
+        return self.kv_heads or self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the key (and of the value) projection: ``n_kv_heads · head_dim``."""
+        return self.n_kv_heads * self.head_dim
 
     @property
     def mlp_matrices(self) -> int:
@@ -143,6 +200,80 @@ class Platform:
         _coerce(self, "device", Device)
 
 
+#: Workload fields that do not change what is measured: not hashed.
+UNHASHED_WORKLOAD = ("cwd",)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What runs under the launcher: scalestudy's own trainer (``builtin``) or the study's
+    ``command``, an argv template filled from the point (``scalestudy.run.workload``) whose
+    per-step metrics come from ``steps.jsonl`` or its log (``metrics``,
+    ``scalestudy.run.collect``). ``flops_per_token``: ``shape`` (the model block, under the
+    study's convention), a stated number (model FLOPs per token, forward + backward) or
+    ``unknown`` (no MFU). ``cwd``: the command's working folder (absolute; the study file's
+    folder by default; not hashed)."""
+
+    kind: WorkloadKind = WorkloadKind.BUILTIN
+    command: tuple[str, ...] = ()
+    metrics: MetricsFormat = MetricsFormat.STEPS_JSONL
+    patterns: Mapping[str, str] = field(default_factory=dict)  # metrics "log": name -> regex
+    flops_per_token: FlopsSource | float = FlopsSource.SHAPE
+    cwd: str | None = None
+
+    def __post_init__(self):
+        _coerce(self, "kind", WorkloadKind)
+        _coerce(self, "metrics", MetricsFormat)
+        if isinstance(self.command, str):
+            raise PointError("workload.command: a list of arguments (argv), never a shell "
+                             "string")
+        object.__setattr__(self, "command", tuple(self.command))
+        if not all(isinstance(a, str) for a in self.command):
+            raise PointError("workload.command: every argument must be a string")
+        object.__setattr__(self, "patterns", dict(self.patterns))
+        fpt = self.flops_per_token
+        if isinstance(fpt, (int, float)) and not isinstance(fpt, bool):
+            if not fpt > 0:
+                raise PointError(f"workload.flops_per_token: {fpt!r} must be > 0")
+            object.__setattr__(self, "flops_per_token", float(fpt))
+        else:
+            _coerce(self, "flops_per_token", FlopsSource)
+        if self.kind == WorkloadKind.BUILTIN and (
+                self.command or self.metrics != MetricsFormat.STEPS_JSONL
+                or self.flops_per_token != FlopsSource.SHAPE):
+            raise PointError("workload: command, metrics and flops_per_token are settings of "
+                             "kind command (the builtin trainer writes its own)")
+        if self.kind == WorkloadKind.COMMAND and not self.command:
+            raise PointError("workload.command: kind command needs an argv list")
+        if (self.metrics == MetricsFormat.LOG) != bool(self.patterns):
+            raise PointError("workload.metrics: 'log' goes with its named regular expressions "
+                             "(patterns), and patterns only with 'log'")
+
+    @property
+    def is_command(self) -> bool:
+        return self.kind == WorkloadKind.COMMAND
+
+    @classmethod
+    def from_study(cls, spec) -> "Workload":
+        """The workload of a study's (validated) ``workload:`` entry: ``builtin``, or
+        ``{command, metrics, flops_per_token, cwd}`` where ``metrics`` is a format's name or
+        ``{log: {name: regex}}``."""
+        if spec is None or isinstance(spec, str):
+            if spec == WorkloadKind.COMMAND:
+                raise PointError("workload: command needs its argv: workload: {command: [...]}")
+            return cls(kind=spec or WorkloadKind.BUILTIN)
+        metrics, patterns = spec.get("metrics", MetricsFormat.STEPS_JSONL), {}
+        if isinstance(metrics, Mapping):
+            metrics, patterns = MetricsFormat.LOG, dict(metrics["log"])
+        elif metrics == MetricsFormat.LOG:
+            raise PointError("workload.metrics: log needs its expressions: metrics: {log: "
+                             "{step_time_s: REGEX, ...}}")
+        return cls(kind=WorkloadKind.COMMAND, command=tuple(spec["command"]), metrics=metrics,
+                   patterns=patterns, flops_per_token=spec.get("flops_per_token",
+                                                               FlopsSource.SHAPE),
+                   cwd=spec.get("cwd"))
+
+
 @dataclass(frozen=True)
 class Point:
     """One sweep point (× repeat). See the module docstring for units and conventions."""
@@ -168,6 +299,7 @@ class Point:
     flops_convention: FlopsConvention = FlopsConvention.MEGATRON
     references: tuple[str, ...] = ()
     retries: int = 0  # extra attempts after a crash or timeout
+    workload: Workload = field(default_factory=Workload)
     feasible: bool = True
     reason: str = ""  # why the point is infeasible
     mem_estimate_gb: float | None = None
@@ -241,6 +373,8 @@ class Point:
         for key, value in options.items():
             owner = next((k for k, ns in names.items() if key in ns), None)
             (parts[owner] if owner else top)[key] = value
+        if isinstance(top.get("workload"), Mapping):
+            top["workload"] = Workload(**top["workload"])
         return cls.build(model, n=dp * tp * pp, tp=tp, pp=pp, micro_batch=micro_batch,
                          grad_accum=grad_accum, parallel=Parallel(**parts["parallel"]),
                          train=Train(**parts["train"]), platform=Platform(**parts["platform"]),
@@ -272,7 +406,8 @@ class Point:
         if version != SCHEMA_VERSION:
             raise PointError(f"{source}: schema_version {version!r}; this scalestudy reads "
                              f"version {SCHEMA_VERSION}: plan the study again with it")
-        parts = {"model": Model, "parallel": Parallel, "train": Train, "platform": Platform}
+        parts = {"model": Model, "parallel": Parallel, "train": Train, "platform": Platform,
+                 "workload": Workload}
         known = {f.name for f in fields(cls)}
         derived = {"schema_version", "seq_len", "tokens_per_step", "tokens_per_device_step"}
         unknown = sorted(set(data) - known - derived)
@@ -326,6 +461,11 @@ UNHASHED = ("study", "series", "repeat", "baseline_n", "feasible", "reason", "me
             "flops_convention", "references", "retries", "config_hash", "point_id")
 
 
+#: Fields added after ``point.json`` version 2 was first written (hashed only when set).
+ADDED_FIELDS = {"model": ("arch", "kv_heads", "multiple_of", "ffn_dim_multiplier", "rope_theta",
+                          "norm_eps")}
+
+
 def config_hash(point: Point) -> str:
     """SHA-256 (hex) over everything that changes the measurement: the model, the layout,
     the training settings and the platform (not names, repeat, timeouts or Slurm site)."""
@@ -333,6 +473,16 @@ def config_hash(point: Point) -> str:
     for key in UNHASHED + ("schema_version",):
         doc.pop(key, None)
     doc["platform"] = {k: v for k, v in doc["platform"].items() if k not in UNHASHED_PLATFORM}
+    # Fields added after schema version 2 enter the hash only when they differ from their
+    # default, so every point planned before they existed keeps its hash and id.
+    for part, cls in (("model", Model),):
+        defaults = {f.name: f.default for f in fields(cls) if f.name in ADDED_FIELDS[part]}
+        for name, default in defaults.items():
+            if doc[part].get(name) == default:
+                del doc[part][name]
+    doc["workload"] = {k: v for k, v in doc["workload"].items() if k not in UNHASHED_WORKLOAD}
+    if point.workload.kind == WorkloadKind.BUILTIN:
+        del doc["workload"]  # (a builtin workload has no other setting)
     blob = json.dumps(doc, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()
 
@@ -357,5 +507,6 @@ def identify(point: Point, repeat: int = 0) -> Point:
     return p.replace(point_id=point_id(p))
 
 
-__all__ = ["Model", "Parallel", "Train", "Platform", "Point", "PointError", "SCHEMA_VERSION",
-           "config_hash", "point_id", "identify", "UNHASHED_PLATFORM"]
+__all__ = ["Model", "Parallel", "Train", "Platform", "Workload", "Point", "PointError",
+           "SCHEMA_VERSION", "config_hash", "point_id", "identify", "UNHASHED_PLATFORM",
+           "swiglu_width"]

@@ -7,6 +7,7 @@ raised before any job starts.
 from __future__ import annotations
 
 import copy
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -133,6 +134,12 @@ def validate(raw, source: str = "study") -> dict:
             err = max(err.context, key=lambda e: len(e.absolute_path))
         raise StudyError(f"{source}: {_message(err, root)}")
     study = _fill_defaults(copy.deepcopy(raw), root, root)
+    for m in study["models"].values():  # mlp / bias null: the arch's own (config.point.Model)
+        llama = m.get("arch") == "llama"
+        if m.get("mlp") is None:
+            m["mlp"] = "swiglu" if llama else "gelu"
+        if m.get("bias") is None:
+            m["bias"] = not llama
     _check_semantics(study, source)
     return study
 
@@ -160,6 +167,11 @@ def _check_semantics(study: dict, source: str) -> None:
         if m["hidden"] % m["heads"]:
             raise StudyError(f"{source}: models.{name}.heads: {m['heads']} does not divide "
                              f"hidden {m['hidden']}; choose heads dividing hidden")
+        _check_model(name, m, source)
+    _check_workload(study.get("workload"), f"{source}: workload")
+    for i, s in enumerate(study["series"]):
+        if "workload" in s:
+            _check_workload(s["workload"], f"{source}: series[{i}].workload")
     t = study["train"]
     if t["warmup_steps"] >= t["steps"]:
         raise StudyError(f"{source}: train.warmup_steps: {t['warmup_steps']} leaves no timed "
@@ -175,6 +187,56 @@ def _check_semantics(study: dict, source: str) -> None:
             keys = ", ".join(hardware.devices())
             raise StudyError(f"{source}: platform.hardware: unknown device "
                              f"{study['platform']['hardware']!r}; use one of {keys} or null")
+
+
+def _check_model(name: str, m: dict, source: str) -> None:
+    """The model block's own rules (``config.point.Model``: kv_heads, the arch's options)."""
+    from scalestudy.config.point import Model, PointError
+
+    try:
+        Model(name=name, **m)
+    except PointError as e:
+        raise StudyError(f"{source}: {str(e).replace('model.', f'models.{name}.', 1)}") from None
+
+
+def _check_workload(spec, where: str) -> None:
+    """A ``workload:`` entry: a bare ``command`` has no argv, a template must be a list of
+    strings with known placeholders, ``metrics: log`` needs its expressions."""
+    from scalestudy.config.point import PointError, Workload
+    from scalestudy.run.workload import TemplateError, check_template
+
+    if isinstance(spec, dict):
+        try:
+            check_template(spec.get("command"))
+        except TemplateError as e:
+            raise StudyError(f"{where}.{e}") from None
+        for key, rx in ((spec.get("metrics") or {}).get("log", {}) if isinstance(
+                spec.get("metrics"), dict) else {}).items():
+            try:
+                re.compile(rx)
+            except re.error as e:
+                raise StudyError(f"{where}.metrics.log.{key}: not a regular expression "
+                                 f"({e})") from None
+    try:
+        Workload.from_study(spec)
+    except PointError as e:
+        msg = str(e)
+        for prefix, joint in (("workload.", "."), ("workload: ", ": ")):
+            if msg.startswith(prefix):
+                msg = joint + msg[len(prefix):]
+                break
+        else:
+            msg = ": " + msg
+        raise StudyError(f"{where}{msg}") from None
+
+
+def _resolve_cwd(study: dict, folder: Path) -> None:
+    """Command workloads run in ``cwd`` relative to the study file's folder (default: the
+    folder itself), made absolute here so the runner finds it from any directory."""
+    for holder in [study] + list(study["series"]):
+        spec = holder.get("workload")
+        if isinstance(spec, dict):
+            spec["cwd"] = str((folder / spec.get("cwd", ".")).resolve())
 
 
 class _DuplicateKey(ValueError):
@@ -212,4 +274,6 @@ def load_study(path: str | Path) -> dict:
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise StudyError(f"{path}: YAML syntax error{at}: {problem}; fix the file's syntax")
-    return validate(raw, str(path))
+    study = validate(raw, str(path))
+    _resolve_cwd(study, path.parent)
+    return study

@@ -57,6 +57,13 @@ class MLP(StrEnum):
     SWIGLU = "swiglu"  # Llama
 
 
+class Arch(StrEnum):
+    """The built-in model's architecture (``scalestudy.models``)."""
+
+    GPT = "gpt"  # GPT-2 / Megatron: LayerNorm, learned positions, multi-head attention
+    LLAMA = "llama"  # Llama: RMSNorm, rotary positions, grouped-query attention, SwiGLU
+
+
 class Attention(StrEnum):
     """The attention kernel: ``fused`` (SDPA's flash / memory-efficient kernels, O(s) memory)
     or ``math`` (the s x s score matrix is materialised)."""
@@ -91,6 +98,29 @@ class GPURequest(StrEnum):
     NONE = "none"  # the nodes' GPUs come with the node
 
 
+class WorkloadKind(StrEnum):
+    """What a point runs under the launcher (``scalestudy.run.workload``)."""
+
+    BUILTIN = "builtin"  # scalestudy's own trainer (python -m scalestudy.train)
+    COMMAND = "command"  # the study's argv template, filled from the point
+
+
+class MetricsFormat(StrEnum):
+    """Where a command workload's per-step metrics come from (``scalestudy.run.collect``)."""
+
+    STEPS_JSONL = "steps_jsonl"  # the command writes $SCALESTUDY_POINT_DIR/steps.jsonl
+    MEGATRON = "megatron"  # Megatron-LM's training_log line in stdout.log
+    TORCHTITAN = "torchtitan"  # torchtitan's per-step metrics line in stdout.log
+    LOG = "log"  # the study's own named regular expressions over stdout.log
+
+
+class FlopsSource(StrEnum):
+    """Where a command workload's FLOPs come from (besides a stated FLOPs-per-token)."""
+
+    SHAPE = "shape"  # the study's model block, under the study's convention
+    UNKNOWN = "unknown"  # no FLOPs: MFU and HFU stay empty
+
+
 def allowed(enum: type[StrEnum]) -> str:
     """``'a, b, c'``: the values of an enum, for error messages."""
     return ", ".join(m.value for m in enum)
@@ -113,6 +143,10 @@ SCHEMA_ENUMS: dict[str, tuple[str, ...]] = {
     "precision": TRAIN_PRECISIONS,
     "dtype": tuple(DType),
     "mlp": tuple(MLP),
+    "arch": tuple(Arch),
+    "workload_kind": tuple(WorkloadKind),
+    "metrics_format": tuple(MetricsFormat),
+    "flops_source": tuple(FlopsSource),
     "attention": tuple(Attention),
     "device": tuple(Device),
     "flops_convention": tuple(FlopsConvention),

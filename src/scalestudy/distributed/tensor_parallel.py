@@ -1,4 +1,5 @@
-"""Megatron-style tensor parallelism with ``parallelize_module``: column-parallel q/k/v and
+"""Megatron-style tensor parallelism with ``parallelize_module`` (the plan of torchtitan's
+llama3 ``apply_tp``, which serves both ``scalestudy.models`` decoders): column-parallel q/k/v and
 MLP input (``w1``/``w3``), row-parallel output projections (``wo``/``w2``), so heads split
 across ranks; a vocabulary-sharded embedding (row-wise) and output head (column-wise, logits
 gathered). Sequence parallelism shards the norms' and the residual stream's sequence
@@ -31,6 +32,9 @@ def tensor_parallelize(model: nn.Module, tp_mesh: DeviceMesh, sp: bool, tied: bo
     if tied and model.output is not None:
         model.output.weight = model.tok_embeddings.weight  # both Shard(0) over vocab
     for key, block in model.layers.items():
+        # llama's blocks and attention take the rotary table after the hidden states: it
+        # stays a plain (replicated) tensor
+        rest = (None,) * getattr(block, "EXTRA_INPUTS", 0)
         plan = {
             "attention.wq": ColwiseParallel(),
             "attention.wk": ColwiseParallel(),
@@ -44,14 +48,14 @@ def tensor_parallelize(model: nn.Module, tp_mesh: DeviceMesh, sp: bool, tied: bo
         if sp:
             plan.update({
                 "attention_norm": SequenceParallel(),
-                "attention": PrepareModuleInput(input_layouts=(Shard(1),),
-                                                desired_input_layouts=(Replicate(),)),
+                "attention": PrepareModuleInput(input_layouts=(Shard(1), *rest),
+                                                desired_input_layouts=(Replicate(), *rest)),
                 "ffn_norm": SequenceParallel(),
                 "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),),
                                                    desired_input_layouts=(Replicate(),)),
             })
             if key == "0":  # the replicated embedding sum enters the sharded stream
-                plan[""] = PrepareModuleInput(input_layouts=(Replicate(),),
-                                              desired_input_layouts=(Shard(1),),
+                plan[""] = PrepareModuleInput(input_layouts=(Replicate(), *rest),
+                                              desired_input_layouts=(Shard(1), *rest),
                                               use_local_output=True)
         parallelize_module(block, tp_mesh, plan)

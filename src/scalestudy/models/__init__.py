@@ -1,5 +1,7 @@
-"""The models the built-in trainer trains, each readable in one sitting. ``build_model``
-turns a :class:`scalestudy.config.point.Model` into its ``nn.Module``."""
+"""The models the built-in trainer trains, each readable in one sitting: ``gpt`` (GPT-2 /
+Megatron style) and ``llama`` (RMSNorm, RoPE, grouped-query attention, SwiGLU). ``build_model``
+turns a :class:`scalestudy.config.point.Model` into its ``nn.Module`` by ``model.arch``;
+``presets`` holds published shapes (Llama 3)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,12 @@ from scalestudy.config.point import Model
 
 def build_model(spec: Model) -> nn.Module:
     """The decoder ``spec`` describes (on the current default device)."""
+    from scalestudy.config.vocab import Arch
+
+    if spec.arch == Arch.LLAMA:
+        from scalestudy.models.llama import Llama
+
+        return Llama(spec)
     from scalestudy.models.gpt import GPT
 
     return GPT(spec)

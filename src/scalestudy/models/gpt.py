@@ -77,11 +77,13 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
+    EXTRA_INPUTS = 0  # inputs after the hidden states (none; llama's blocks take its rotary table)
+
     def __init__(self, cfg: Model):
         super().__init__()
-        self.attention_norm = nn.LayerNorm(cfg.hidden, bias=cfg.bias)
+        self.attention_norm = nn.LayerNorm(cfg.hidden, eps=cfg.norm_eps, bias=cfg.bias)
         self.attention = Attention(cfg)
-        self.ffn_norm = nn.LayerNorm(cfg.hidden, bias=cfg.bias)
+        self.ffn_norm = nn.LayerNorm(cfg.hidden, eps=cfg.norm_eps, bias=cfg.bias)
         self.feed_forward = MLP(cfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -99,7 +101,7 @@ class GPT(nn.Module):
         self.tok_embeddings = nn.Embedding(cfg.vocab, cfg.hidden)
         self.pos_embeddings = nn.Embedding(cfg.seq_len, cfg.hidden)
         self.layers = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.layers)})
-        self.norm = nn.LayerNorm(cfg.hidden, bias=cfg.bias)
+        self.norm = nn.LayerNorm(cfg.hidden, eps=cfg.norm_eps, bias=cfg.bias)
         self.output = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
         if cfg.tied_embeddings:
             self.output.weight = self.tok_embeddings.weight

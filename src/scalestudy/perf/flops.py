@@ -6,13 +6,22 @@ the two attention matmuls ``Q K^T`` and ``A V``), forward + backward = 3 × forw
 is counted over the full ``s × s`` score matrix, as Megatron and PaLM do (a causal kernel does
 about half of that work). Norms, activations, softmax, bias adds and the loss are not counted;
 they are < 1% for real models. This is exactly what ``torch.utils.flop_counter.FlopCounterMode``
-counts for ``scalestudy.model.GPT`` under the math SDPA backend.
+counts for ``scalestudy.models`` (``gpt`` and ``llama``) under the math SDPA backend.
+
+Grouped-query attention (``kv_heads`` < ``heads``) shrinks the key and value projections to
+``h × kv_dim`` (``kv_dim = kv_heads · head_dim``); the attention matmuls still run for every
+query head. Per token and layer, forward + backward, the ``megatron`` convention below is then
+``12h² + 12·h·kv_dim + 6·m·h·f + 12·s·h``: exactly Megatron-LM's
+``num_floating_point_operations`` of core_v0.6–v0.11 (its ``(1 + g/a)`` query-group term;
+core_v0.12+ halves the ``s²`` term for the causal mask) and torchtitan's
+``6·(N - N_embedding) + 12·l·H·Q·s`` (which also counts the norms' few weights in ``N``).
 
 Conventions (the name is stored next to every number):
 
-- ``megatron`` — Narayanan et al. SC21, Eq. 3, generalised to any MLP. Per sequence and
-  layer the forward pass costs ``2·(4h² + m·h·f)·s + 4·s²·h`` (``m`` = 2 weight matrices for
-  GELU, 3 for SwiGLU; ``f`` = ffn hidden size) and the output head ``2·s·h·V``, always counted
+- ``megatron`` — Narayanan et al. SC21, Eq. 3, generalised to any MLP and to grouped-query
+  attention. Per sequence and layer the forward pass costs ``2·(2h² + 2·h·kv_dim + m·h·f)·s
+  + 4·s²·h`` (``m`` = 2 weight matrices for GELU, 3 for SwiGLU; ``f`` = ffn hidden size;
+  ``kv_dim = h`` without GQA) and the output head ``2·s·h·V``, always counted
   (tied or not). For GELU with ``f = 4h`` this is Eq. 3 exactly:
   ``72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h))``.
 - ``palm`` — Chowdhery et al. 2022, App. B: ``6·N + 12·l·H·Q·s`` per token with ``N`` the
@@ -40,7 +49,7 @@ Hardware FLOPs add what activation checkpointing recomputes:
 from __future__ import annotations
 
 from scalestudy.config.point import Model
-from scalestudy.config.vocab import Checkpointing, FlopsConvention, parse
+from scalestudy.config.vocab import Arch, Checkpointing, FlopsConvention, parse
 
 
 # --- the published formulas, verbatim -------------------------------------------------------
@@ -71,21 +80,36 @@ def palm_flops_per_token(n_nonembed_matmul_params: float, l: int, H: int, Q: int
 # --- model-aware ----------------------------------------------------------------------------
 
 
+def norm_params(model: Model) -> int:
+    """Parameters of one norm: LayerNorm (gpt) a weight and, with biases, a bias; RMSNorm
+    (llama) a weight."""
+    h = model.hidden
+    return h + (h if model.bias and model.arch == Arch.GPT else 0)
+
+
+def position_params(model: Model) -> int:
+    """Learned position embeddings (gpt: ``s·h``); rotary positions (llama) have none."""
+    return model.seq_len * model.hidden if model.arch == Arch.GPT else 0
+
+
 def layer_params(model: Model, tp: int = 1) -> dict:
     """Parameters of one transformer layer on one TP rank: ``{"sharded", "replicated"}``.
     Matrices and the column-parallel biases (q, k, v, MLP up/gate) are split over ``tp``;
-    the norms and the row-parallel output biases (attention out, MLP down) are not."""
-    h, f, m = model.hidden, model.ffn, model.mlp_matrices
+    the norms and the row-parallel output biases (attention out, MLP down) are not. Keys and
+    values are ``h × kv_dim`` (``kv_dim`` = kv_heads · head_dim: smaller than ``h`` under
+    grouped-query attention)."""
+    h, f, m, kv = model.hidden, model.ffn, model.mlp_matrices, model.kv_dim
     nb = 1 if model.bias else 0
-    sharded = 4 * h * h + 3 * h * nb + m * h * f + nb * (m - 1) * f
-    replicated = 2 * h * nb + 2 * (h + nb * h)  # wo/w2 biases, two norms (weight + bias)
+    sharded = 2 * h * h + 2 * h * kv + nb * (h + 2 * kv) + m * h * f + nb * (m - 1) * f
+    replicated = 2 * h * nb + 2 * norm_params(model)  # wo/w2 biases, two norms
     return {"sharded": sharded / tp, "replicated": replicated}
 
 
 def layer_matmul_params(model: Model) -> int:
-    """Matmul weights of one transformer layer: q, k, v, o (``4h²``) + MLP (``m·h·f``)."""
+    """Matmul weights of one transformer layer: q and o (``2h²``), k and v (``2·h·kv_dim``;
+    ``2h²`` without grouped-query attention), the MLP (``m·h·f``)."""
     h = model.hidden
-    return 4 * h * h + model.mlp_matrices * h * model.ffn
+    return 2 * h * h + 2 * h * model.kv_dim + model.mlp_matrices * h * model.ffn
 
 
 def nonembedding_matmul_params(model: Model) -> int:
@@ -95,18 +119,21 @@ def nonembedding_matmul_params(model: Model) -> int:
 
 
 def param_count(model: Model) -> int:
-    """Unique parameters of the built-in model (a tied head counts once): layers, token and
-    position embeddings, the final norm, the head."""
-    h, nb = model.hidden, (1 if model.bias else 0)
+    """Unique parameters of the built-in model (a tied head counts once): layers, token (and,
+    for gpt, position) embeddings, the final norm, the head."""
+    h = model.hidden
     lp = layer_params(model)
-    emb = model.vocab * h + model.seq_len * h
+    emb = model.vocab * h + position_params(model)
     head = 0 if model.tied_embeddings else h * model.vocab
-    return int(model.layers * (lp["sharded"] + lp["replicated"]) + emb + (h + nb * h) + head)
+    return int(model.layers * (lp["sharded"] + lp["replicated"]) + emb + norm_params(model)
+               + head)
 
 
 def layer_forward_flops(model: Model, rows: float, seq_len: int | None = None) -> float:
     """Forward FLOPs of one transformer layer on ``rows`` sequences: its matmuls
-    (``2·(4h² + m·h·f)`` per token) plus ``Q K^T`` and ``A V`` (``4·s²·h`` per sequence)."""
+    (``2·(2h² + 2·h·kv_dim + m·h·f)`` per token, ``2·(4h² + m·h·f)`` without grouped-query
+    attention) plus ``Q K^T`` and ``A V`` (``4·s²·h`` per sequence: every query head attends,
+    whatever key/value head it shares)."""
     s = seq_len or model.seq_len
     return rows * (2.0 * layer_matmul_params(model) * s + 4.0 * s * s * model.hidden)
 
@@ -169,3 +196,22 @@ def utilisation(flops_per_step, step_time_s, n, peak_flops_per_device):
     devices of ``peak_flops_per_device`` FLOP/s reach: MFU with model FLOPs, HFU with hardware
     FLOPs, utilisation vs a measured ceiling with that ceiling (scalars or arrays)."""
     return flops_per_step / (step_time_s * n * peak_flops_per_device)
+
+
+def point_flops_table(point) -> dict:
+    """:func:`flops_table` of a point, as its workload knows it: the built-in trainer and a
+    command with ``flops_per_token: shape`` from the model block; a stated FLOPs-per-token
+    gives the model FLOPs of every convention (``value × tokens per step``) and no hardware
+    FLOPs (the command's recompute is not known); ``unknown`` gives None everywhere (MFU and
+    HFU stay empty, never a guess)."""
+    from scalestudy.config.vocab import FlopsSource
+
+    fpt = point.workload.flops_per_token
+    conventions = [c.value for c in FlopsConvention]
+    if fpt == FlopsSource.SHAPE:
+        return flops_table(point.model, point.global_batch,
+                           point.parallel.activation_checkpointing)
+    if fpt == FlopsSource.UNKNOWN:
+        return {"model": dict.fromkeys(conventions), "hardware": dict.fromkeys(conventions)}
+    return {"model": dict.fromkeys(conventions, float(fpt) * point.tokens_per_step),
+            "hardware": dict.fromkeys(conventions)}

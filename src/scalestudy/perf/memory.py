@@ -40,7 +40,11 @@ Activations per layer and micro-batch follow Korthikanti et al. 2022 ("Reducing 
 Recomputation in Large Transformer Models", §4), in 16-bit units:
 ``s·b·h·(34 + 5·a·s/h)`` bytes without parallelism, where 34 = 4 (two LayerNorm inputs)
 + 11 (attention) + 19 (MLP: ``3 + 4f/h`` for a GELU MLP of width ``f``; ``3 + 8f/h`` for
-SwiGLU, which keeps two ``f``-wide products more). The ``5·a·s/h`` term is the ``s × s``
+SwiGLU, which keeps two ``f``-wide products more). Grouped-query attention keeps K and V
+(2 units each) at ``kv_heads/heads`` of their size: attention is ``11 - 4·(1 - kv/a)``
+units (the rotary embedding keeps nothing: its tables are constants; RMSNorm keeps its
+input like LayerNorm). Its weights shrink the same way: ``wk`` and ``wv`` are ``h × kv_dim``
+(``scalestudy.perf.flops.layer_params``). The ``5·a·s/h`` term is the ``s × s``
 score/softmax/dropout storage of unfused attention; a fused kernel (FlashAttention, PyTorch
 SDPA flash / memory-efficient / CPU-flash) keeps only ``O(s)`` statistics and the term
 vanishes (``model.attention``: ``fused`` (default) or ``math``). With tensor parallelism
@@ -68,7 +72,7 @@ from __future__ import annotations
 
 from scalestudy.config.point import Model, Point
 from scalestudy.config.vocab import MLP, Attention, Checkpointing, DPMode, DType, PPSchedule, parse
-from scalestudy.perf.flops import layer_params
+from scalestudy.perf.flops import layer_params, norm_params, position_params
 
 GiB = 2**30
 TiB = 2**40
@@ -83,14 +87,13 @@ def is_16bit(precision: str) -> bool:
 
 def stage_params(model: Model, tp: int, pp: int, stage: int) -> float:
     """Parameters held by one device of pipeline stage ``stage`` (0-based) under ``tp``."""
-    h, V, s, l = model.hidden, model.vocab, model.seq_len, model.layers
-    nb = 1 if model.bias else 0
+    h, V, l = model.hidden, model.vocab, model.layers
     lp = layer_params(model, tp)
     n = (l / pp) * (lp["sharded"] + lp["replicated"])
     if stage == 0:
-        n += V * h / tp + s * h
+        n += V * h / tp + position_params(model)
     if stage == pp - 1:
-        n += h + nb * h  # final norm
+        n += norm_params(model)  # final norm
         if not model.tied_embeddings or pp > 1:
             n += V * h / tp
     return n
@@ -133,7 +136,9 @@ def layer_activation_bytes(point: Point, tp: int | None = None,
     s, b, h, a = model.seq_len, point.micro_batch, model.hidden, model.heads
     t = point.tp if tp is None else tp
     mlp_units = 3 + (8 if model.mlp == MLP.SWIGLU else 4) * model.ffn / h
-    units = 4 + 11 + mlp_units  # 34 for GELU 4h
+    # attention's 11: K and V (2 units each) shrink to kv_heads/heads under GQA
+    attn_units = 11 - 4 * (1 - model.n_kv_heads / a)
+    units = 4 + attn_units + mlp_units  # 34 for GELU 4h
     fused = (attention or model.attention) == Attention.FUSED
     score = 0.0 if fused else 5.0 * a * s / h
     if par.sequence_parallel and t > 1:

@@ -29,8 +29,11 @@ TINY = Model(name="tiny", vocab=256, seq_len=64, layers=4, hidden=64, heads=4)
 
 
 def known_models() -> dict[str, tuple[Model, int | None]]:
-    """``{name: (model, global batch or None)}``: ``tiny`` and the published references
-    (gpt-22b / 175b / 1t, with the global batch of the authors' launch scripts)."""
+    """``{name: (model, global batch or None)}``: ``tiny``, the published references
+    (gpt-22b / 175b / 1t, with the global batch of the authors' launch scripts) and the
+    Llama 3 shapes (llama3-8b / 70b / 405b, ``scalestudy.models.presets``; no global batch:
+    give ``--global-batch``)."""
+    from scalestudy.models.presets import LLAMA3
     from scalestudy.report.references import load
 
     out: dict[str, tuple[Model, int | None]] = {"tiny": (TINY, None)}
@@ -42,6 +45,7 @@ def known_models() -> dict[str, tuple[Model, int | None]]:
         out[r.model] = (Model(name=r.model, vocab=int(r.vocab), seq_len=int(r.seq_len),
                               layers=int(r.layers), hidden=int(r.hidden), heads=int(r.heads)),
                         int(c["global_batch"].iloc[0]) if not c.empty else None)
+    out.update({name: (model, None) for name, model in LLAMA3.items()})
     return out
 
 
@@ -147,7 +151,9 @@ def study_yaml(model: Model, best: list[dict], hw: perfmodel.HardwareSpec) -> st
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="scalestudy tune", description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True, help="tiny | gpt-22b | gpt-175b | gpt-1t | model YAML")
+    ap.add_argument("--model", required=True,
+                    help="tiny | gpt-22b | gpt-175b | gpt-1t | llama3-8b | llama3-70b | "
+                         "llama3-405b | model YAML")
     ap.add_argument("--n", type=int, required=True, help="number of devices")
     ap.add_argument("--hardware", default="frontier", help="preset name or YAML path")
     ap.add_argument("--global-batch", type=int, default=None)

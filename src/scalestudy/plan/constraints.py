@@ -7,8 +7,10 @@ and ``tune`` use the same rules. Each rule returns a sentence with the numbers, 
 The rules and where they come from:
 
 - the mesh: N = dp·tp·pp with whole numbers, TP inside one node;
-- tensor parallelism splits heads, hidden, the FFN width and the vocabulary evenly, and with
-  sequence parallelism the sequence;
+- tensor parallelism splits heads, the key/value heads (grouped-query attention: each rank
+  holds whole kv heads, as Megatron's ``divide(num_query_groups, tp)`` and torchtitan's
+  check require), hidden, the FFN width and the vocabulary evenly, and with sequence
+  parallelism the sequence;
 - the pipeline: the layers split into pp·virtual_stages *equal* stages (the memory and step
   time models assume it); ``torch.distributed.pipelining``'s own requirements: 1F1B needs at
   least pp micro-batches, interleaved 1F1B at least pp and a whole number of rounds
@@ -50,8 +52,8 @@ def mesh(p: Point) -> str | None:
 
 def tensor_split(p: Point) -> str | None:
     m = p.model
-    for what, size in (("heads", m.heads), ("hidden", m.hidden), ("ffn", m.ffn),
-                       ("vocab", m.vocab)):
+    for what, size in (("heads", m.heads), ("kv_heads", m.n_kv_heads), ("hidden", m.hidden),
+                       ("ffn", m.ffn), ("vocab", m.vocab)):
         if size % p.tp:
             return f"tp={p.tp} does not divide {what}={size}"
     if p.parallel.sequence_parallel and m.seq_len % p.tp:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from scalestudy.config.point import Model, Parallel, Platform, Point, Train, identify
+from scalestudy.config.point import (Model, Parallel, Platform, Point, PointError, Train,
+                                     Workload, identify)
 from scalestudy.config.study import StudyError
 from scalestudy.config.vocab import ScalingMode
 from scalestudy.perf import memory
@@ -27,7 +28,7 @@ PLAN_COLUMNS = [
     "procs_per_node", "micro_batch", "grad_accum", "global_batch", "seq_len", "tokens_per_step",
     "tokens_per_device_step", "dp_mode", "pp_schedule", "virtual_stages",
     "activation_checkpointing", "precision", "repeat", "baseline_n", "feasible", "reason",
-    "mem_estimate_gb",
+    "mem_estimate_gb", "workload",
 ]
 
 
@@ -53,6 +54,10 @@ def series_points(study: dict, series: dict) -> list[Point]:
     model = Model(name=series["model"], **study["models"][series["model"]])
     parallel = Parallel(**{k: series.get(k, v) for k, v in study["parallel"].items()})
     train, platform = Train(**study["train"]), Platform(**study["platform"])
+    try:
+        workload = Workload.from_study(series.get("workload", study.get("workload")))
+    except PointError as e:
+        raise StudyError(f"series {series['name']!r}: {e}") from None
     capacity = constraints.capacity_bytes(platform)
     out = []
     for n in series["gpus"]:
@@ -63,7 +68,10 @@ def series_points(study: dict, series: dict) -> list[Point]:
                         train=train, platform=platform, study=study["name"],
                         series=series["name"], mode=series["mode"],
                         flops_convention=study["flops_convention"],
-                        references=tuple(study["references"]), retries=study["retries"])
+                        references=tuple(study["references"]), retries=study["retries"],
+                        workload=workload)
+        if workload.is_command:
+            _check_command(p, series["name"])
         reason = constraints.violation(p)
         mem = None
         if reason is None:
@@ -72,6 +80,17 @@ def series_points(study: dict, series: dict) -> list[Point]:
                 reason = constraints.memory_fit(p, capacity)
         out.append(p.replace(feasible=reason is None, reason=reason or "", mem_estimate_gb=mem))
     return out
+
+
+def _check_command(p: Point, series: str) -> None:
+    """Fill the command template for ``p`` once, so a template that cannot be filled (an
+    unknown placeholder, a value it refuses) stops the study before any job."""
+    from scalestudy.run.workload import TemplateError, command_argv
+
+    try:
+        command_argv(p, "/point_dir", python="python")
+    except TemplateError as e:
+        raise StudyError(f"series {series!r}.workload.{e}") from None
 
 
 def plan_points(study: dict) -> list[Point]:
@@ -112,6 +131,7 @@ def plan_rows(points: list[Point]) -> list[dict]:
         row.update({k: doc["parallel"][k] for k in ("dp_mode", "pp_schedule", "virtual_stages",
                                                      "activation_checkpointing")})
         row["precision"] = p.train.precision
+        row["workload"] = p.workload.kind
         if row["mem_estimate_gb"] is not None:
             row["mem_estimate_gb"] = round(row["mem_estimate_gb"], 4)
         rows.append(row)

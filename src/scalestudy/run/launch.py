@@ -11,6 +11,11 @@
 - Several nodes outside Slurm (a laptop, CI): ``python -m scalestudy.run.nodes local-nodes``
   starts K torchrun launchers on this host.
 - :func:`launch_env` gives the environment of the launch.
+
+The per-rank script is the built-in trainer (``-m scalestudy.train POINT_JSON RUN_DIR``) or,
+for a ``command`` workload, the study's argv filled from the point
+(``scalestudy.run.workload``), run by torchrun as it is (``--no-python ARGV``): the same
+launcher, rendezvous and Slurm steps either way.
 """
 
 from __future__ import annotations
@@ -27,6 +32,18 @@ from scalestudy.run.slurm import cpus_per_task, is_gpu, point_site
 #: The per-rank entry point of the built-in trainer (``python -m ENTRY POINT_JSON RUN_DIR``).
 TRAINER = "scalestudy.train"
 
+def script_argv(point: Point, run_dir: str | os.PathLike, python: str = sys.executable,
+                module: str = TRAINER) -> list[str]:
+    """torchrun's script part for one rank: ``-m scalestudy.train POINT_JSON RUN_DIR``, or
+    ``--no-python`` and a command workload's argv (its program run as it is)."""
+    run_dir = Path(run_dir)
+    if point.workload.is_command:
+        from scalestudy.run.workload import command_argv
+
+        return ["--no-python", *command_argv(point, run_dir, python)]
+    return ["-m", module, str(run_dir / "point.json"), str(run_dir)]
+
+
 def rdzv_port(point: Point, environ: Mapping, site: Mapping | None = None) -> int:
     """Rendezvous port of a multi-node point: the site's, else 29500 + job id mod 3000
     (below Linux's ephemeral range 32768+, distinct for concurrent jobs)."""
@@ -41,12 +58,13 @@ def launch_argv(point: Point, run_dir: str | os.PathLike, *, python: str = sys.e
                 module: str = TRAINER) -> list[str]:
     """The argv that starts all ranks of ``point`` (run it with :func:`launch_env`).
 
-    ``module`` is the per-rank entry point (``python -m module POINT_JSON RUN_DIR``)."""
+    ``module`` is the per-rank entry point of the built-in trainer (``python -m module
+    POINT_JSON RUN_DIR``); a command workload's filled argv takes its place."""
     k, p = point.nodes, point.procs_per_node
     run_dir = Path(run_dir)
     site = point_site(point.platform, site)
-    tail = [*shlex.split(site.get("torchrun_extra") or ""),
-            "-m", module, str(run_dir / "point.json"), str(run_dir)]
+    tail = [*shlex.split(site.get("torchrun_extra") or ""), *script_argv(point, run_dir, python,
+                                                                         module)]
     pid = str(point.point_id)
     if k == 1:
         return [python, "-m", "torch.distributed.run", "--nnodes", "1",

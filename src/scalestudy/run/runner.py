@@ -1,9 +1,14 @@
 """Run one sweep point: start its ranks, watch them, classify the outcome, write ``status.json``.
 
+The ranks run the built-in trainer or the point's command workload (``scalestudy.run.workload``)
+under the same launcher, watchdog and limits; for a command the runner also writes the record
+the command does not (``env.json``, and from its metrics ``steps.jsonl`` / ``summary.json``:
+``scalestudy.run.collect``); missing or foreign metrics make the run ``invalid``.
+
     python -m scalestudy.run.runner RUN_DIR/point.json RUN_DIR
 
 Failures are data: whatever happens to the training processes, this writes a final
-``status.json`` (``ok | oom | timeout | crashed``) with a reason and evidence lines from the log
+``status.json`` (``ok | oom | timeout | crashed | invalid``) with a reason and evidence lines from the log
 (``scalestudy.run.outcome``), and exits 0 so the sweep goes on. Only an interrupt of the runner
 itself (Ctrl-C, the job being cancelled) leaves no status, so the point counts as not run and is
 rerun on resume.
@@ -35,7 +40,7 @@ from pathlib import Path
 from scalestudy.config.point import Point
 from scalestudy.record.io import read_json, write_json
 from scalestudy.record.states import RECORD_FILES, RETRIED, RunState
-from scalestudy.run import launch, outcome
+from scalestudy.run import collect, launch, outcome, workload
 
 _TERM_GRACE_S = 10.0
 
@@ -87,8 +92,9 @@ def attempt(point: Point, run_dir: Path) -> dict:
         if tmp.is_file():
             tmp.unlink(missing_ok=True)
     argv = launch.launch_argv(point, run_dir)
-    env = launch.launch_env(point, os.environ)
-    env["SCALESTUDY_COMMAND"] = shlex.join(argv)
+    added = {**launch.env_additions(point, os.environ), **workload.command_env(point, run_dir)}
+    env = {**os.environ, **added, "SCALESTUDY_COMMAND": shlex.join(argv)}
+    command = point.workload.is_command
     log = run_dir / "stdout.log"
     plat = point.platform
     started, t0 = _now(), time.monotonic()
@@ -97,7 +103,7 @@ def attempt(point: Point, run_dir: Path) -> dict:
         out.write(f"$ {shlex.join(argv)}\n")
         out.flush()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True,
+                                start_new_session=True, cwd=point.workload.cwd if command else None,
                                 preexec_fn=memory_limit_preexec(plat.memory_limit_mb))
         try:
             proc.wait(timeout=float(plat.timeout_s))
@@ -107,15 +113,24 @@ def attempt(point: Point, run_dir: Path) -> dict:
         except BaseException:  # interrupted: stop the ranks, leave no status (rerun later)
             _kill_group(proc)
             raise
+    wall = round(time.monotonic() - t0, 3)
     lines = _tail(log, 200)
-    state, reason = outcome.classify(proc.returncode, timed_out, lines,
-                                     (run_dir / "summary.json").exists(),
-                                     timeout_s=plat.timeout_s,
-                                     collective_timeout_s=plat.collective_timeout_s)
+    invalid = None
+    if command:  # the runner writes the record the command does not (scalestudy.run.collect)
+        collect.write_env(point, run_dir, argv, added)
+        if proc.returncode == 0 and not timed_out:
+            invalid = collect.collect(point, run_dir, log, wall)
+    if invalid:
+        state, reason = RunState.INVALID, invalid
+    else:
+        state, reason = outcome.classify(proc.returncode, timed_out, lines,
+                                         (run_dir / "summary.json").exists(),
+                                         timeout_s=plat.timeout_s,
+                                         collective_timeout_s=plat.collective_timeout_s)
     return {"state": state, "reason": reason,
             "evidence": [] if state == RunState.OK else outcome.evidence(lines),
             "exit_code": proc.returncode, "started": started, "finished": _now(),
-            "wall_s": round(time.monotonic() - t0, 3)}
+            "wall_s": wall}
 
 
 def _runner_error(exc: Exception, started: str, t0: float) -> dict:
@@ -134,6 +149,7 @@ def run_point(point_json: Path, run_dir: Path) -> dict:
     deterministic and not retried); write ``status.json`` last, atomically. Any error of the
     runner itself (an unreadable point.json, a launch error) becomes a ``crashed`` status too;
     only an interrupt leaves none."""
+    run_dir = Path(run_dir).resolve()  # absolute: a command may run in another folder
     run_dir.mkdir(parents=True, exist_ok=True)
     history: list[dict] = []
     started, t0 = _now(), time.monotonic()

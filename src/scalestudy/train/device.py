@@ -15,9 +15,11 @@ TORCH_DTYPES = {DType.FP32: torch.float32, DType.BF16: torch.bfloat16, DType.FP1
 
 
 def sync(device: torch.device) -> None:
-    """Wait for the device's queued work (a no-op on CPU, whose ops run synchronously)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    """Wait for the device's queued work (a no-op on CPU, whose ops run synchronously);
+    ``scalestudy.train.metrics.synchronize``, the one the step timer uses."""
+    from scalestudy.train.metrics import synchronize
+
+    synchronize(device)
 
 
 def resolve_device_type(requested: str) -> str:

@@ -28,7 +28,8 @@ from scalestudy.distributed.engine import Engine
 from scalestudy.record.io import read_json
 from scalestudy.train.data import SyntheticTokens
 from scalestudy.train.device import (cpu_rss_bytes, local_device, peak_memory_bytes,
-                                     resolve_device_type, sync)
+                                     resolve_device_type)
+from scalestudy.train.metrics import StepTimer
 from scalestudy.train.hooks import step_hook
 from scalestudy.train.record import rank_view, write_record
 
@@ -39,14 +40,13 @@ def timed_steps(engine: Engine, batches: list[torch.Tensor], device: torch.devic
     each clock read. Returns (losses as returned by the engine, step times in seconds); no
     host sync or collective beyond that inside the loop. ``before_step(i)`` runs untimed."""
     losses, times = [], []
+    timer = StepTimer(device)
     for i, batch in enumerate(batches):
         if before_step is not None:
             before_step(i)
-        sync(device)
-        t0 = time.perf_counter()
-        loss = engine.train_step(batch)
-        sync(device)
-        times.append(time.perf_counter() - t0)
+        with timer:
+            loss = engine.train_step(batch)
+        times.append(timer.last)
         losses.append(loss)
     return losses, times
 

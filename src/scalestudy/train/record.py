@@ -3,24 +3,23 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform as pyplatform
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
-from statistics import median
 
 import torch
 import torch.distributed as dist
 
 from scalestudy.config.point import Point
-from scalestudy.perf import flops, hardware
-from scalestudy.record.io import write_json, write_text
+from scalestudy.paths import git_commit
+from scalestudy.record.io import write_json
+from scalestudy.record.summary import summary as run_summary
 from scalestudy.train.data import SyntheticTokens
 from scalestudy.train.device import detect_device
+from scalestudy.train.metrics import STEPS_FILE, step_record, write_steps
 
 _SLURM_VARS = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_NNODES", "SLURM_NTASKS",
                "SLURM_PROCID", "SLURM_NODEID", "SLURM_LOCALID", "SLURMD_NODENAME",
@@ -28,16 +27,6 @@ _SLURM_VARS = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_NNODES", "SLURM_NTAS
                "SLURM_CPUS_PER_TASK", "SLURM_JOB_PARTITION")
 _DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
                 "OMP_NUM_THREADS", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
-
-
-def git_commit() -> str | None:
-    """The commit of the scalestudy checkout that runs, when there is one."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
-                             capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def rank_view(device: torch.device) -> dict:
@@ -63,6 +52,7 @@ def env_record(point: Point, device: torch.device, backend: str, ranks: list[dic
         "git_commit": git_commit(),
         "python": sys.version.split()[0], "platform": pyplatform.platform(),
         "command": os.environ.get("SCALESTUDY_COMMAND") or " ".join(sys.argv),
+        "workload": {"kind": str(point.workload.kind)},
         "config_hash": point.config_hash,
     }
 
@@ -77,30 +67,16 @@ def write_record(point: Point, run_dir: Path, gathered: list[dict], device: torc
     loss_rows = [g["losses"] for g in gathered if g["losses"] is not None]
     step_loss = [sum(r[i] for r in loss_rows) / len(loss_rows) for i in range(steps)]
     tokens = point.tokens_per_step
-    lines = [json.dumps({"step": i, "loss": step_loss[i], "step_time_s": step_times[i],
-                         "warmup": i < warm, "tokens": tokens}) for i in range(steps)]
-    write_text(run_dir / "steps.jsonl", "\n".join(lines) + "\n")
 
-    device_name = detect_device(device.type)["device_name"]
-    key, peak, source = hardware.resolve_peak(point.platform.hardware or device_name,
-                                              tr.precision)
+    records = [step_record(i, step_times[i], step_loss[i], tokens, warmup=i < warm)
+               for i in range(steps)]
+    write_steps(run_dir / STEPS_FILE, records)
     mem_bytes, mem_kind = max(g["memory"] for g in gathered)
-    t_med = median(step_times[warm:])
-    table = flops.flops_table(point.model, point.global_batch,
-                              point.parallel.activation_checkpointing)
-    summary = {
-        "point_id": point.point_id, "config_hash": point.config_hash,
-        "repeat": point.repeat, "n_params": flops.param_count(point.model),
-        "steps": steps, "warmup_steps": warm,
-        "loss_first": step_loss[0], "loss_last": step_loss[-1],
-        "loss_noise_floor": SyntheticTokens(point.model.vocab, point.seq_len).noise_floor(),
-        "tokens_per_step": tokens, "step_time_median_s": t_med, "tokens_per_s": tokens / t_med,
-        "model_flops_per_step": table["model"], "hardware_flops_per_step": table["hardware"],
-        "device_type": device.type, "device_name": device_name, "hardware": key,
-        "dtype": tr.precision, "peak_flops_per_device": peak, "peak_source": source,
-        "peak_memory_bytes": mem_bytes, "memory_kind": mem_kind,
-        "train_wall_s": time.perf_counter() - t_start,
-    }
+    summary = run_summary(
+        point, records, device_type=device.type,
+        device_name=detect_device(device.type)["device_name"], peak_memory_bytes=mem_bytes,
+        memory_kind=mem_kind, train_wall_s=time.perf_counter() - t_start,
+        loss_noise_floor=SyntheticTokens(point.model.vocab, point.seq_len).noise_floor())
     write_json(run_dir / "env.json", env_record(point, device, backend,
                                                 [g["view"] for g in gathered]))
     write_json(run_dir / "summary.json", summary)

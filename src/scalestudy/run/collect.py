@@ -1,0 +1,140 @@
+"""What the runner records for a command workload, which writes no ``summary.json`` or
+``env.json`` of its own: ``env.json`` (the command template, its expanded argv, the launch
+line, the host), and after a clean exit the canonical ``steps.jsonl`` (warm-up flagged) and
+``summary.json`` (``scalestudy.record.summary``, the built-in trainer's keys), from
+
+- ``steps_jsonl``: the ``steps.jsonl`` the command wrote into ``$SCALESTUDY_POINT_DIR``
+  (``scalestudy.train.metrics``: the contract and the ``StepLogger`` helper), or
+- a log parser over ``stdout.log`` (``scalestudy.run.logparse``: the ``megatron`` and
+  ``torchtitan`` presets or the study's own expressions).
+
+Metrics that are missing, unparseable or not the point's (another step count or batch) make
+the run ``invalid`` with the reason: never a silent zero. No torch import unless the device
+must be asked for its name.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform as pyplatform
+import shlex
+import socket
+import sys
+from pathlib import Path
+
+from scalestudy.config.point import Point
+from scalestudy.config.vocab import Device, MetricsFormat
+from scalestudy.record.io import write_json
+from scalestudy.run import logparse, workload
+from scalestudy.train.metrics import STEPS_FILE, parse_steps, write_steps
+
+
+def device_facts(point: Point) -> tuple[str, str | None]:
+    """``(device_type, device_name)`` the command ran on: the platform's device; for ``auto``
+    and ``cuda`` torch is asked (the only torch import of the runner)."""
+    from scalestudy.perf.hardware import cpu_name
+
+    if point.platform.device == Device.CPU:
+        return "cpu", cpu_name()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return "cuda", torch.cuda.get_device_name(0)
+    except Exception:  # noqa: BLE001 - a missing or broken torch: the platform's word
+        pass
+    return ("cpu", cpu_name()) if point.platform.device == Device.AUTO else ("cuda", None)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def env_record(point: Point, run_dir: Path, argv: list[str], env_added: dict) -> dict:
+    """``env.json`` of a command workload: what ran (template, expanded argv, working folder,
+    the launch line and the environment it added) and where."""
+    from scalestudy.paths import git_commit
+
+    device_type, device_name = device_facts(point)
+    return {
+        "workload": workload.describe(point, run_dir),
+        "command": shlex.join(argv), "launch_argv": list(argv), "env_added": env_added,
+        "torch": _version("torch"), "backend": None, "device_type": device_type,
+        "device_name": device_name, "world_size": point.n,
+        "hosts": [socket.gethostname()],
+        "slurm": {k: v for k, v in os.environ.items() if k.startswith("SLURM_")},
+        "git_commit": git_commit(), "python": sys.version.split()[0],
+        "platform": pyplatform.platform(), "config_hash": point.config_hash,
+    }
+
+
+def write_env(point: Point, run_dir: Path, argv: list[str], env_added: dict) -> None:
+    write_json(run_dir / "env.json", env_record(point, run_dir, argv, env_added))
+
+
+def steps_from_jsonl(point: Point, run_dir: Path) -> tuple[list[dict], str | None]:
+    """The command's ``steps.jsonl``, checked against the point: one line per optimizer step
+    (``train.steps`` of them), the point's tokens per step; warm-up flagged by position."""
+    path = run_dir / STEPS_FILE
+    try:
+        text = path.read_text()
+    except OSError:
+        return [], (f"the command wrote no {STEPS_FILE} into ${workload.POINT_DIR_ENV} "
+                    "(use scalestudy.train.metrics.StepLogger, or declare a log parser: "
+                    "workload.metrics)")
+    records, problem = parse_steps(text, STEPS_FILE)
+    if problem:
+        return records, problem
+    steps, warm = point.train.steps, point.train.warmup_steps
+    if len(records) != steps:
+        return records, (f"{STEPS_FILE} has {len(records)} steps, the point trains {steps}: "
+                         "pass {steps} to the command")
+    want = point.tokens_per_step
+    bad = next((r for r in records if abs(r["tokens"] - want) > 1e-9 * want), None)
+    if bad is not None:
+        return records, (f"{STEPS_FILE} step {bad['step']}: {bad['tokens']} tokens, the point "
+                         f"trains {want} per step: the command does not train the point's "
+                         "batch (pass {global_batch}/{micro_batch}/{seq_len})")
+    for i, r in enumerate(records):
+        r["warmup"] = i < warm
+    return records, None
+
+
+def steps_from_log(point: Point, log: Path) -> tuple[list[dict], str | None]:
+    w = point.workload
+    patterns = w.patterns if w.metrics == MetricsFormat.LOG else logparse.PRESETS[w.metrics]
+    try:
+        with open(log, errors="replace") as f:
+            return logparse.parse(f, patterns, n=point.n, seq_len=point.seq_len,
+                                  tokens_per_step=point.tokens_per_step,
+                                  warmup_steps=point.train.warmup_steps, name=str(w.metrics))
+    except OSError as e:
+        return [], f"stdout.log cannot be read ({e.strerror})"
+
+
+def collect(point: Point, run_dir: Path, log: Path, wall_s: float) -> str | None:
+    """Read a cleanly finished command's metrics and write ``steps.jsonl`` and
+    ``summary.json``; returns None, or why the run is ``invalid``."""
+    from scalestudy.record.summary import summary
+
+    if point.workload.metrics == MetricsFormat.STEPS_JSONL:
+        records, problem = steps_from_jsonl(point, run_dir)
+    else:
+        records, problem = steps_from_log(point, log)
+    if problem:
+        return f"metrics: {problem}"[:300]
+    write_steps(run_dir / STEPS_FILE, records)
+    device_type, device_name = device_facts(point)
+    peaks = [r["peak_memory_bytes"] for r in records if r.get("peak_memory_bytes") is not None]
+    kind = {MetricsFormat.TORCHTITAN: "torchtitan_max_reserved"}.get(point.workload.metrics,
+                                                                    "reported_by_command")
+    write_json(run_dir / "summary.json", summary(
+        point, records, device_type=device_type, device_name=device_name,
+        peak_memory_bytes=max(peaks) if peaks else None, memory_kind=kind if peaks else None,
+        train_wall_s=wall_s, metrics=str(point.workload.metrics),
+        metrics_reads=logparse.READS.get(str(point.workload.metrics))))
+    return None

@@ -1,0 +1,280 @@
+"""The ``steps.jsonl`` contract, and a small helper that meets it from any training script.
+
+``steps.jsonl`` holds one JSON object per line, one line per optimizer step, in step order:
+
+====================  =====================================================================
+``step``              int, the optimizer step (0-based)
+``step_time_s``       float > 0: wall time of the whole optimizer step (every micro-batch,
+                      the optimizer update), the device synchronised before each clock read;
+                      with several ranks the slowest rank's time
+``loss``              float or null: the step's mean training loss (nats)
+``tokens``            int > 0: tokens the step trained, all ranks together
+                      (global batch × sequence length)
+``peak_memory_bytes`` optional int: the most any rank's device allocated
+``warmup``            optional bool: excluded from timing (scalestudy sets it from the
+                      point's ``train.warmup_steps``: the first steps are warm-up)
+====================  =====================================================================
+
+The built-in trainer writes it through :func:`step_record` and :func:`write_steps`. A
+``command`` workload (``scalestudy.run.workload``) writes it into ``$SCALESTUDY_POINT_DIR``;
+the easiest way is :class:`StepLogger`::
+
+    from scalestudy.train.metrics import StepLogger
+
+    log = StepLogger(device=device, tokens_per_step=global_batch * seq_len)
+    for step in range(steps):
+        with log.step() as s:          # device synchronised, clock read, ... , synchronised
+            loss = train_one_step()    # every micro-batch and the optimizer step
+            s.loss = loss              # a tensor is fine: read after the clock stopped
+    log.close()                        # every rank calls it; rank 0 writes steps.jsonl
+
+``close`` gathers the ranks' times (the slowest rank's time per step), writes the file
+atomically (complete or absent, never half-written) and only once. Outside scalestudy (no
+``SCALESTUDY_POINT_DIR`` and no ``point_dir``) nothing is written. Torch is imported only when
+a device or a process group is involved, so the module itself is cheap to import.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+STEPS_FILE = "steps.jsonl"
+POINT_DIR_ENV = "SCALESTUDY_POINT_DIR"
+#: Keys every line must have.
+REQUIRED = ("step", "step_time_s", "loss", "tokens")
+
+
+def synchronize(device) -> None:
+    """Wait for ``device``'s queued work: CUDA (ROCm too) and other accelerators with a
+    ``torch.<type>.synchronize``; a no-op on CPU, whose ops run synchronously."""
+    if device is None:
+        return
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type != "cpu":
+        backend = getattr(torch, device.type, None)
+        if backend is not None and hasattr(backend, "synchronize"):
+            backend.synchronize()
+
+
+def step_record(step: int, step_time_s: float, loss: float | None, tokens: int | float,
+                warmup: bool | None = None, peak_memory_bytes: int | None = None) -> dict:
+    """One line of ``steps.jsonl`` (see the module doc for the keys)."""
+    rec = {"step": int(step), "step_time_s": float(step_time_s),
+           "loss": None if loss is None else float(loss), "tokens": _int(tokens)}
+    if warmup is not None:
+        rec["warmup"] = bool(warmup)
+    if peak_memory_bytes is not None:
+        rec["peak_memory_bytes"] = int(peak_memory_bytes)
+    return rec
+
+
+def _int(x):
+    return int(x) if float(x).is_integer() else float(x)
+
+
+def steps_text(records: list[dict]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def write_steps(path: str | os.PathLike, records: list[dict]) -> Path:
+    """Write ``records`` as ``steps.jsonl`` at ``path`` (a folder: its ``steps.jsonl``),
+    atomically."""
+    from scalestudy.record.io import write_text
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / STEPS_FILE
+    return write_text(path, steps_text(records))
+
+
+def _positive(x) -> bool:
+    return (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+            and x > 0)
+
+
+def parse_steps(text: str, source: str = STEPS_FILE) -> tuple[list[dict], str | None]:
+    """The records of a ``steps.jsonl`` text and the first problem (None: it meets the
+    contract): a line that is not a JSON object, a missing key, a step time or token count
+    that is not a positive number, a loss that is not a number or null, steps not in order."""
+    records = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            return records, f"{source} line {i}: not JSON ({line[:60]!r})"
+        if not isinstance(rec, dict):
+            return records, f"{source} line {i}: not a JSON object"
+        missing = [k for k in REQUIRED if k not in rec]
+        if missing:
+            return records, f"{source} line {i}: no {', '.join(missing)}"
+        if not isinstance(rec["step"], int) or isinstance(rec["step"], bool):
+            return records, f"{source} line {i}: step {rec['step']!r} is not an integer"
+        if not _positive(rec["step_time_s"]):
+            return records, (f"{source} line {i}: step_time_s {rec['step_time_s']!r} is not "
+                             "a positive number")
+        if not _positive(rec["tokens"]):
+            return records, f"{source} line {i}: tokens {rec['tokens']!r} is not a positive number"
+        loss = rec["loss"]
+        if loss is not None and (not isinstance(loss, (int, float)) or isinstance(loss, bool)):
+            return records, f"{source} line {i}: loss {loss!r} is not a number or null"
+        if records and rec["step"] <= records[-1]["step"]:
+            return records, (f"{source} line {i}: step {rec['step']} after step "
+                             f"{records[-1]['step']} (steps must increase)")
+        records.append(rec)
+    return records, None
+
+
+class StepTimer:
+    """Wall time of a block with ``device`` synchronised before each clock read::
+
+        timer = StepTimer(device)
+        with timer:
+            ...
+        timer.last  # seconds
+    """
+
+    def __init__(self, device=None):
+        self.device = device
+        self.last: float | None = None
+        self._t0 = 0.0
+
+    def __enter__(self) -> "StepTimer":
+        synchronize(self.device)
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        synchronize(self.device)
+        self.last = time.perf_counter() - self._t0
+
+
+class _Step:
+    """What the body of ``StepLogger.step()`` may set: ``loss`` and ``tokens``."""
+
+    __slots__ = ("loss", "tokens")
+
+    def __init__(self, tokens):
+        self.loss = None
+        self.tokens = tokens
+
+
+class StepLogger:
+    """Collects one record per optimizer step and writes ``steps.jsonl`` once, at
+    :meth:`close` (see the module doc).
+
+    ``point_dir``: where to write (default ``$SCALESTUDY_POINT_DIR``; neither: nothing is
+    written). ``device``: synchronised around each step and, for CUDA, read for peak
+    memory. ``tokens_per_step``: tokens of one optimizer step, all ranks together (or set
+    ``s.tokens`` per step)."""
+
+    def __init__(self, point_dir: str | os.PathLike | None = None, *, device=None,
+                 tokens_per_step: int | None = None):
+        point_dir = point_dir or os.environ.get(POINT_DIR_ENV)
+        self.path = Path(point_dir) / STEPS_FILE if point_dir else None
+        self.device = device
+        self.tokens_per_step = tokens_per_step
+        self.times: list[float] = []
+        self.losses: list = []
+        self.tokens: list = []
+        self.closed = False
+
+    def step(self):
+        """A context manager timing one optimizer step; yields an object whose ``loss`` (and
+        ``tokens``) the body sets."""
+        logger = self
+
+        class _Ctx:
+            def __enter__(self):
+                self.rec = _Step(logger.tokens_per_step)
+                self.timer = StepTimer(logger.device).__enter__()
+                return self.rec
+
+            def __exit__(self, exc_type, *rest):
+                self.timer.__exit__(exc_type, *rest)
+                if exc_type is None:
+                    logger.log(self.timer.last, self.rec.loss, self.rec.tokens)
+                return False
+
+        return _Ctx()
+
+    def log(self, step_time_s: float, loss=None, tokens: int | None = None) -> None:
+        """Record a step timed by the caller (device synchronised before each clock read)."""
+        if self.closed:
+            raise RuntimeError("StepLogger.log after close()")
+        tokens = self.tokens_per_step if tokens is None else tokens
+        if tokens is None:
+            raise ValueError("StepLogger: tokens per step unknown; pass tokens_per_step= or "
+                             "set s.tokens")
+        self.times.append(float(step_time_s))
+        self.losses.append(loss)
+        self.tokens.append(tokens)
+
+    def _peak_memory(self) -> int | None:
+        if self.device is None:
+            return None
+        import torch
+
+        device = torch.device(self.device)
+        if device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(device))
+        return None
+
+    def records(self) -> list[dict]:
+        """This rank's records (losses read now, after timing)."""
+        peak = self._peak_memory()
+        return [step_record(i, t, None if loss is None else float(loss), tok,
+                            peak_memory_bytes=peak)
+                for i, (t, loss, tok) in enumerate(zip(self.times, self.losses, self.tokens))]
+
+    def close(self) -> list[dict] | None:
+        """Gather every rank's records (the slowest rank's time per step, the mean loss of
+        the ranks that know it, the largest peak memory) and write ``steps.jsonl`` on rank 0,
+        atomically. A collective when ``torch.distributed`` is initialised: every rank calls
+        it. Returns the written records (rank 0) or None."""
+        if self.closed:
+            return None
+        self.closed = True
+        mine = self.records()
+        gathered, rank = [mine], 0
+        import sys
+
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            gathered = [None] * dist.get_world_size()
+            dist.all_gather_object(gathered, mine)
+            rank = dist.get_rank()
+        if rank != 0:
+            return None
+        merged = merge_ranks(gathered)
+        if self.path is not None:
+            write_steps(self.path, merged)
+        return merged
+
+
+def merge_ranks(per_rank: list[list[dict]]) -> list[dict]:
+    """One record per step from every rank's records: the slowest rank's time, the mean loss
+    over the ranks that report one, the largest peak memory, rank 0's tokens."""
+    n = min(len(r) for r in per_rank) if per_rank else 0
+    out = []
+    for i in range(n):
+        recs = [r[i] for r in per_rank]
+        losses = [r["loss"] for r in recs if r.get("loss") is not None]
+        peaks = [r["peak_memory_bytes"] for r in recs if r.get("peak_memory_bytes") is not None]
+        out.append(step_record(recs[0]["step"], max(r["step_time_s"] for r in recs),
+                               sum(losses) / len(losses) if losses else None, recs[0]["tokens"],
+                               recs[0].get("warmup"), max(peaks) if peaks else None))
+    return out
+
+
+__all__ = ["StepLogger", "StepTimer", "step_record", "write_steps", "parse_steps",
+           "merge_ranks", "synchronize", "STEPS_FILE", "REQUIRED"]
