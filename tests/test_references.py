@@ -1,4 +1,3 @@
-import pandas as pd
 import pytest
 
 from scalestudy.report import references

@@ -345,7 +345,6 @@ def bench_overhead(layers=(1, 4), samples: int = 15, warmup: int = 3,
     gives a fixed and a per-layer cost per layout."""
     import tempfile
 
-    import torch
     import torch.distributed as dist
 
     from scalestudy.models.gpt import GPT
