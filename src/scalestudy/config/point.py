@@ -461,11 +461,6 @@ UNHASHED = ("study", "series", "repeat", "baseline_n", "feasible", "reason", "me
             "flops_convention", "references", "retries", "config_hash", "point_id")
 
 
-#: Fields added after ``point.json`` version 2 was first written (hashed only when set).
-ADDED_FIELDS = {"model": ("arch", "kv_heads", "multiple_of", "ffn_dim_multiplier", "rope_theta",
-                          "norm_eps")}
-
-
 def config_hash(point: Point) -> str:
     """SHA-256 (hex) over everything that changes the measurement: the model, the layout,
     the training settings and the platform (not names, repeat, timeouts or Slurm site)."""
@@ -473,16 +468,7 @@ def config_hash(point: Point) -> str:
     for key in UNHASHED + ("schema_version",):
         doc.pop(key, None)
     doc["platform"] = {k: v for k, v in doc["platform"].items() if k not in UNHASHED_PLATFORM}
-    # Fields added after schema version 2 enter the hash only when they differ from their
-    # default, so every point planned before they existed keeps its hash and id.
-    for part, cls in (("model", Model),):
-        defaults = {f.name: f.default for f in fields(cls) if f.name in ADDED_FIELDS[part]}
-        for name, default in defaults.items():
-            if doc[part].get(name) == default:
-                del doc[part][name]
     doc["workload"] = {k: v for k, v in doc["workload"].items() if k not in UNHASHED_WORKLOAD}
-    if point.workload.kind == WorkloadKind.BUILTIN:
-        del doc["workload"]  # (a builtin workload has no other setting)
     blob = json.dumps(doc, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()
 
