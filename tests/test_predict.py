@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from scalestudy.perf import stepmodel as perfmodel
+from scalestudy.perf import stepmodel
 from scalestudy.perf import predict
 
 
@@ -77,7 +77,7 @@ def test_predict_vs_published(tmp_path):
 def test_published_rows_within_15_percent_and_inside_range(tmp_path):
     """Issue 14's acceptance: every published row within ±15% (point estimate) and inside the
     predicted range, with no parameter fitted to these rows (data/hardware.yaml sources)."""
-    _, comp, _ = predict.run(perfmodel.HardwareSpec.load("frontier"))
+    _, comp, _ = predict.run(stepmodel.HardwareSpec.load("frontier"))
     table = comp[["model", "metric", "predicted", "predicted_low", "predicted_high", "published",
                   "rel_error", "inside"]]
     assert (comp["rel_error"].abs() <= 0.15).all(), table.to_string()
@@ -89,9 +89,9 @@ def test_measured_matmul_changes_compute(tmp_path):
     mm = tmp_path / "mm.csv"
     pd.DataFrame([{"dtype": "bf16", "m": 2048, "n": 2048, "k": 2048, "sample": 0,
                    "flops_per_s": 95.75e12}]).to_csv(mm, index=False)
-    hw = perfmodel.HardwareSpec.load("frontier")
+    hw = stepmodel.HardwareSpec.load("frontier")
     d, _, _ = predict.run(hw)
-    m, _, _ = predict.run(hw, perfmodel.Measured.from_csv(str(mm)))
+    m, _, _ = predict.run(hw, stepmodel.Measured.from_csv(str(mm)))
     a, b = (x[x["series"] == "mfu"].set_index("model") for x in (d, m))
     assert (a["matmul_rate_source"] == "declared").all() and (b["matmul_rate_source"] == "measured").all()
     assert b["matmul_flops_per_s"].tolist() == pytest.approx([95.75e12] * 3)

@@ -1,6 +1,7 @@
 """The step model's terms one by one, each against a hand computation (scalestudy.perf.stepmodel).
 No timing: every figure here is arithmetic on declared rates."""
 
+import dataclasses
 import math
 
 import pytest
@@ -77,7 +78,8 @@ def test_layer_gemms_shapes_and_flops():
     cfg = Model(**MODEL)
     bs, h, f = 2 * 128, 256, 1024
     g = sm.layer_gemms(cfg, 128, 2, tp=2)
-    assert g[:4] == [(bs, h / 2, h, 3), (bs, h, h / 2, 1), (bs, f / 2, h, 1), (bs, h, f / 2, 1)]
+    assert g[:5] == [(bs, h / 2, h, 1), (bs, h / 2, h, 2), (bs, h, h / 2, 1), (bs, f / 2, h, 1),
+                     (bs, h, f / 2, 1)]
     fused = sm.layer_gemms(cfg, 128, 2, tp=2, fused_qkv=True)
     assert fused[0] == (bs, 3 * h / 2, h, 1)
     from scalestudy.perf import flops
@@ -87,7 +89,16 @@ def test_layer_gemms_shapes_and_flops():
             flops.layer_forward_flops(cfg, 2))
     sw = Model(**MODEL, mlp="swiglu")
     assert sm.layer_gemms(sw, 128, 2, fused_qkv=True)[2] == (bs, 2 * sw.ffn, h, 1)
-    assert sm.layer_gemms(sw, 128, 2)[2] == (bs, sw.ffn, h, 2)
+    assert sm.layer_gemms(sw, 128, 2)[3] == (bs, sw.ffn, h, 2)
+    # grouped-query attention: k and v are kv_heads · head_dim wide, the sums still the FLOPs
+    gqa = dataclasses.replace(cfg, arch="llama", kv_heads=cfg.heads // 2)
+    kv = gqa.kv_dim
+    assert kv == h // 2
+    assert sm.layer_gemms(gqa, 128, 2, tp=2)[1] == (bs, kv / 2, h, 2)
+    assert sm.layer_gemms(gqa, 128, 2, fused_qkv=True)[0] == (bs, h + 2 * kv, h, 1)
+    for gg in (sm.layer_gemms(gqa, 128, 2, tp=2), sm.layer_gemms(gqa, 128, 2, tp=2, fused_qkv=True)):
+        assert sum(2 * M * N * K * c for M, N, K, c in gg) * 2 == pytest.approx(
+            flops.layer_forward_flops(gqa, 2))
 
 
 def test_attention_seconds_flash_by_hand():

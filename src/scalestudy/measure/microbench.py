@@ -496,25 +496,25 @@ def time_training_step(model_cfg: dict, micro_batch: int, steps: int = 10, warmu
 
 def bench_validate(cases: dict | None = None) -> list[dict]:
     """For each case: measure its matmul shapes and the framework overhead, predict the
-    step time with ``perfmodel`` from those building blocks, then time the real step; the
+    step time with ``scalestudy.perf.stepmodel`` from those building blocks, then time the real step; the
     measurements are interleaved so that they share the host's load, and every figure is
     the fastest sample (contention on a shared host only ever adds time)."""
-    from scalestudy.perf import stepmodel as perfmodel
+    from scalestudy.perf import stepmodel
 
-    hw = perfmodel.HardwareSpec.load("cpu-local")
+    hw = stepmodel.HardwareSpec.load("cpu-local")
     rows = []
     for name, (model, mb) in (cases or VALIDATE_CASES).items():
         point = memory_point(model, mb, "none")
         s, h = model["seq_len"], model["hidden"]
         shapes = {(int(M), int(N), int(K))
-                  for M, N, K, _ in perfmodel.layer_gemms(point.model, s, mb)}
-        shapes.add(tuple(int(x) for x in perfmodel.head_gemm(point.model, s, mb)[:3]))
+                  for M, N, K, _ in stepmodel.layer_gemms(point.model, s, mb)}
+        shapes.add(tuple(int(x) for x in stepmodel.head_gemm(point.model, s, mb)[:3]))
         mm = bench_matmul(sorted(shapes), ["fp32"], "cpu", samples=3, min_time_s=0.02)
         att = bench_attention([(mb, model["heads"], s, h // model["heads"])], ["fp32"], "cpu")
         ovh = bench_overhead(samples=5, layouts=("plain",))
         bw = bench_bandwidth(16 * 2**20, "cpu")
-        measured = perfmodel.Measured.from_frames(mm, None, ovh, att, bw, stat="best")
-        pred = perfmodel.predict_step_time(point, hw, measured)
+        measured = stepmodel.Measured.from_frames(mm, None, ovh, att, bw, stat="best")
+        pred = stepmodel.predict_step_time(point, hw, measured)
         t = time_training_step(model, mb)
         rows.append({"case": name, "micro_batch": mb, **model,
                      "predicted_s": pred.step_time_s, "compute_s": pred.compute_s,

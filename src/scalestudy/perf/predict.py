@@ -53,7 +53,7 @@ from pathlib import Path
 
 from scalestudy.analysis.efficiency import per_device_throughput
 from scalestudy.config.point import Model, Parallel, Platform, Point, Train
-from scalestudy.perf import stepmodel as perfmodel
+from scalestudy.perf import stepmodel
 
 MODELS = ("gpt-22b", "gpt-175b", "gpt-1t")
 #: DeepSpeed's ZeRO stage -> the data-parallel mode that holds the same state per device.
@@ -211,8 +211,8 @@ def _evaluate(points: list[Point], hw, measured, dp_overlap, row, logged_ratio) 
     for p in points:
         res = {}
         for label, h in scen:
-            b = perfmodel.predict_step_time(p, h, measured, dp_overlap)
-            e = perfmodel.evaluation_seconds(p, h, measured) if variants else 0.0
+            b = stepmodel.predict_step_time(p, h, measured, dp_overlap)
+            e = stepmodel.evaluation_seconds(p, h, measured) if variants else 0.0
             if not variants:
                 res[label] = (b, b.step_time_s, 0.0)
                 continue
@@ -224,7 +224,7 @@ def _evaluate(points: list[Point], hw, measured, dp_overlap, row, logged_ratio) 
     return out
 
 
-def run(hw: perfmodel.HardwareSpec, measured: perfmodel.Measured | None = None,
+def run(hw: stepmodel.HardwareSpec, measured: stepmodel.Measured | None = None,
         dp_overlap: float | None = None, points: list[Point] | None = None):
     """Predictions for every series point and the comparison table. Returns
     ``(points_df, comparison_df, breakdown_df)``."""
@@ -294,7 +294,7 @@ def run(hw: perfmodel.HardwareSpec, measured: perfmodel.Measured | None = None,
     return df, comp, pd.DataFrame(brk)
 
 
-def breakdown_row(label: str, b: perfmodel.StepBreakdown, p: Point, extra: dict | None = None) -> dict:
+def breakdown_row(label: str, b: stepmodel.StepBreakdown, p: Point, extra: dict | None = None) -> dict:
     """One point's terms in seconds per step and as % of the (logged) time."""
     terms = {**b.terms(), **(extra or {})}
     total = sum(terms.values())
@@ -362,7 +362,7 @@ def _cmp(model, metric, n, pred, rng, pub, pub_rng) -> dict:
             "inside": bool(lo <= pub_rng[1] and pub_rng[0] <= hi)}
 
 
-def markdown(comp, hw: perfmodel.HardwareSpec, brk=None) -> str:
+def markdown(comp, hw: stepmodel.HardwareSpec, brk=None) -> str:
     lines = [
         f"# Predicted vs published (Dash et al. 2024, Frontier) on hardware `{hw.name}` "
         f"(framework `{hw.framework.name}`)",
@@ -468,8 +468,8 @@ def breakdown_figure(brk, path: Path, title: str = "Where the step goes") -> Pat
     return _save(fig, path)
 
 
-def study_predictions(points: list[Point], hw: perfmodel.HardwareSpec,
-                      measured: perfmodel.Measured | None = None,
+def study_predictions(points: list[Point], hw: stepmodel.HardwareSpec,
+                      measured: stepmodel.Measured | None = None,
                       dp_overlap: float | None = None, breakdown: list | None = None):
     """Predicted step time (with its range), throughput, MFU and efficiency (vs each series'
     ``baseline_n``) of the feasible points of a planned study (one row per config, repeats
@@ -481,7 +481,7 @@ def study_predictions(points: list[Point], hw: perfmodel.HardwareSpec,
         if not p.feasible or p.config_hash in seen:
             continue
         seen.add(p.config_hash)
-        pr = perfmodel.predict_range(p, hw, measured, dp_overlap)
+        pr = stepmodel.predict_range(p, hw, measured, dp_overlap)
         b = pr.central
         rows.append({"series": p.series, "mode": p.mode, "n": p.n, "dp": p.dp, "tp": p.tp,
                      "pp": p.pp, "micro_batch": p.micro_batch, "grad_accum": p.grad_accum,
@@ -578,13 +578,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from scalestudy.record.io import write_text
 
-    def load_hw(name: str) -> perfmodel.HardwareSpec:
-        hw = perfmodel.HardwareSpec.load(name)
+    def load_hw(name: str) -> stepmodel.HardwareSpec:
+        hw = stepmodel.HardwareSpec.load(name)
         return hw.with_framework(a.framework) if a.framework else hw
 
     explicit = None
     if a.matmul_csv or a.collectives_csv:
-        explicit = perfmodel.Measured.from_csv(a.matmul_csv, a.collectives_csv)
+        explicit = stepmodel.Measured.from_csv(a.matmul_csv, a.collectives_csv)
     compare_published, name = True, "frontier"
     if a.study:
         from scalestudy.plan.planner import plan_points
@@ -600,16 +600,16 @@ def main(argv: list[str] | None = None) -> int:
         elif device in ("cpu", "auto"):
             mb = Path(a.results) / name / "microbench"
             hw = load_hw("cpu-local")
-            measured = explicit or perfmodel.Measured.from_csv(
+            measured = explicit or stepmodel.Measured.from_csv(
                 *(str(mb / f) if (mb / f).exists() else None
                   for f in ("matmul.csv", "collectives.csv")))
             cal = Path(a.results) / name / "calibration.json"
             if not measured.matmul and cal.exists():
                 # the ceiling measured during the study's own run: the host's load then
-                measured = replace(measured, matmul=perfmodel.Measured.from_calibration(cal).matmul)
+                measured = replace(measured, matmul=stepmodel.Measured.from_calibration(cal).matmul)
         else:
             print("scalestudy predict: --hardware is required for a GPU study (a preset such as "
-                  f"{', '.join(perfmodel.presets())} or a YAML path)", file=sys.stderr)
+                  f"{', '.join(stepmodel.presets())} or a YAML path)", file=sys.stderr)
             return 2
         brk: list = []
         pred = study_predictions(plan_points(study), hw, measured, a.dp_overlap, breakdown=brk)

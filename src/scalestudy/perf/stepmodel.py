@@ -252,13 +252,15 @@ def layer_gemms(model: Model, s: int, b: int, tp: int = 1, attention_only: bool 
     core's ``Q Kᵀ`` and ``A V`` (``s × s × head_dim``, ``2·b·a/tp`` of them). ``fused_qkv``:
     q, k, v (and SwiGLU's gate and up) as one product (Megatron) instead of separate ones
     (``scalestudy.models.gpt``). FLOPs: ``2·M·N·K·count`` summed = ``flops.layer_forward_flops``."""
-    h, f, a = model.hidden, model.ffn, model.heads
+    h, f, a, kv = model.hidden, model.ffn, model.heads, model.kv_dim
     attn = [(s, s, model.head_dim, 2 * b * a / tp)]
     if attention_only:
         return attn
     bs = b * s
     up = model.mlp_matrices - 1  # GELU: 1 (up); SwiGLU: 2 (gate, up)
-    qkv = [(bs, 3 * h / tp, h, 1)] if fused_qkv else [(bs, h / tp, h, 3)]
+    # q is h wide, k and v kv_dim wide each (grouped-query attention: kv_heads · head_dim)
+    qkv = ([(bs, (h + 2 * kv) / tp, h, 1)] if fused_qkv else
+           [(bs, h / tp, h, 1), (bs, kv / tp, h, 2)])
     mlp_up = [(bs, up * f / tp, h, 1)] if (fused_qkv and up > 1) else [(bs, f / tp, h, up)]
     return qkv + [(bs, h, h / tp, 1)] + mlp_up + [(bs, h, f / tp, 1)] + attn
 
@@ -778,8 +780,8 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
         tokens_per_s=tokens / step,
         model_flops_per_step=mflops,
         hardware_flops_per_step=hflops,
-        mfu=mflops / (step * n * peak),
-        hfu=hflops / (step * n * peak),
+        mfu=flops.utilisation(mflops, step, n, peak),
+        hfu=flops.utilisation(hflops, step, n, peak),
         tflops_per_device=hflops / (step * n) / 1e12,
         matmul_flops_per_s=matmul_flops / (lps * (c.gemm_fwd + c.attn_fwd) + c.head_fwd),
         matmul_rate_source="measured" if c.measured else "declared",

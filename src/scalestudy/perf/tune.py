@@ -9,7 +9,7 @@ activation checkpointing) under the constraints the trainer has: ``N = dp·tp·p
 divides heads and hidden and fits in a node, ``layers`` split into ``pp × virtual`` stages,
 at least ``pp`` micro-batches for a pipelined schedule, ``global_batch`` a multiple of
 ``dp × micro_batch``, and the memory estimate within ``headroom`` of the device. Each shape
-is scored by ``perfmodel.predict_step_time`` (the Frontier study used Bayesian search with
+is scored by ``stepmodel.predict_step_time`` (the Frontier study used Bayesian search with
 DeepHyper for this step; the feasible set here is small enough to enumerate).
 """
 
@@ -22,7 +22,7 @@ import sys
 from scalestudy.config.point import Model, Parallel, Platform, Point, Train
 from scalestudy.config.vocab import Checkpointing, DPMode, PPSchedule
 from scalestudy.perf import memory
-from scalestudy.perf import stepmodel as perfmodel
+from scalestudy.perf import stepmodel
 from scalestudy.plan import constraints
 
 TINY = Model(name="tiny", vocab=256, seq_len=64, layers=4, hidden=64, heads=4)
@@ -53,7 +53,7 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def candidates(model: Model, n: int, global_batch: int, hw: perfmodel.HardwareSpec,
+def candidates(model: Model, n: int, global_batch: int, hw: stepmodel.HardwareSpec,
                precision: str = "bf16", micro_batches=(1, 2, 4, 8),
                dp_modes=tuple(DPMode), checkpointing=(Checkpointing.NONE, Checkpointing.FULL),
                headroom: float = constraints.MEMORY_HEADROOM):
@@ -87,22 +87,22 @@ def candidates(model: Model, n: int, global_batch: int, hw: perfmodel.HardwareSp
                             yield point, ok, reason
 
 
-def rank(model: Model, n: int, global_batch: int, hw: perfmodel.HardwareSpec, top: int = 5,
-         precision: str = "bf16", measured: perfmodel.Measured | None = None, **kw) -> list[dict]:
+def rank(model: Model, n: int, global_batch: int, hw: stepmodel.HardwareSpec, top: int = 5,
+         precision: str = "bf16", measured: stepmodel.Measured | None = None, **kw) -> list[dict]:
     """The ``top`` feasible shapes by predicted tokens/s, best first: dicts with ``point``,
-    ``prediction`` (a ``perfmodel.StepBreakdown``) and ``memory_bytes``."""
+    ``prediction`` (a ``stepmodel.StepBreakdown``) and ``memory_bytes``."""
     scored = []
     for point, ok, _ in candidates(model, n, global_batch, hw, precision, **kw):
         if not ok:
             continue
-        pred = perfmodel.predict_step_time(point, hw, measured)
+        pred = stepmodel.predict_step_time(point, hw, measured)
         scored.append({"point": point, "prediction": pred,
                        "memory_bytes": memory.estimate(point)["total_bytes"]})
     scored.sort(key=lambda r: (-r["prediction"].tokens_per_s, r["memory_bytes"]))
     return scored[:top]
 
 
-def study_yaml(model: Model, best: list[dict], hw: perfmodel.HardwareSpec) -> str:
+def study_yaml(model: Model, best: list[dict], hw: stepmodel.HardwareSpec) -> str:
     """A study file (``study.schema.yaml``) with one strong-scaling series of one point per
     ranked shape; the prediction of each is in a comment beside it."""
     import yaml
@@ -180,10 +180,10 @@ def main(argv: list[str] | None = None) -> int:
             shape = yaml.safe_load(f)
         model_gb = shape.pop("global_batch", None)
         model = Model(**{"name": os.path.splitext(os.path.basename(a.model))[0], **shape})
-    hw = perfmodel.HardwareSpec.load(a.hardware)
+    hw = stepmodel.HardwareSpec.load(a.hardware)
     precision = a.precision or ("fp32" if "bf16" not in hw.peak_flops or hw.device == "cpu" else "bf16")
     gb = a.global_batch or model_gb or 8 * a.n
-    measured = (perfmodel.Measured.from_csv(a.matmul_csv, a.collectives_csv)
+    measured = (stepmodel.Measured.from_csv(a.matmul_csv, a.collectives_csv)
                 if (a.matmul_csv or a.collectives_csv) else None)
     best = rank(model, a.n, gb, hw, a.top, precision, measured)
     if not best:
