@@ -97,7 +97,7 @@ def cmd_aggregate(args) -> int:
 def cmd_plot(args) -> int:
     from scalestudy.report import plots
 
-    for path in plots.run(Path(args.study_dir)):
+    for path in plots.run(Path(args.study_dir), style=getattr(args, "style", None)):
         print(path)
     return 0
 
@@ -121,6 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=f"{name} the runs of RESULTS/<study>")
         p.add_argument("study_dir")
         p.set_defaults(func=fn)
+        if name == "plot":
+            from scalestudy.config.vocab import FigureStyle
+
+            p.add_argument("--style", choices=[str(s) for s in FigureStyle], default=None,
+                           help="figure width and fonts for a paper (default: the study's "
+                                "report.figure_style)")
     for name in DELEGATED:
         sub.add_parser(name, add_help=False, help=f"see scalestudy {name} --help")
     return ap

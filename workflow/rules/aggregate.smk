@@ -2,7 +2,8 @@ localrules: aggregate, predict
 
 
 rule aggregate:
-    """Tidy tables over every run (failed and infeasible ones included) and the headline."""
+    """Tidy tables over every run (failed and infeasible ones included) and the headline
+    (summary.md, and summary.tex for a paper)."""
     input:
         f"{OUT}/plan.tsv",
         f"{OUT}/study.json",
@@ -14,6 +15,8 @@ rule aggregate:
         efficiency=report(f"{OUT}/efficiency.csv", caption="../report/efficiency.rst",
                           category="Tables"),
         summary=report(f"{OUT}/summary.md", caption="../report/summary.rst", category="Tables"),
+        summary_tex=report(f"{OUT}/summary.tex", caption="../report/summary_tex.rst",
+                           category="Tables"),
     log:
         f"{OUT}/logs/aggregate.log",
     conda:

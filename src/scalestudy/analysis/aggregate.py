@@ -1,4 +1,5 @@
-"""Run records → tidy tables: ``runs.csv`` (+ ``runs.parquet``), ``efficiency.csv``, ``summary.md``.
+"""Run records → tidy tables: ``runs.csv`` (+ ``runs.parquet``), ``efficiency.csv``, ``summary.md``
+(+ ``summary.tex``).
 
     python -m scalestudy.analysis.aggregate RESULTS/STUDY      (or: scalestudy aggregate RESULTS/STUDY)
 
@@ -457,7 +458,8 @@ def collect(study_dir: Path, detect_warmup: bool = False) -> tuple[pd.DataFrame,
 
 
 def run(study_dir: Path, detect_warmup: bool = False) -> None:
-    """Write ``runs.csv``, ``runs.parquet``, ``efficiency.csv`` and ``summary.md`` (atomically)."""
+    """Write ``runs.csv``, ``runs.parquet``, ``efficiency.csv``, ``summary.md`` and
+    ``summary.tex`` (atomically)."""
     from scalestudy.report import summary as report
 
     study_dir = Path(study_dir)
@@ -471,6 +473,7 @@ def run(study_dir: Path, detect_warmup: bool = False) -> None:
             runs.astype({c: "string" for c in obj}).to_parquet(tmp, index=False)
     _write_csv(study_dir / "efficiency.csv", efficiency)
     write_text(study_dir / "summary.md", report.summary_markdown(runs, efficiency, context))
+    write_text(study_dir / "summary.tex", report.summary_latex(runs, efficiency, context))
     for msg in context["messages"]:
         print(msg, file=sys.stderr)
 
