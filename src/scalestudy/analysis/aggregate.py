@@ -52,6 +52,8 @@ RUN_COLUMNS = [
     "measured_ceiling_tflops", "util_vs_measured_ceiling",
     "peak_memory_gb", "memory_kind", "mem_estimate_gb", "loss_first", "loss_last",
     "n_params", "exit_code", "wall_s",
+    # energy (train/energy.py): empty where no counter was readable, energy_note says why
+    "joules_per_token", "avg_power_w", "energy_source", "energy_note",
 ]
 
 EFFICIENCY_COLUMNS = [
@@ -204,9 +206,24 @@ def read_run(plan_row: dict, run_dir, calibration: dict | None, convention: str 
     row.update(peak_memory_gb=mem / 1e9, memory_kind=summary.get("memory_kind"),
                loss_first=summary.get("loss_first"), loss_last=summary.get("loss_last"),
                n_params=summary.get("n_params"))
+    row.update(energy_columns(summary) if state == RunState.OK else {})
     constants = (_num(plan_row.get("tokens_per_step")), _num(plan_row.get("n")), mf, hf, peak,
                  ceiling)
     return row, times, constants
+
+
+def energy_columns(summary: dict) -> dict:
+    """The energy columns of an ok run from its ``summary.json`` (``energy``: see
+    ``scalestudy.train.energy.summarize``); empty values with the reason when unmeasured."""
+    e = summary.get("energy")
+    if not isinstance(e, dict):
+        return {"energy_note": "summary.json has no energy record (trainer without energy "
+                               "recording)"}
+    jpt, power = _num(e.get("joules_per_token")), _num(e.get("avg_power_w"))
+    if not (math.isfinite(jpt) and e.get("source")):
+        return {"energy_note": str(e.get("reason") or "no energy counter")}
+    return {"joules_per_token": jpt, "avg_power_w": power, "energy_source": e.get("source"),
+            "energy_note": str(e.get("note") or "")}
 
 
 _UNREAD = object()

@@ -19,6 +19,7 @@ import torch.distributed as dist
 from scalestudy.config.point import Point
 from scalestudy.perf import flops, hardware
 from scalestudy.record.io import write_json, write_text
+from scalestudy.train import energy
 from scalestudy.train.data import SyntheticTokens
 from scalestudy.train.device import detect_device
 
@@ -77,8 +78,11 @@ def write_record(point: Point, run_dir: Path, gathered: list[dict], device: torc
     loss_rows = [g["losses"] for g in gathered if g["losses"] is not None]
     step_loss = [sum(r[i] for r in loss_rows) / len(loss_rows) for i in range(steps)]
     tokens = point.tokens_per_step
+    step_energy, energy_summary = energy.summarize([g.get("energy") for g in gathered], steps,
+                                                   warm, tokens)
     lines = [json.dumps({"step": i, "loss": step_loss[i], "step_time_s": step_times[i],
-                         "warmup": i < warm, "tokens": tokens}) for i in range(steps)]
+                         "warmup": i < warm, "tokens": tokens, **step_energy[i]})
+             for i in range(steps)]
     write_text(run_dir / "steps.jsonl", "\n".join(lines) + "\n")
 
     device_name = detect_device(device.type)["device_name"]
@@ -100,6 +104,7 @@ def write_record(point: Point, run_dir: Path, gathered: list[dict], device: torc
         "dtype": tr.precision, "peak_flops_per_device": peak, "peak_source": source,
         "peak_memory_bytes": mem_bytes, "memory_kind": mem_kind,
         "train_wall_s": time.perf_counter() - t_start,
+        "energy": energy_summary,
     }
     write_json(run_dir / "env.json", env_record(point, device, backend,
                                                 [g["view"] for g in gathered]))
