@@ -2,8 +2,9 @@
 
     scalestudy plan STUDY.yaml            print the sweep (feasible and skipped points)
     scalestudy run STUDY.yaml [-- ARGS]   validate, then run the Snakemake DAG (+ report.html)
-    scalestudy aggregate RESULTS/STUDY    tables: runs.csv, efficiency.csv, summary.md
-    scalestudy plot RESULTS/STUDY         figures/
+    scalestudy aggregate RESULTS/STUDY    tables: runs.csv, efficiency.csv, summary.md, summary.tex
+    scalestudy plot RESULTS/STUDY [--style single-column|double-column]   figures/
+    scalestudy status [STUDY | RESULTS/STUDY] [--watch] [--json]   progress, failures, time left
     scalestudy predict | tune ...         performance model (see --help of each)
 
 A bad study file ends with one line naming the field and the fix, exit status 2.
@@ -26,6 +27,7 @@ DELEGATED = {
     "predict": "scalestudy.perf.predict",
     "tune": "scalestudy.perf.tune",
     "run-point": "scalestudy.run.runner",
+    "status": "scalestudy.report.status",
 }
 PLAN_VIEW = ["point_id", "mode", "n", "dp", "tp", "pp", "micro_batch", "grad_accum",
              "global_batch", "tokens_per_step", "feasible", "reason"]
