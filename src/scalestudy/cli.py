@@ -5,6 +5,7 @@
     scalestudy aggregate RESULTS/STUDY    tables: runs.csv, efficiency.csv, summary.md, summary.tex
     scalestudy plot RESULTS/STUDY [--style single-column|double-column]   figures/
     scalestudy status [STUDY | RESULTS/STUDY] [--watch] [--json]   progress, failures, time left
+    scalestudy compare RESULTS_A RESULTS_B [...] --out DIR          studies on one set of axes
     scalestudy predict | tune ...         performance model (see --help of each)
 
 A bad study file ends with one line naming the field and the fix, exit status 2.
@@ -28,6 +29,7 @@ DELEGATED = {
     "tune": "scalestudy.perf.tune",
     "run-point": "scalestudy.run.runner",
     "status": "scalestudy.report.status",
+    "compare": "scalestudy.report.compare",
 }
 PLAN_VIEW = ["point_id", "mode", "n", "dp", "tp", "pp", "micro_batch", "grad_accum",
              "global_batch", "tokens_per_step", "feasible", "reason"]
