@@ -104,8 +104,12 @@ def resolve(target: str | None, results: str = "results") -> tuple[Path, dict | 
     root holding one study) and the validated study when a study file was given."""
     from scalestudy.config.study import StudyError, load_study
 
-    if target is None:
+    if target is None:  # the default study: the checkout's, else the installed package's
+        from scalestudy import paths
+
         target = "workflow/config/default.yaml"
+        if not Path(target).is_file():
+            target = str(paths.workflow_dir() / "config" / "default.yaml")
     p = Path(target)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
         study = load_study(p)
@@ -184,15 +188,16 @@ class _Finished:
     median_step_s: float
 
 
-def read_points(study_dir: Path, rows: list[dict], timeout_s: float,
-                now: float) -> tuple[list[PointStatus], dict[str, _Finished], float | None]:
-    """Each planned run's state; the measurements of the finished ok ones; the earliest start."""
+def read_points(study_dir: Path, rows: list[dict], timeout_s: float, now: float
+                ) -> tuple[list[PointStatus], dict[str, _Finished], float | None, float | None]:
+    """Each planned run's state; the measurements of the finished ok ones; the earliest start
+    and the latest finish of a point."""
     runs = study_dir / "runs"
     try:
         present = set(os.listdir(runs))
     except OSError:
         present = set()
-    points, finished, starts = [], {}, []
+    points, finished, starts, ends = [], {}, [], []
     for r in rows:
         pid = r.get("point_id", "")
         ps = PointStatus(point_id=pid, series=r.get("series", ""), mode=r.get("mode", ""),
@@ -213,9 +218,11 @@ def read_points(study_dir: Path, rows: list[dict], timeout_s: float,
                 ps.state = str(RunState.INVALID)
             ps.reason = str(status.get("reason") or "")
             ps.wall_s = _num(status.get("wall_s"))
-            t = _iso(status.get("started"))
+            t, e = _iso(status.get("started")), _iso(status.get("finished"))
             if t is not None:
                 starts.append(t)
+            if e is not None:
+                ends.append(e)
             if ps.state == RunState.OK:
                 steps = _steps(d / "steps.jsonl")
                 times = [s.get("step_time_s") for s in steps]
@@ -242,7 +249,7 @@ def read_points(study_dir: Path, rows: list[dict], timeout_s: float,
                 ps.state = RUNNING
                 ps.elapsed_s = max(0.0, now - began)
                 starts.append(began)
-    return points, finished, (min(starts) if starts else None)
+    return points, finished, (min(starts) if starts else None), (max(ends) if ends else None)
 
 
 def _num(x) -> float | None:
@@ -361,7 +368,7 @@ def collect(study_dir: Path, study: dict | None = None, now: float | None = None
     resolved = _read_json(study_dir / "study.json") or study
     rows = _plan_rows(study_dir, study or resolved)
     timeout_s = float(((resolved or {}).get("platform") or {}).get("timeout_s") or 900)
-    points, finished, first = read_points(study_dir, rows, timeout_s, now)
+    points, finished, first, last = read_points(study_dir, rows, timeout_s, now)
 
     steps = {}
     train = (resolved or {}).get("train") or {}
@@ -384,11 +391,13 @@ def collect(study_dir: Path, study: dict | None = None, now: float | None = None
                                             **{k: 0 for k in ORDER}})
         s[p.state] = s.get(p.state, 0) + 1
     name = (resolved or {}).get("name") or study_dir.name
+    live = counts.get(RUNNING) or counts.get(PENDING) or counts.get(INTERRUPTED)
+    end = now if live or last is None else last  # a finished study: until its last point
     return StudyStatus(
         study=name, study_dir=str(study_dir),
         now=datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds"),
         counts=counts, series=list(by_series.values()), points=points,
-        elapsed_s=None if first is None else max(0.0, now - first),
+        elapsed_s=None if first is None else max(0.0, end - first),
         busy_s=sum(p.wall_s or 0.0 for p in points) + sum(p.elapsed_s or 0.0 for p in points),
         time_left_s=left, estimate=how)
 
@@ -428,8 +437,10 @@ def text(st: StudyStatus, limit: int = 20) -> str:
     left = ("done" if st.done else
             f"about {_dur(st.time_left_s)} left ({st.estimate})" if st.time_left_s is not None
             else st.estimate)
-    out.append(f"  elapsed {_dur(st.elapsed_s)} since the first point started "
-               f"({_dur(st.busy_s)} in points); {left}")
+    live = not st.done or c.get(INTERRUPTED)
+    span = ("since the first point started" if live else
+            "from the first point's start to the last one's end")
+    out.append(f"  elapsed {_dur(st.elapsed_s)} {span} ({_dur(st.busy_s)} in points); {left}")
     out.append("")
     head = ["series", "mode", "ok", "failed", "running", "pending", "infeasible"]
     table = [head]
