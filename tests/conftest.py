@@ -64,6 +64,17 @@ def tiny_study_run(tmp_path_factory):
     return study_file, results, first
 
 
+@pytest.fixture(scope="session")
+def tiny_report(tiny_study_run):
+    """``report.html`` of the shared tiny study run (``snakemake --report``), made once."""
+    study_file, results, _ = tiny_study_run
+    report = results / "tiny" / "report.html"
+    if not report.exists():
+        r = snakemake(study_file, results, "--report", str(report))
+        assert r.returncode == 0, r.stderr[-2000:]
+    return report
+
+
 def pytest_collection_modifyitems(items):
     """Tests marked ``extends_shared_run`` run last: they change the shared tiny study run."""
     items.sort(key=lambda item: item.get_closest_marker("extends_shared_run") is not None)

@@ -2,8 +2,10 @@
 
     scalestudy plan STUDY.yaml            print the sweep (feasible and skipped points)
     scalestudy run STUDY.yaml [-- ARGS]   validate, then run the Snakemake DAG (+ report.html)
-    scalestudy aggregate RESULTS/STUDY    tables: runs.csv, efficiency.csv, summary.md
-    scalestudy plot RESULTS/STUDY         figures/
+    scalestudy aggregate RESULTS/STUDY    tables: runs.csv, efficiency.csv, summary.md, summary.tex
+    scalestudy plot RESULTS/STUDY [--style single-column|double-column]   figures/
+    scalestudy status [STUDY | RESULTS/STUDY] [--watch] [--json]   progress, failures, time left
+    scalestudy compare RESULTS_A RESULTS_B [...] --out DIR          studies on one set of axes
     scalestudy predict | tune ...         performance model (see --help of each)
 
 A bad study file ends with one line naming the field and the fix, exit status 2.
@@ -26,6 +28,8 @@ DELEGATED = {
     "predict": "scalestudy.perf.predict",
     "tune": "scalestudy.perf.tune",
     "run-point": "scalestudy.run.runner",
+    "status": "scalestudy.report.status",
+    "compare": "scalestudy.report.compare",
 }
 PLAN_VIEW = ["point_id", "mode", "n", "dp", "tp", "pp", "micro_batch", "grad_accum",
              "global_batch", "tokens_per_step", "feasible", "reason"]
@@ -97,7 +101,7 @@ def cmd_aggregate(args) -> int:
 def cmd_plot(args) -> int:
     from scalestudy.report import plots
 
-    for path in plots.run(Path(args.study_dir)):
+    for path in plots.run(Path(args.study_dir), style=getattr(args, "style", None)):
         print(path)
     return 0
 
@@ -121,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=f"{name} the runs of RESULTS/<study>")
         p.add_argument("study_dir")
         p.set_defaults(func=fn)
+        if name == "plot":
+            from scalestudy.config.vocab import FigureStyle
+
+            p.add_argument("--style", choices=[str(s) for s in FigureStyle], default=None,
+                           help="figure width and fonts for a paper (default: the study's "
+                                "report.figure_style)")
     for name in DELEGATED:
         sub.add_parser(name, add_help=False, help=f"see scalestudy {name} --help")
     return ap

@@ -2,18 +2,21 @@ localrules: aggregate, predict
 
 
 rule aggregate:
-    """Tidy tables over every run (failed and infeasible ones included) and the headline."""
+    """Tidy tables over every run (failed and infeasible ones included) and the headline
+    (summary.md, and summary.tex for a paper)."""
     input:
         f"{OUT}/plan.tsv",
         f"{OUT}/study.json",
         f"{OUT}/calibration.json",
         expand(f"{OUT}/runs/{{pid}}/status.json", pid=FEASIBLE),
     output:
-        runs=report(f"{OUT}/runs.csv", caption="../report/runs.rst", category="Tables"),
+        runs=report(f"{OUT}/runs.csv", caption="../report/runs.rst", category="3. Tables"),
         parquet=f"{OUT}/runs.parquet",
         efficiency=report(f"{OUT}/efficiency.csv", caption="../report/efficiency.rst",
-                          category="Tables"),
-        summary=report(f"{OUT}/summary.md", caption="../report/summary.rst", category="Tables"),
+                          category="3. Tables"),
+        summary=report(f"{OUT}/summary.md", caption="../report/summary.rst", category="1. Answer"),
+        summary_tex=report(f"{OUT}/summary.tex", caption="../report/summary_tex.rst",
+                           category="1. Answer"),
     log:
         f"{OUT}/logs/aggregate.log",
     conda:
@@ -38,10 +41,12 @@ rule predict:
         predictions=f"{OUT}/predict/study_predictions.csv",
         residuals=f"{OUT}/predict/predict_vs_measured.csv",
         figure=report(f"{OUT}/predict/predict_vs_measured.png",
-                      caption="../report/predict_vs_measured.rst", category="Figures"),
+                      caption="../report/predict_vs_measured.rst",
+                      category="4. Performance model"),
         breakdown=f"{OUT}/predict/study_breakdown.csv",
         breakdown_figure=report(f"{OUT}/predict/study_breakdown.png",
-                                caption="../report/study_breakdown.rst", category="Figures"),
+                                caption="../report/study_breakdown.rst",
+                                category="4. Performance model"),
     log:
         f"{OUT}/logs/predict.log",
     conda:

@@ -6,7 +6,7 @@ rule plan:
     input:
         STUDY_FILE,
     output:
-        plan=report(f"{OUT}/plan.tsv", caption="../report/plan.rst", category="Plan"),
+        plan=report(f"{OUT}/plan.tsv", caption="../report/plan.rst", category="5. Plan"),
         study=f"{OUT}/study.json",
     log:
         f"{OUT}/logs/plan.log",

@@ -1,4 +1,4 @@
-localrules: plots
+localrules: plots, front_page
 
 
 rule plots:
@@ -8,7 +8,7 @@ rule plots:
         f"{OUT}/efficiency.csv",
     output:
         png=[report(f"{OUT}/figures/{fig}.png", caption=f"../report/{fig}.rst",
-                    category="Figures") for fig in FIGURES],
+                    category="2. Figures") for fig in FIGURES],
         other=expand(f"{OUT}/figures/{{fig}}.{{ext}}", fig=FIGURES, ext=["pdf", "csv"]),
     log:
         f"{OUT}/logs/plots.log",
@@ -17,5 +17,27 @@ rule plots:
     params:
         py=PY,
         study_dir=lambda w, input: os.path.dirname(input[0]),
+        style=STUDY["report"]["figure_style"],  # a changed style redraws the figures
     shell:
-        "{params.py:q} -m scalestudy.report.plots {params.study_dir:q} > {log:q} 2>&1"
+        "{params.py:q} -m scalestudy.report.plots {params.study_dir:q} --style {params.style}"
+        " > {log:q} 2>&1"
+
+
+rule front_page:
+    """The report's front page: the answer per series, the efficiency figures, the headline
+    table and the points that did not run (workflow/report/workflow.rst shows it first)."""
+    input:
+        f"{OUT}/runs.csv",
+        f"{OUT}/efficiency.csv",
+        expand(f"{OUT}/figures/{{fig}}.png", fig=FIGURES),
+    output:
+        report(f"{OUT}/report/front.html", caption="../report/front.rst", category="1. Answer"),
+    log:
+        f"{OUT}/logs/front_page.log",
+    conda:
+        ENV
+    params:
+        py=PY,
+        study_dir=lambda w, input: os.path.dirname(input[0]),
+    shell:
+        "{params.py:q} -m scalestudy.report.front {params.study_dir:q} > {log:q} 2>&1"

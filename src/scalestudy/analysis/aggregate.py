@@ -1,4 +1,5 @@
-"""Run records → tidy tables: ``runs.csv`` (+ ``runs.parquet``), ``efficiency.csv``, ``summary.md``.
+"""Run records → tidy tables: ``runs.csv`` (+ ``runs.parquet``), ``efficiency.csv``, ``summary.md``
+(+ ``summary.tex``).
 
     python -m scalestudy.analysis.aggregate RESULTS/STUDY      (or: scalestudy aggregate RESULTS/STUDY)
 
@@ -51,6 +52,8 @@ RUN_COLUMNS = [
     "measured_ceiling_tflops", "util_vs_measured_ceiling",
     "peak_memory_gb", "memory_kind", "mem_estimate_gb", "loss_first", "loss_last",
     "n_params", "exit_code", "wall_s", "workload",
+    # energy (train/energy.py): empty where no counter was readable, energy_note says why
+    "joules_per_token", "avg_power_w", "energy_source", "energy_note",
 ]
 
 EFFICIENCY_COLUMNS = [
@@ -202,9 +205,24 @@ def read_run(plan_row: dict, run_dir, calibration: dict | None, convention: str 
     row.update(peak_memory_gb=mem / 1e9, memory_kind=summary.get("memory_kind"),
                loss_first=summary.get("loss_first"), loss_last=summary.get("loss_last"),
                n_params=summary.get("n_params"))
+    row.update(energy_columns(summary) if state == RunState.OK else {})
     constants = (_num(plan_row.get("tokens_per_step")), _num(plan_row.get("n")), mf, hf, peak,
                  ceiling)
     return row, times, constants
+
+
+def energy_columns(summary: dict) -> dict:
+    """The energy columns of an ok run from its ``summary.json`` (``energy``: see
+    ``scalestudy.train.energy.summarize``); empty values with the reason when unmeasured."""
+    e = summary.get("energy")
+    if not isinstance(e, dict):
+        return {"energy_note": "summary.json has no energy record (trainer without energy "
+                               "recording)"}
+    jpt, power = _num(e.get("joules_per_token")), _num(e.get("avg_power_w"))
+    if not (math.isfinite(jpt) and e.get("source")):
+        return {"energy_note": str(e.get("reason") or "no energy counter")}
+    return {"joules_per_token": jpt, "avg_power_w": power, "energy_source": e.get("source"),
+            "energy_note": str(e.get("note") or "")}
 
 
 _UNREAD = object()
@@ -456,7 +474,8 @@ def collect(study_dir: Path, detect_warmup: bool = False) -> tuple[pd.DataFrame,
 
 
 def run(study_dir: Path, detect_warmup: bool = False) -> None:
-    """Write ``runs.csv``, ``runs.parquet``, ``efficiency.csv`` and ``summary.md`` (atomically)."""
+    """Write ``runs.csv``, ``runs.parquet``, ``efficiency.csv``, ``summary.md`` and
+    ``summary.tex`` (atomically)."""
     from scalestudy.report import summary as report
 
     study_dir = Path(study_dir)
@@ -470,6 +489,7 @@ def run(study_dir: Path, detect_warmup: bool = False) -> None:
             runs.astype({c: "string" for c in obj}).to_parquet(tmp, index=False)
     _write_csv(study_dir / "efficiency.csv", efficiency)
     write_text(study_dir / "summary.md", report.summary_markdown(runs, efficiency, context))
+    write_text(study_dir / "summary.tex", report.summary_latex(runs, efficiency, context))
     for msg in context["messages"]:
         print(msg, file=sys.stderr)
 

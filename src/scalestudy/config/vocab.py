@@ -121,6 +121,14 @@ class FlopsSource(StrEnum):
     UNKNOWN = "unknown"  # no FLOPs: MFU and HFU stay empty
 
 
+class FigureStyle(StrEnum):
+    """Figure width and fonts (``scalestudy.report.style``)."""
+
+    DEFAULT = "default"  # screen and report: 6.4 in wide
+    SINGLE_COLUMN = "single-column"  # one column of a two-column paper: 3.5 in, 8 pt
+    DOUBLE_COLUMN = "double-column"  # a paper's full text width: 7 in, 8 pt
+
+
 def allowed(enum: type[StrEnum]) -> str:
     """``'a, b, c'``: the values of an enum, for error messages."""
     return ", ".join(m.value for m in enum)
@@ -152,4 +160,5 @@ SCHEMA_ENUMS: dict[str, tuple[str, ...]] = {
     "flops_convention": tuple(FlopsConvention),
     "reference": tuple(Reference),
     "gpu_request": tuple(GPURequest),
+    "figure_style": tuple(FigureStyle),
 }

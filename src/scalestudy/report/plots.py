@@ -9,7 +9,9 @@ the measured matmul ceiling when no spec peak is known). Points that did not run
 timeout, crashed, infeasible, invalid, not run) are drawn as distinct markers on a strip at
 the bottom of the axes, so a reader sees where scaling broke. Published references named by
 the study (``references`` in ``study.json``, or the ``references`` argument) are overlaid in
-the same units.
+the same units. ``style`` (``report.figure_style`` of the study, or ``--style``): ``default``,
+``single-column`` or ``double-column`` (``scalestudy.report.style``: paper widths, TrueType
+fonts embedded in the PDFs, a colour-blind-safe palette, a marker and line style per series).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from scalestudy.report import references as refs  # noqa: E402
+from scalestudy.report import style as fstyle  # noqa: E402
 from scalestudy.record.io import atomic_path, read_json, write_text  # noqa: E402
 from scalestudy.report.summary import CPU_NOTE  # noqa: E402
 
@@ -39,12 +42,12 @@ FAIL_LABEL = {"oom": "out of memory", "timeout": "timeout", "crashed": "crashed"
 REF_MARKERS = ["s", "^", "p", "h", "8"]
 
 
-def _save(fig, out_dir: Path, name: str, data: pd.DataFrame) -> list[Path]:
+def _save(fig, out_dir: Path, name: str, data: pd.DataFrame, style: str = "default") -> list[Path]:
     paths = []
     for ext in ("png", "pdf"):
         path = out_dir / f"{name}.{ext}"
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=150 if ext == "png" else None, bbox_inches="tight")
+            fig.savefig(tmp, **fstyle.save_kwargs(style, ext))
         paths.append(path)
     plt.close(fig)
     path = out_dir / f"{name}.csv"
@@ -83,15 +86,25 @@ def _failed_strip(ax, failed: pd.DataFrame, palette: dict) -> None:
 
 
 def _palette(series) -> dict:
-    names = list(dict.fromkeys(series))
-    return dict(zip(names, sns.color_palette("colorblind", max(len(names), 1))))
+    """Colour per series (``style.PALETTE``: Okabe–Ito, colour-blind safe)."""
+    return {s: v["color"] for s, v in fstyle.series_styles(series).items()}
 
 
-def _empty(out_dir: Path, name: str, message: str, columns) -> list[Path]:
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, fontsize=11)
+def _lines(ax, data: pd.DataFrame, y: str, styles: dict) -> None:
+    """One line per series, each with its own colour, marker and line style."""
+    for s, g in data.groupby("series", sort=False):
+        g = g.sort_values("n")
+        st = styles[s]
+        ax.plot(g["n"], g[y], color=st["color"], marker=st["marker"], linestyle=st["linestyle"],
+                label=str(s))
+
+
+def _empty(out_dir: Path, name: str, message: str, columns, style: str = "default") -> list[Path]:
+    fig, ax = fstyle.new_figure(style)
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes,
+            fontsize=11 if style == "default" else 8)
     ax.set_axis_off()
-    return _save(fig, out_dir, name, pd.DataFrame(columns=list(columns)))
+    return _save(fig, out_dir, name, pd.DataFrame(columns=list(columns)), style)
 
 
 def _cpu(runs: pd.DataFrame) -> bool:
@@ -99,18 +112,19 @@ def _cpu(runs: pd.DataFrame) -> bool:
 
 
 def efficiency_figure(eff: pd.DataFrame, runs: pd.DataFrame, mode: str, out_dir: Path,
-                      references: list[str]) -> list[Path]:
+                      references: list[str], style: str = "default") -> list[Path]:
     name = f"efficiency_{mode}"
     d = eff[eff["mode"] == mode].copy()
     if d.empty:
-        return _empty(out_dir, name, f"no {mode}-scaling series in this study", eff.columns)
+        return _empty(out_dir, name, f"no {mode}-scaling series in this study", eff.columns,
+                      style)
+    styles = fstyle.series_styles(d["series"])
     palette = _palette(d["series"])
     ok = d[d["efficiency"].notna()]
     failed = d[d["status"] != "ok"]
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = fstyle.new_figure(style)
     if not ok.empty:
-        sns.lineplot(data=ok, x="n", y="efficiency", hue="series", palette=palette, marker="o",
-                     ax=ax, errorbar=None)
+        _lines(ax, ok, "efficiency", styles)
         for s, g in ok.groupby("series"):
             if g["efficiency_ci_lo"].notna().any():
                 ax.fill_between(g["n"], g["efficiency_ci_lo"], g["efficiency_ci_hi"],
@@ -141,31 +155,32 @@ def efficiency_figure(eff: pd.DataFrame, runs: pd.DataFrame, mode: str, out_dir:
     title = f"{mode.capitalize()} scaling ({inv}); band: 95% CI"
     if not nocurve.empty:
         title += "\nno curve for: " + ", ".join(sorted(set(nocurve["series"])))
-    ax.set_title(title, fontsize=10)
-    if _cpu(runs):
+    ax.set_title(title, fontsize=10 if style == "default" else None)
+    if _cpu(runs) and style == "default":
         fig.text(0.01, -0.02, CPU_NOTE, fontsize=7, color="0.35")
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fstyle.legend(fig, ax, style)
     data = d.assign(kind="measured")
     if ref_rows:
         r = pd.concat(ref_rows, ignore_index=True).rename(columns={"reference": "series"})
         data = pd.concat([data, r.assign(kind="reference")], ignore_index=True)
-    return _save(fig, out_dir, name, data)
+    return _save(fig, out_dir, name, data, style)
 
 
 def _per_n_metric_figure(eff: pd.DataFrame, runs: pd.DataFrame, out_dir: Path, name: str,
                          ycol: str, ylabel: str, title: str, percent: bool,
-                         ref_lines: pd.DataFrame | None = None) -> list[Path]:
+                         ref_lines: pd.DataFrame | None = None,
+                         style: str = "default") -> list[Path]:
     d = eff.copy()
     if d.empty:
-        return _empty(out_dir, name, "no points in this study", eff.columns)
+        return _empty(out_dir, name, "no points in this study", eff.columns, style)
+    styles = fstyle.series_styles(d["series"])
     palette = _palette(d["series"])
     ok = d[d[ycol].notna()]
     failed = d[d["status"] != "ok"]
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = fstyle.new_figure(style)
     y = ok[ycol] * (100 if percent else 1)
     if not ok.empty:
-        sns.lineplot(data=ok.assign(_y=y), x="n", y="_y", hue="series", style="mode",
-                     palette=palette, markers=True, dashes=False, ax=ax, errorbar=None)
+        _lines(ax, ok.assign(_y=y), "_y", styles)
         if f"{ycol}_ci_lo" in ok.columns:  # 95% CI band
             scale = 100 if percent else 1
             for s, g in ok.groupby("series"):
@@ -187,40 +202,42 @@ def _per_n_metric_figure(eff: pd.DataFrame, runs: pd.DataFrame, out_dir: Path, n
     ax.set_ylim(0, top * 1.15 if top > 0 else 1)
     ax.set_xlabel("devices N (log2)")
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
-    if _cpu(runs):
+    ax.set_title(title, fontsize=10 if style == "default" else None)
+    if _cpu(runs) and style == "default":
         fig.text(0.01, -0.02, CPU_NOTE, fontsize=7, color="0.35")
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fstyle.legend(fig, ax, style)
     cols = ["series", "mode", "model", "n", "dp", "tp", "pp", "global_batch", ycol,
             f"{ycol}_ci_lo", f"{ycol}_ci_hi", "status", "reason"]
     data = d[[c for c in cols if c in d.columns]].assign(kind="measured")
     if ref_lines is not None and len(ref_lines):
         data = pd.concat([data, ref_lines.rename(columns={"reference": "series", "fraction": ycol})
                           .assign(kind="reference")], ignore_index=True)
-    return _save(fig, out_dir, name, data)
+    return _save(fig, out_dir, name, data, style)
 
 
-def throughput_figure(eff, runs, out_dir) -> list[Path]:
+def throughput_figure(eff, runs, out_dir, style: str = "default") -> list[Path]:
     return _per_n_metric_figure(eff, runs, out_dir, "throughput", "tokens_per_s_per_device",
                                 "tokens/s per device", "Throughput per device (median step time); band: 95% CI",
-                                percent=False)
+                                percent=False, style=style)
 
 
-def mfu_figure(eff, runs, out_dir, references: list[str]) -> list[Path]:
+def mfu_figure(eff, runs, out_dir, references: list[str], style: str = "default") -> list[Path]:
     if eff["mfu"].notna().any():
         ref = [refs.peak_fraction_points(r) for r in references if r in refs.REFERENCES]
         ref_lines = pd.concat(ref, ignore_index=True) if ref else None
         return _per_n_metric_figure(eff, runs, out_dir, "mfu", "mfu",
                                     "MFU (% of spec peak, model FLOPs)",
-                                    "Model FLOPs utilisation vs N", percent=True, ref_lines=ref_lines)
+                                    "Model FLOPs utilisation vs N", percent=True, ref_lines=ref_lines,
+                                    style=style)
     title = "Utilisation vs measured matmul ceiling (no spec peak for this device)"
     if references:
         title += "\npublished % of spec peak not shown: different denominator"
     if eff["util_vs_measured_ceiling"].notna().any():
         return _per_n_metric_figure(eff, runs, out_dir, "mfu", "util_vs_measured_ceiling",
-                                    "% of measured matmul ceiling (model FLOPs)", title, percent=True)
+                                    "% of measured matmul ceiling (model FLOPs)", title, percent=True,
+                                    style=style)
     return _empty(out_dir, "mfu", "no spec peak for this device and no calibration.json:\n"
-                  "no utilisation to show", eff.columns)
+                  "no utilisation to show", eff.columns, style)
 
 
 def _study_references(study_dir: Path) -> list[str]:
@@ -236,9 +253,20 @@ def _study_references(study_dir: Path) -> list[str]:
     return []
 
 
-def run(study_dir: Path, references: list[str] | None = None) -> list[Path]:
+def _study_style(study_dir: Path) -> str:
+    """``report.figure_style`` of ``study.json`` (``default`` when absent)."""
+    try:
+        return str((read_json(study_dir / "study.json").get("report") or {})
+                   .get("figure_style") or "default")
+    except (OSError, ValueError, AttributeError):
+        return "default"
+
+
+def run(study_dir: Path, references: list[str] | None = None,
+        style: str | None = None) -> list[Path]:
     """Draw every figure of a study directory (after ``aggregate.run``); returns the paths
-    written (PNG, PDF and CSV per figure). ``references`` defaults to the study's own list."""
+    written (PNG, PDF and CSV per figure). ``references`` defaults to the study's own list,
+    ``style`` to the study's ``report.figure_style``."""
     study_dir = Path(study_dir)
     eff_path, runs_path = study_dir / "efficiency.csv", study_dir / "runs.csv"
     for p in (eff_path, runs_path):
@@ -249,14 +277,16 @@ def run(study_dir: Path, references: list[str] | None = None) -> list[Path]:
     refs_named = _study_references(study_dir) if references is None else list(references)
     for r in refs_named:
         refs._check(r, refs.REFERENCES)
+    style = fstyle.check(style or _study_style(study_dir))
     out_dir = study_dir / "figures"
     out_dir.mkdir(parents=True, exist_ok=True)
     sns.set_theme(style="whitegrid", context="paper")
     paths: list[Path] = []
-    for mode in ("weak", "strong"):
-        paths += efficiency_figure(eff, runs, mode, out_dir, refs_named)
-    paths += throughput_figure(eff, runs, out_dir)
-    paths += mfu_figure(eff, runs, out_dir, refs_named)
+    with fstyle.applied(style):
+        for mode in ("weak", "strong"):
+            paths += efficiency_figure(eff, runs, mode, out_dir, refs_named, style)
+        paths += throughput_figure(eff, runs, out_dir, style)
+        paths += mfu_figure(eff, runs, out_dir, refs_named, style)
     return paths
 
 
@@ -267,8 +297,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("study_dir", type=Path)
     p.add_argument("--references", nargs="*", default=None,
                    help=f"overlay published results ({', '.join(refs.REFERENCES)}); default: the study's")
+    p.add_argument("--style", choices=list(fstyle.STYLES), default=None,
+                   help="figure size and fonts for a paper; default: the study's "
+                        "report.figure_style, else default")
     args = p.parse_args(argv)
-    for path in run(args.study_dir, args.references):
+    for path in run(args.study_dir, args.references, args.style):
         print(path)
     return 0
 

@@ -42,31 +42,78 @@ def _pct(x) -> str:
     return f"{100 * float(x):.1f}%" if _isnum(x) else "–"
 
 
-def headline_table(runs: pd.DataFrame, efficiency: pd.DataFrame) -> tuple[str, str]:
-    """Markdown table (one row per series and N) and the name of the utilisation column."""
+HEADLINE_SOURCE = ["series", "mode", "n", "dp", "tp", "pp", "global_batch", "tokens_per_step",
+                   "step_time_s", "step_time_ci_lo_s", "step_time_ci_hi_s",
+                   "tokens_per_s_per_device", "efficiency", "efficiency_ci_lo",
+                   "efficiency_ci_hi", "speedup", "status", "n_ok", "n_repeats"]
+
+
+def utilisation_column(efficiency: pd.DataFrame) -> tuple[str, str]:
+    """(column, name) of the utilisation the headline shows: MFU when any point has a spec
+    peak, else utilisation vs the measured matmul ceiling."""
     use_mfu = efficiency["mfu"].notna().any() if len(efficiency) else False
-    util_col, util_name = ("mfu", "MFU") if use_mfu else (
-        "util_vs_measured_ceiling", "util. vs measured matmul ceiling")
+    return ("mfu", "MFU") if use_mfu else ("util_vs_measured_ceiling",
+                                           "util. vs measured matmul ceiling")
+
+
+def headline_cells(efficiency: pd.DataFrame) -> tuple[list[str], list[list[str]], str]:
+    """The headline table as text cells: (header, rows, utilisation name). One row per
+    series and N; the same cells make ``summary.md`` and the report's front page."""
+    util_col, util_name = utilisation_column(efficiency)
     head = ["series", "mode", "N", "DP×TP×PP", "global batch", "tokens/step",
             "step time ms [95% CI]", "tokens/s/device", "efficiency [95% CI]", "speedup",
             util_name, "status"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    for r in _rows(efficiency, ["series", "mode", "n", "dp", "tp", "pp", "global_batch",
-                                "tokens_per_step", "step_time_s", "step_time_ci_lo_s",
-                                "step_time_ci_hi_s", "tokens_per_s_per_device", "efficiency",
-                                "efficiency_ci_lo", "efficiency_ci_hi", "speedup", util_col,
-                                "status", "n_ok", "n_repeats"]):
-        cells = [
+    rows = []
+    for r in _rows(efficiency, HEADLINE_SOURCE + [util_col]):
+        rows.append([
             str(r.series), str(r.mode), str(r.n), f"{r.dp}×{r.tp}×{r.pp}", _fmt(r.global_batch, "g"),
             _fmt(r.tokens_per_step, "g"),
             _ci(r.step_time_s, r.step_time_ci_lo_s, r.step_time_ci_hi_s, ".4g", 1e3),
             _fmt(r.tokens_per_s_per_device, ".4g"),
             _ci(r.efficiency, r.efficiency_ci_lo, r.efficiency_ci_hi, ".3f"),
-            _fmt(r.speedup, ".3g"), _pct(getattr(r, util_col)),
+            _fmt(r.speedup, ".3g"), _pct(r[-1]),
             str(r.status) + (f" ({r.n_ok}/{r.n_repeats} repeats)" if r.n_ok not in (r.n_repeats, 0) else ""),
-        ]
+        ])
+    return head, rows, util_name
+
+
+def headline_table(runs: pd.DataFrame, efficiency: pd.DataFrame) -> tuple[str, str]:
+    """Markdown table (one row per series and N) and the name of the utilisation column."""
+    head, rows, util_name = headline_cells(efficiency)
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for cells in rows:
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     return "\n".join(lines), util_name
+
+
+def findings(efficiency: pd.DataFrame) -> list[dict]:
+    """Per series, the answer in one line: the efficiency (with its CI) and the throughput
+    per device at the largest N that has a curve value, and the largest N that did not run.
+    Each: ``{series, mode, n, baseline_n, text}``."""
+    out = []
+    for series, g in efficiency.groupby("series", sort=False):
+        g = g.sort_values("n")
+        mode = str(g["mode"].iloc[0])
+        ok = g[g["efficiency"].notna()]
+        bad = g[g["status"] != "ok"]
+        what = "tokens per device per step fixed" if mode == "weak" else "tokens per step fixed"
+        if ok.empty:
+            note = str(g["note"].dropna().iloc[0]) if g["note"].notna().any() else ""
+            text = f"no efficiency curve{': ' + note if note else ''}"
+            out.append({"series": series, "mode": mode, "n": None, "baseline_n": None,
+                        "text": text})
+            continue
+        r = ok.iloc[-1]
+        text = (f"efficiency {_ci(r.efficiency, r.efficiency_ci_lo, r.efficiency_ci_hi, '.3f')}"
+                f" at N={int(r.n)} vs N₀={_fmt(r.baseline_n, 'g')}, "
+                f"{_fmt(r.tokens_per_s_per_device, '.4g')} tokens/s per device")
+        worse = bad[bad["n"] > r.n]
+        if len(worse):
+            w = worse.iloc[0]
+            text += f"; N={int(w.n)}: {w.status}"
+        out.append({"series": series, "mode": mode, "n": int(r.n),
+                    "baseline_n": r.baseline_n, "text": f"{mode} scaling ({what}): {text}"})
+    return out
 
 
 def _rows(df: pd.DataFrame, cols: list[str]):
@@ -112,6 +159,7 @@ def summary_markdown(runs: pd.DataFrame, efficiency: pd.DataFrame, context: dict
                f"{reps} repeat(s) per point. Efficiency CI: bootstrap of the ratio.")
     if (ok["device_type"] == "cpu").any() or (runs["device_type"] == "cpu").any():
         out.append(f"- {CPU_NOTE}")
+    out.append(f"- {energy_note(runs)}")
     for msg in context.get("messages", []):
         out.append(f"- **{msg}**")
     notes = efficiency[efficiency["note"].fillna("") != ""].drop_duplicates(["series", "note"])
@@ -124,3 +172,106 @@ def summary_markdown(runs: pd.DataFrame, efficiency: pd.DataFrame, context: dict
         for r in _rows(bad, ["point_id", "status", "reason"]):
             out.append(f"- `{r.point_id}`: {r.status} — {r.reason}")
     return "\n".join(out) + "\n"
+
+
+def energy_note(runs: pd.DataFrame) -> str:
+    """What the energy columns of ``runs.csv`` hold, or why they are empty."""
+    if "joules_per_token" not in runs.columns:
+        return "Energy: not recorded."
+    ok = runs[runs["status"] == "ok"]
+    have = ok[ok["joules_per_token"].notna()]
+    if len(have):
+        sources = ", ".join(sorted({str(s) for s in have["energy_source"].dropna()}))
+        notes = "; ".join(sorted({str(s) for s in have["energy_note"].dropna() if str(s)}))
+        return (f"Energy ({sources}): `joules_per_token` = energy of all ranks over the "
+                "steady-state steps ÷ their tokens; `avg_power_w` = that energy ÷ the time it "
+                f"covers, summed over ranks. {len(have)} of {len(ok)} ok run(s) measured"
+                + (f"; {notes}" if notes else "") + ".")
+    reasons = sorted({str(s) for s in ok["energy_note"].dropna() if str(s)}) if len(ok) else []
+    why = "; ".join(reasons) or "no run recorded an energy counter"
+    return f"Energy: `joules_per_token` and `avg_power_w` are empty (never a guess): {why}."
+
+
+# --- LaTeX -------------------------------------------------------------------------------------
+
+_TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+                "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+                "^": r"\textasciicircum{}"}
+
+
+def tex_escape(text) -> str:
+    """``text`` with LaTeX's special characters escaped."""
+    return "".join(_TEX_ESCAPES.get(ch, ch) for ch in str(text))
+
+
+def _tex_num(v: float, spec: str) -> str:
+    return format(float(v), spec)
+
+
+def tex_ci(v, lo, hi, spec: str = ".3f", scale: float = 1.0) -> str:
+    """A value with its 95% CI as ``$v \\pm e$`` (a symmetric interval at the printed precision)
+    or ``$v^{+a}_{-b}$`` (an asymmetric one); ``--`` when there is no value."""
+    if not _isnum(v):
+        return "--"
+    x = float(v) * scale
+    if not (_isnum(lo) and _isnum(hi)):
+        return f"${_tex_num(x, spec)}$"
+    up, down = float(hi) * scale - x, x - float(lo) * scale
+    a, b = _tex_num(max(up, 0.0), spec), _tex_num(max(down, 0.0), spec)
+    if a == b:
+        return f"${_tex_num(x, spec)} \\pm {a}$"
+    return f"${_tex_num(x, spec)}^{{+{a}}}_{{-{b}}}$"
+
+
+def summary_latex(runs: pd.DataFrame, efficiency: pd.DataFrame, context: dict) -> str:
+    """``summary.tex``: the headline table as a LaTeX ``table`` with booktabs rules, units in
+    the headers and each 95% CI as ``±`` (needs ``\\usepackage{booktabs}``)."""
+    study = context.get("study") or {}
+    name = study.get("name") or (runs["study"].dropna().iloc[0] if runs["study"].notna().any() else "study")
+    util_col, util_name = utilisation_column(efficiency)
+    util_head = "MFU (\\%)" if util_col == "mfu" else "util.\\ vs matmul ceiling (\\%)"
+    head = ["Series", "Mode", "$N$", "DP$\\times$TP$\\times$PP", "Global batch (seq.)",
+            "Tokens/step", "Step time (ms)", "Throughput (tokens/s/device)", "Efficiency",
+            "Speedup", util_head]
+    lines = [
+        f"% summary.tex of scaling study {tex_escape(name)} (scalestudy); needs \\usepackage{{booktabs}}",
+        "\\begin{table}[t]",
+        "\\centering",
+        "\\small",
+        "\\begin{tabular}{ll" + "r" * (len(head) - 2) + "}",
+        "\\toprule",
+        " & ".join(head) + " \\\\",
+        "\\midrule",
+    ]
+    previous = None
+    for r in _rows(efficiency, HEADLINE_SOURCE + [util_col]):
+        if previous is not None and r.series != previous:
+            lines.append("\\addlinespace")
+        previous = r.series
+        status = "" if r.status == "ok" else f" ({tex_escape(r.status)})"
+        util = r[-1]
+        cells = [
+            tex_escape(r.series), tex_escape(r.mode), str(r.n), f"{r.dp}$\\times${r.tp}$\\times${r.pp}",
+            _fmt(r.global_batch, "g"), _fmt(r.tokens_per_step, "g"),
+            tex_ci(r.step_time_s, r.step_time_ci_lo_s, r.step_time_ci_hi_s, ".2f", 1e3) + status,
+            _fmt(r.tokens_per_s_per_device, ".0f").replace("–", "--"),
+            tex_ci(r.efficiency, r.efficiency_ci_lo, r.efficiency_ci_hi, ".3f"),
+            _fmt(r.speedup, ".2f").replace("–", "--"),
+            _fmt(util, ".1f", 100).replace("–", "--"),
+        ]
+        lines.append(" & ".join(cells) + " \\\\")
+    conv = context.get("convention", "megatron")
+    lines += [
+        "\\bottomrule",
+        "\\end{tabular}",
+        f"\\caption{{Scaling study \\texttt{{{tex_escape(name)}}}: median steady-state step time and "
+        "efficiency $E(N) = X(N)/X(N_0)$, $X$ = tokens per step / (step time $\\times N$), each "
+        "$\\pm$ its bootstrap 95\\% confidence interval (asymmetric intervals as "
+        "$^{+a}_{-b}$); speedup $T(N_0)/T(N)$; "
+        + (f"MFU in the {tex_escape(conv)} FLOPs convention." if util_col == "mfu" else
+           "utilisation against the measured matmul ceiling (no spec peak for this device).")
+        + "}",
+        f"\\label{{tab:scaling-{tex_escape(name).replace(chr(92) + '_', '-')}}}",
+        "\\end{table}",
+    ]
+    return "\n".join(lines) + "\n"

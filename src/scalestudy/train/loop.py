@@ -26,6 +26,7 @@ import torch.distributed as dist
 from scalestudy.config.point import Point
 from scalestudy.distributed.engine import Engine
 from scalestudy.record.io import read_json
+from scalestudy.train import energy
 from scalestudy.train.data import SyntheticTokens
 from scalestudy.train.device import (cpu_rss_bytes, local_device, peak_memory_bytes,
                                      resolve_device_type)
@@ -68,12 +69,17 @@ def run(point: Point, run_dir: Path) -> None:
     data = SyntheticTokens(point.model.vocab, point.seq_len, seed=tr.seed)
     rows = point.rows_per_rank
     batches = [data.rows(s, engine.dp_rank * rows, rows).to(device) for s in range(tr.steps)]
-    losses, times = timed_steps(engine, batches, device, step_hook(point, rank))
+    # energy counters (train/energy.py): read in the untimed hook, after any other hook
+    meter = energy.StepEnergy.for_device(device)
+    losses, times = timed_steps(engine, batches, device,
+                                energy.chain(step_hook(point, rank), meter.mark))
+    meter.mark()  # the end of the last step
 
     # One gather at the end: no host sync or collective inside the timed loop.
     have_loss = losses[0] is not None
     local = {"times": times, "losses": [float(x) for x in losses] if have_loss else None,
-             "memory": peak_memory_bytes(device, cpu_baseline), "view": rank_view(device)}
+             "memory": peak_memory_bytes(device, cpu_baseline), "view": rank_view(device),
+             "energy": meter.record()}
     gathered: list[dict] = [None] * dist.get_world_size()  # type: ignore[list-item]
     dist.all_gather_object(gathered, local)
 

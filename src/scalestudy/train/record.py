@@ -17,6 +17,7 @@ from scalestudy.config.point import Point
 from scalestudy.paths import git_commit
 from scalestudy.record.io import write_json
 from scalestudy.record.summary import summary as run_summary
+from scalestudy.train import energy
 from scalestudy.train.data import SyntheticTokens
 from scalestudy.train.device import detect_device
 from scalestudy.train.metrics import STEPS_FILE, step_record, write_steps
@@ -67,16 +68,19 @@ def write_record(point: Point, run_dir: Path, gathered: list[dict], device: torc
     loss_rows = [g["losses"] for g in gathered if g["losses"] is not None]
     step_loss = [sum(r[i] for r in loss_rows) / len(loss_rows) for i in range(steps)]
     tokens = point.tokens_per_step
+    step_energy, energy_summary = energy.summarize([g.get("energy") for g in gathered], steps,
+                                                   warm, tokens)
 
     records = [step_record(i, step_times[i], step_loss[i], tokens, warmup=i < warm)
-               for i in range(steps)]
+               | step_energy[i] for i in range(steps)]
     write_steps(run_dir / STEPS_FILE, records)
     mem_bytes, mem_kind = max(g["memory"] for g in gathered)
     summary = run_summary(
         point, records, device_type=device.type,
         device_name=detect_device(device.type)["device_name"], peak_memory_bytes=mem_bytes,
         memory_kind=mem_kind, train_wall_s=time.perf_counter() - t_start,
-        loss_noise_floor=SyntheticTokens(point.model.vocab, point.seq_len).noise_floor())
+        loss_noise_floor=SyntheticTokens(point.model.vocab, point.seq_len).noise_floor(),
+        energy=energy_summary)
     write_json(run_dir / "env.json", env_record(point, device, backend,
                                                 [g["view"] for g in gathered]))
     write_json(run_dir / "summary.json", summary)
