@@ -215,12 +215,13 @@ def energy_columns(summary: dict) -> dict:
     """The energy columns of an ok run from its ``summary.json`` (``energy``: see
     ``scalestudy.train.energy.summarize``); empty values with the reason when unmeasured."""
     e = summary.get("energy")
+    empty = {"joules_per_token": None, "avg_power_w": None, "energy_source": None}
     if not isinstance(e, dict):
-        return {"energy_note": "summary.json has no energy record (trainer without energy "
-                               "recording)"}
+        return {**empty, "energy_note": "summary.json has no energy record (a workload that "
+                                        "does not record energy)"}
     jpt, power = _num(e.get("joules_per_token")), _num(e.get("avg_power_w"))
     if not (math.isfinite(jpt) and e.get("source")):
-        return {"energy_note": str(e.get("reason") or "no energy counter")}
+        return {**empty, "energy_note": str(e.get("reason") or "no energy counter")}
     return {"joules_per_token": jpt, "avg_power_w": power, "energy_source": e.get("source"),
             "energy_note": str(e.get("note") or "")}
 

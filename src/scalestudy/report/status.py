@@ -312,7 +312,7 @@ def _predicted(study: dict | None, hw, measured, wanted: set[str]) -> dict[str, 
     for p in points:
         if p.point_id in wanted and p.feasible:
             try:
-                out[p.point_id] = float(predict_step_time(p, hw, measured)["step_time_s"])
+                out[p.point_id] = float(predict_step_time(p, hw, measured).step_time_s)
             except (ValueError, KeyError, ZeroDivisionError):
                 continue
     return out
