@@ -36,7 +36,7 @@ def _load(path: str):
     from scalestudy.config.study import load_study
 
     study = load_study(path)
-    return study, plan_points(study)
+    return study, plan_points(study, path)
 
 
 def cmd_plan(args) -> int:

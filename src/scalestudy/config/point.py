@@ -10,6 +10,11 @@ versioned by :data:`SCHEMA_VERSION`). No other code builds a point by hand.
 Units: batch sizes count sequences (rows), ``seq_len`` tokens, memory GB (1e9 bytes),
 times seconds. An infeasible point may hold fractional ``dp`` / ``grad_accum`` /
 ``global_batch`` (the derivation that failed, e.g. dp = 1.5); a feasible one never does.
+
+Every field is checked when a point is made (from the planner or a ``point.json``): integers
+are ints (never 2.0, never a bool), numbers are finite, counts are at least 1 and within
+:mod:`scalestudy.config.limits`, names hold no path separator or control character, and the
+id is a folder name (:class:`PointError`, one line, otherwise).
 """
 
 from __future__ import annotations
@@ -17,8 +22,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
+import numbers
+import re
 from dataclasses import dataclass, field, fields
+from functools import lru_cache
 from typing import Any, Mapping
+
+from scalestudy.config import limits
 
 from scalestudy.config.vocab import (
     MLP, Attention, Checkpointing, Device, DPMode, DType, FlopsConvention, PPSchedule,
@@ -33,6 +44,79 @@ ID_HASH_CHARS = 12
 
 class PointError(ValueError):
     """A point that cannot be read or built; ``str()`` is one line naming the field."""
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _is_real(x) -> bool:
+    return (isinstance(x, numbers.Real) and not isinstance(x, bool)
+            and math.isfinite(x))
+
+
+#: Checks of a field's value by its annotation: (test, what is allowed).
+_KINDS = {
+    "int": (_is_int, "an integer"),
+    "int | None": (lambda x: x is None or _is_int(x), "an integer or null"),
+    "float": (_is_real, "a finite number"),
+    "float | None": (lambda x: x is None or _is_real(x), "a finite number or null"),
+    "int | float": (_is_real, "a finite number"),
+    "bool": (lambda x: isinstance(x, bool), "true or false"),
+    "str": (lambda x: isinstance(x, str), "text"),
+    "str | None": (lambda x: x is None or isinstance(x, str), "text or null"),
+}
+#: Lower and upper bounds of counts (None: no bound on that side).
+_RANGES = {
+    "n": (1, limits.MAX_DEVICES), "tp": (1, limits.MAX_DEVICES), "pp": (1, limits.MAX_DEVICES),
+    "micro_batch": (1, None), "nodes": (1, None),
+    "procs_per_node": (1, limits.MAX_DEVICES_PER_NODE),
+    "devices_per_node": (1, limits.MAX_DEVICES_PER_NODE), "max_nodes": (1, None),
+    "repeat": (0, limits.MAX_REPEATS - 1), "retries": (0, limits.MAX_RETRIES),
+    "layers": (1, None), "hidden": (1, None), "heads": (1, None),
+    "seq_len": (1, limits.MAX_SEQ_LEN), "vocab": (1, None), "ffn_hidden": (1, None),
+    "virtual_stages": (1, None), "steps": (1, None), "warmup_steps": (0, None),
+    "seed": (0, None), "memory_limit_mb": (1, None),
+}
+_POSITIVE = ("timeout_s", "collective_timeout_s", "memory_per_device_gb")
+#: What a point id and the names in it may hold (they are folder names and Snakemake
+#: wildcards).
+_ID = re.compile(r"[A-Za-z0-9_.-]+")
+_UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f/\\]")
+
+
+@lru_cache(maxsize=None)
+def _checked_fields(cls) -> tuple:
+    return tuple((f.name, *_KINDS[f.type]) for f in fields(cls) if f.type in _KINDS)
+
+
+def _check(obj) -> None:
+    """Every annotated field of ``obj`` against its type, range and name rules."""
+    owner = type(obj).__name__.lower()
+    for name, test, what in _checked_fields(type(obj)):
+        value = getattr(obj, name)
+        if not test(value):
+            raise PointError(f"{owner}.{name}: {_short(value)} is not allowed ({what})")
+        if value is None or isinstance(value, (str, bool)):
+            continue
+        lo, hi = _RANGES.get(name, (None, None))
+        if name in _POSITIVE and value <= 0:
+            raise PointError(f"{owner}.{name}: {value} is not allowed (a number > 0)")
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            rng = f">= {lo}" if hi is None else f"from {lo} to {hi}"
+            raise PointError(f"{owner}.{name}: {_short(value)} is not allowed (an integer "
+                             f"{rng})")
+
+
+def _check_name(owner: str, name: str, value: str) -> None:
+    if value in (".", "..") or _UNSAFE_NAME.search(value):
+        raise PointError(f"{owner}.{name}: {_short(value)} is not allowed (letters, digits, "
+                         "'_', '.', '-'; no path separator or control character)")
+
+
+def _short(value, limit: int = 60) -> str:
+    text = repr(value) if not (_is_int(value) and abs(value) > 10**30) else "a huge integer"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _coerce(obj, name: str, enum) -> None:
@@ -64,6 +148,8 @@ class Model:
     def __post_init__(self):
         _coerce(self, "mlp", MLP)
         _coerce(self, "attention", Attention)
+        _check(self)
+        _check_name("model", "name", self.name)
 
     @property
     def ffn(self) -> int:
@@ -98,6 +184,7 @@ class Parallel:
         _coerce(self, "dp_mode", DPMode)
         _coerce(self, "pp_schedule", PPSchedule)
         _coerce(self, "activation_checkpointing", Checkpointing)
+        _check(self)
 
 
 @dataclass(frozen=True)
@@ -118,6 +205,7 @@ class Train:
         if self.precision not in TRAIN_PRECISIONS:
             raise PointError(f"train.precision: {self.precision.value!r} is not trained; "
                              f"use one of {', '.join(TRAIN_PRECISIONS)}")
+        _check(self)
 
 
 #: Platform settings that do not change what is measured: not hashed, so changing them never
@@ -141,6 +229,7 @@ class Platform:
 
     def __post_init__(self):
         _coerce(self, "device", Device)
+        _check(self)
 
 
 @dataclass(frozen=True)
@@ -178,6 +267,17 @@ class Point:
         _coerce(self, "mode", ScalingMode)
         _coerce(self, "flops_convention", FlopsConvention)
         object.__setattr__(self, "references", tuple(self.references))
+        for name, part in (("model", Model), ("parallel", Parallel), ("train", Train),
+                           ("platform", Platform)):
+            if not isinstance(getattr(self, name), part):
+                raise PointError(f"point.{name}: expected a {part.__name__}")
+        _check(self)
+        _check_name("point", "study", self.study)
+        _check_name("point", "series", self.series)
+        if self.point_id and (len(self.point_id) > limits.MAX_POINT_ID
+                              or not _ID.fullmatch(self.point_id)):
+            raise PointError(f"point.point_id: {_short(self.point_id)} is not allowed (at most "
+                             f"{limits.MAX_POINT_ID} letters, digits, '_', '.', '-')")
 
     # -- the batch arithmetic ---------------------------------------------------------------
     @property
@@ -341,14 +441,16 @@ def _fmt(x) -> str:
     return str(int(x)) if float(x).is_integer() else "x"
 
 
-def point_id(point: Point) -> str:
+def point_id(point: Point, repeat: int | None = None) -> str:
     """The readable id, also the run folder's name:
-    ``<series>_n<N>_dp<dp>-tp<tp>-pp<pp>_mb<mb>-ga<ga>-gb<gb>_<hash prefix>_r<repeat>``."""
+    ``<series>_n<N>_dp<dp>-tp<tp>-pp<pp>_mb<mb>-ga<ga>-gb<gb>_<hash prefix>_r<repeat>``
+    (``repeat``: the point's own unless given)."""
     if not point.config_hash:
         raise PointError("point_id: the point has no config_hash yet")
+    repeat = point.repeat if repeat is None else repeat
     return (f"{point.series}_n{point.n}_dp{_fmt(point.dp)}-tp{point.tp}-pp{point.pp}"
             f"_mb{point.micro_batch}-ga{_fmt(point.grad_accum)}-gb{_fmt(point.global_batch)}"
-            f"_{point.config_hash[:ID_HASH_CHARS]}_r{point.repeat}")
+            f"_{point.config_hash[:ID_HASH_CHARS]}_r{repeat}")
 
 
 def identify(point: Point, repeat: int = 0) -> Point:
