@@ -236,8 +236,10 @@ def _check_values(raw, source: str) -> None:
                              "numbers, true/false, null, lists and mappings: quote it)")
 
 
-def validate(raw, source: str = "study") -> dict:
-    """Validate a parsed study and return it with defaults filled; raise :class:`StudyError`."""
+def validate(raw, source: str = "study", trust_site: bool = False) -> dict:
+    """Validate a parsed study and return it with defaults filled; raise :class:`StudyError`.
+    ``trust_site``: ``platform.site`` may set any environment variable and more options
+    (:mod:`scalestudy.config.sitepolicy`; ``scalestudy run --trust-site``)."""
     if raw is None:
         raise StudyError(f"{source}: the file is empty; write a study (name:, models:, series:), "
                          "see workflow/config/default.yaml")
@@ -256,6 +258,12 @@ def validate(raw, source: str = "study") -> dict:
         raise StudyError(f"{source}: {_message(err, root)}")
     study = _fill_defaults(copy.deepcopy(raw), root, root)
     _check_semantics(study, source)
+    from scalestudy.config.sitepolicy import SiteError, check_site
+
+    try:
+        check_site(study["platform"]["site"], trusted=trust_site, where="platform.site")
+    except SiteError as e:
+        raise StudyError(f"{source}: {e}") from None
     return study
 
 
@@ -450,6 +458,6 @@ def parse(text: str, source: str = "study"):
                          f"{_cut(text)}) (plain YAML values)") from None
 
 
-def load_study(path: str | Path) -> dict:
+def load_study(path: str | Path, trust_site: bool = False) -> dict:
     """Read, validate and resolve a study file. Raises :class:`StudyError`."""
-    return validate(parse(read_text(path), str(path)), str(path))
+    return validate(parse(read_text(path), str(path)), str(path), trust_site)

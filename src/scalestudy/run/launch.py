@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
+from scalestudy.config import sitepolicy
 from scalestudy.config.point import Point
 from scalestudy.run.slurm import cpus_per_task, is_gpu, point_site
 
@@ -108,7 +109,7 @@ def env_additions(point: Point, environ: Mapping = os.environ,
         else:  # one host runs every process (a single node or emulated nodes)
             cores, procs = _available_cpus(environ), p * k
         env["OMP_NUM_THREADS"] = str(max(1, cores // procs))
-    env.update(site["env"])
+    env.update(sitepolicy.resolve_env(site["env"], environ))  # secrets put back here
     if k == 1 or not environ.get("SLURM_JOB_ID"):  # every rank on this host
         for var in LOOPBACK_ENV:
             if not environ.get(var):
@@ -120,5 +121,8 @@ def launch_env(point: Point, environ: Mapping = os.environ,
                site: Mapping | None = None) -> dict:
     """The full environment to launch ``point`` with: ``environ`` (PATH, PYTHONPATH and, under
     Slurm, SLURM_JOB_ID, which srun needs to start a step inside the job's allocation instead
-    of asking for a new one) plus :func:`env_additions`."""
-    return {**environ, **env_additions(point, environ, site)}
+    of asking for a new one) plus :func:`env_additions`; never the study's secrets as a whole
+    (``sitepolicy.SECRETS_ENV``: each rank gets the ones its site.env names)."""
+    env = {**environ, **env_additions(point, environ, site)}
+    env.pop(sitepolicy.SECRETS_ENV, None)
+    return env

@@ -284,7 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     point = Point.from_json(read_json(args.point_json), args.point_json)
     run_dir = Path(args.run_dir or Path(args.point_json).parent)
     print("resources:", json.dumps(point_resources(point)))
-    print("env:", json.dumps(launch_env(point)))
+    from scalestudy.config.sitepolicy import SiteError, redact_environ
+
+    try:
+        print("env:", json.dumps(redact_environ(launch_env(point))))
+    except SiteError as e:
+        print(f"env: not available here: {e}")
     print("argv:", shlex.join(launch_argv(point, run_dir)))
     return 0
 

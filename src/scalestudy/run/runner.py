@@ -32,6 +32,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from scalestudy.config import sitepolicy
 from scalestudy.config.point import Point
 from scalestudy.record.io import read_json, write_json
 from scalestudy.record.states import RECORD_FILES, RETRIED, RunState
@@ -88,13 +89,15 @@ def attempt(point: Point, run_dir: Path) -> dict:
             tmp.unlink(missing_ok=True)
     argv = launch.launch_argv(point, run_dir)
     env = launch.launch_env(point, os.environ)
-    env["SCALESTUDY_COMMAND"] = shlex.join(argv)
+    # the records (stdout.log, env.json) get the command line with secrets redacted
+    shown = shlex.join(sitepolicy.redact_argv(argv, sitepolicy.secrets_from(os.environ)))
+    env["SCALESTUDY_COMMAND"] = shown
     log = run_dir / "stdout.log"
     plat = point.platform
     started, t0 = _now(), time.monotonic()
     timed_out = False
     with open(log, "w") as out:
-        out.write(f"$ {shlex.join(argv)}\n")
+        out.write(f"$ {shown}\n")
         out.flush()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True,
