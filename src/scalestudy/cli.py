@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (StudyError, PointError) as e:
-        print(f"scalestudy: error: {e}", file=sys.stderr)
+        one_line = str(e).replace("\r", "\\r").replace("\n", "\\n")
+        print(f"scalestudy: error: {one_line}", file=sys.stderr)
         return 2
 
 

@@ -49,10 +49,18 @@ def _schema() -> dict:
     return root
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
 def _where(path) -> str:
     out = ""
     for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+        if isinstance(p, int) and not isinstance(p, bool):
+            out += f"[{p}]"
+        elif isinstance(p, str) and _PLAIN_KEY.fullmatch(p):
+            out += f".{p}" if out else p
+        else:  # a key with odd characters: quoted, escaped, cut
+            out += f"[{_short(p, 40)}]"
     return out or "(top level)"
 
 
