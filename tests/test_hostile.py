@@ -330,3 +330,17 @@ def test_cpu_point_bigger_than_the_host_is_skipped():
     big = next(p for p in points if p.series == "big")
     assert not big.feasible and "does not fit in 90% of" in big.reason
     assert all(p.feasible for p in points if p.series == "w")
+
+
+def test_replace_checks_what_it_changes():
+    p = Point.build(Model(), n=2, series="w")
+    assert p.replace(series="v", repeat=3).repeat == 3
+    for change, expected in (({"n": 2.0}, "point.n: 2.0"), ({"point_id": "a\n"}, "point_id"),
+                             ({"series": "a/b"}, "point.series"), ({"mode": "sideways"},
+                                                                   "point.mode"),
+                             ({"model": {}}, "point.model: expected a Model")):
+        with pytest.raises(PointError, match=expected):
+            p.replace(**change)
+    with pytest.raises(TypeError, match="unknown field 'nodez'"):
+        p.replace(nodez=1)
+    assert p.replace(mode="weak").mode.__class__.__name__ == "ScalingMode"

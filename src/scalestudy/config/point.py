@@ -19,12 +19,14 @@ id is a folder name (:class:`PointError`, one line, otherwise).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
 import math
 import numbers
 import re
+from collections.abc import Mapping as AbcMapping
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any, Mapping
@@ -47,12 +49,19 @@ class PointError(ValueError):
 
 
 def _is_int(x) -> bool:
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+    t = type(x)
+    if t is int:
+        return True
+    return t is not bool and t is not float and isinstance(x, numbers.Integral)
 
 
 def _is_real(x) -> bool:
-    return (isinstance(x, numbers.Real) and not isinstance(x, bool)
-            and math.isfinite(x))
+    t = type(x)
+    if t is int:
+        return True
+    if t is float:
+        return math.isfinite(x)
+    return (t is not bool and isinstance(x, numbers.Real) and math.isfinite(x))
 
 
 #: Checks of a field's value by its annotation: (test, what is allowed).
@@ -90,10 +99,12 @@ def _checked_fields(cls) -> tuple:
     return tuple((f.name, *_KINDS[f.type]) for f in fields(cls) if f.type in _KINDS)
 
 
-def _check(obj) -> None:
-    """Every annotated field of ``obj`` against its type, range and name rules."""
+def _check(obj, names=None) -> None:
+    """Every annotated field of ``obj`` (or those in ``names``) against its type and range."""
     owner = type(obj).__name__.lower()
     for name, test, what in _checked_fields(type(obj)):
+        if names is not None and name not in names:
+            continue
         value = getattr(obj, name)
         if not test(value):
             raise PointError(f"{owner}.{name}: {_short(value)} is not allowed ({what})")
@@ -264,18 +275,27 @@ class Point:
     point_id: str = ""
 
     def __post_init__(self):
-        _coerce(self, "mode", ScalingMode)
-        _coerce(self, "flops_convention", FlopsConvention)
-        object.__setattr__(self, "references", tuple(self.references))
+        self._validate()
+
+    def _validate(self, names=None) -> None:
+        """Coerce and check every field (or those in ``names``)."""
+        def wanted(name):
+            return names is None or name in names
+        for name, enum in (("mode", ScalingMode), ("flops_convention", FlopsConvention)):
+            if wanted(name):
+                _coerce(self, name, enum)
+        if wanted("references"):
+            object.__setattr__(self, "references", tuple(self.references))
         for name, part in (("model", Model), ("parallel", Parallel), ("train", Train),
                            ("platform", Platform)):
-            if not isinstance(getattr(self, name), part):
+            if wanted(name) and not isinstance(getattr(self, name), part):
                 raise PointError(f"point.{name}: expected a {part.__name__}")
-        _check(self)
-        _check_name("point", "study", self.study)
-        _check_name("point", "series", self.series)
-        if self.point_id and (len(self.point_id) > limits.MAX_POINT_ID
-                              or not _ID.fullmatch(self.point_id)):
+        _check(self, names)
+        for name in ("study", "series"):
+            if wanted(name):
+                _check_name("point", name, getattr(self, name))
+        if wanted("point_id") and self.point_id and (
+                len(self.point_id) > limits.MAX_POINT_ID or not _ID.fullmatch(self.point_id)):
             raise PointError(f"point.point_id: {_short(self.point_id)} is not allowed (at most "
                              f"{limits.MAX_POINT_ID} letters, digits, '_', '.', '-')")
 
@@ -303,7 +323,16 @@ class Point:
         return self.pp * self.parallel.virtual_stages
 
     def replace(self, **changes) -> "Point":
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes``; only the changed fields are checked again (the planner
+        replaces labels of many thousand points)."""
+        unknown = set(changes) - _FIELD_NAMES
+        if unknown:
+            raise TypeError(f"Point.replace: unknown field {sorted(unknown)[0]!r}")
+        new = copy.copy(self)
+        for name, value in changes.items():
+            object.__setattr__(new, name, value)
+        new._validate(set(changes))
+        return new
 
     # -- construction -----------------------------------------------------------------------
     @classmethod
@@ -396,6 +425,9 @@ class Point:
         return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
 
 
+_FIELD_NAMES = frozenset(f.name for f in fields(Point))
+
+
 def _sub(cls, value, where: str):
     if not isinstance(value, Mapping):
         raise PointError(f"{where}: expected an object, got {type(value).__name__}")
@@ -409,7 +441,7 @@ def _sub(cls, value, where: str):
 def _plain(value):
     if isinstance(value, tuple):
         return list(value)
-    if isinstance(value, Mapping):
+    if isinstance(value, (dict, AbcMapping)):  # not typing.Mapping: 10x slower isinstance
         return dict(value)
     return value
 
