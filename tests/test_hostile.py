@@ -344,3 +344,14 @@ def test_replace_checks_what_it_changes():
     with pytest.raises(TypeError, match="unknown field 'nodez'"):
         p.replace(nodez=1)
     assert p.replace(mode="weak").mode.__class__.__name__ == "ScalingMode"
+
+
+def test_studies_written_from_python_have_no_aliases(tmp_path):
+    shared = [1, 2]
+    doc = {**GOOD, "series": [{**GOOD["series"][0], "name": n, "gpus": shared}
+                              for n in ("a", "b")]}
+    assert "&id001" in yaml.safe_dump(doc)  # PyYAML's default: refused by the loader
+    from scalestudy.config.study import dump_study
+    path = write(tmp_path, dump_study(doc))
+    assert "&" not in path.read_text()
+    assert [s["gpus"] for s in load_study(path)["series"]] == [[1, 2], [1, 2]]

@@ -315,6 +315,19 @@ def _check_semantics(study: dict, source: str) -> None:
                              f"{study['platform']['hardware']!r}; use one of {keys} or null")
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """Writes every value out: no ``&id001`` / ``*id001`` for a list or mapping that appears
+    twice in the document (PyYAML's default, which :func:`load_study` refuses)."""
+
+    def ignore_aliases(self, data):
+        return True
+
+
+def dump_study(doc, **options) -> str:
+    """YAML text of a study built in Python, loadable by :func:`load_study`."""
+    return yaml.dump(doc, Dumper=_PlainDumper, **options)
+
+
 class _DuplicateKey(ValueError):
     pass
 
@@ -383,7 +396,8 @@ def _scan(text: str, source: str) -> None:
                     parent[2] = ev.value if len(ev.value) <= 64 else ev.value[:61] + "..."
             if isinstance(ev, yaml.AliasEvent) or ev.anchor is not None:
                 raise StudyError(f"{source}: {where(is_key)}: YAML anchors and aliases (&name, "
-                                 f"*name) are not allowed, line {line} (write the value out)")
+                                 f"*name) are not allowed, line {line} (write the value out; "
+                                 "from Python: scalestudy.config.study.dump_study)")
             if ev.tag is not None:
                 raise StudyError(f"{source}: {where(is_key)}: YAML tag {_short(ev.tag)} is not "
                                  f"allowed, line {line} (plain values only: quote text)")

@@ -142,7 +142,9 @@ def study_yaml(model: Model, best: list[dict], hw: perfmodel.HardwareSpec) -> st
     head = (f"# Written by `scalestudy tune` for hardware {hw.name}: the top {len(best)} shapes by "
             "predicted throughput.\n# Run it (scalestudy run) and compare with the predictions:\n"
             + "\n".join(notes) + "\n")
-    return head + yaml.safe_dump(doc, sort_keys=False)
+    from scalestudy.config.study import dump_study
+
+    return head + dump_study(doc, sort_keys=False)
 
 
 def main(argv: list[str] | None = None) -> int:
