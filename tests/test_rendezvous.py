@@ -300,3 +300,15 @@ def test_slurm_node_tasks_agree_on_a_free_port(tmp_path):
     port = int((run_dir / ".rdzv-port-4242.0").read_text())
     assert port != 29500 + 4242 % 3000
     assert any(a.endswith(f":{port}") for v in found.values() for a in v)
+
+
+def test_microbenchmarks_use_the_loopback_launcher():
+    argv = launch.local_torchrun(4, "py")
+    assert argv[:3] == ["py", "-m", "scalestudy.run.torchrun"]
+    assert "--standalone" not in argv  # its workers' store would follow the host name
+    i = argv.index("--rdzv-endpoint")
+    assert argv[i + 1] == "127.0.0.1:0" and argv[argv.index("--local-addr") + 1] == "127.0.0.1"
+    rule = (Path(launch.__file__).parents[3] / "workflow" / "rules" / "microbench.smk")
+    if rule.exists():
+        text = rule.read_text()
+        assert "local_torchrun" in text and "torch.distributed.run" not in text

@@ -37,6 +37,15 @@ TORCHRUN = "scalestudy.run.torchrun"
 LOOPBACK_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 
+def local_torchrun(nproc: int, python: str = sys.executable) -> list[str]:
+    """torchrun for ``nproc`` processes on this host (the microbenchmarks): a standalone
+    rendezvous whose stores listen on loopback only, like a single-node point's. Run it with
+    ``GLOO_SOCKET_IFNAME=lo`` / ``NCCL_SOCKET_IFNAME=lo`` (:data:`LOOPBACK_ENV`)."""
+    return [python, "-m", TORCHRUN, "--nnodes", "1", "--nproc-per-node", str(nproc),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
+            "--local-addr", "127.0.0.1", "--max-restarts", "0"]
+
+
 def rdzv_port(point: Point, environ: Mapping, site: Mapping | None = None) -> int | None:
     """The site's fixed rendezvous port of a multi-node point, else None: the first node
     binds a free port at job start (``scalestudy.run.nodes``), so the port is neither
