@@ -118,7 +118,37 @@ def mutate_text(rng: random.Random) -> bytes:
     return bytes(data)
 
 
+def _hostile() -> list[bytes]:
+    """Known expensive inputs, under the same per-case cap: an alias bomb, deep nesting,
+    10,000 mappings in a list jsonschema checks for uniqueness (pairwise: minutes), 100,000
+    device counts, a 200 x 40 x 40 x 40 sweep, 270,000 values."""
+    head = DEFAULT.split("series:")[0]
+    one = "  - {name: w, mode: weak, model: tiny, micro_batch: 4, gpus: [1]}\n"
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 9) + "]\n"
+        for i in range(8))
+    return [
+        (head + "description: *i\n").replace("name: default", bomb + "name: default"),
+        head + "series: " + "[" * 100_000 + "]" * 100_000 + "\n",
+        head + "references: [" + ", ".join(f"{{a: {i}}}" for i in range(10_000)) + "]\n"
+        "series:\n" + one,
+        head + "series:\n  - {name: w, mode: weak, model: tiny, micro_batch: 4, gpus: ["
+        + ",".join(map(str, range(1, 100_001))) + "]}\n",
+        head.replace("devices_per_node: 8", "devices_per_node: 1024\n  max_nodes: 131072")
+        + "series:\n  - {name: w, mode: weak, model: tiny, gpus: [" + ",".join(
+            map(str, range(1, 201))) + "], tp: [" + ",".join(map(str, range(1, 41)))
+        + "], pp: [" + ",".join(map(str, range(1, 41))) + "], micro_batch: ["
+        + ",".join(map(str, range(1, 41))) + "]}\n",
+        head + "".join(f"x{i}: [" + ",".join(["1"] * 9000) + "]\n" for i in range(30)),
+    ]
+
+
+HOSTILE = [t.encode() for t in _hostile()]
+
+
 def case(i: int) -> bytes:
+    if i < len(HOSTILE):
+        return HOSTILE[i]
     rng = random.Random(SEED * 1000 + i)
     return mutate_text(rng) if rng.random() < 0.5 else mutate_value(rng).encode()
 

@@ -355,3 +355,18 @@ def test_studies_written_from_python_have_no_aliases(tmp_path):
     path = write(tmp_path, dump_study(doc))
     assert "&" not in path.read_text()
     assert [s["gpus"] for s in load_study(path)["series"]] == [[1, 2], [1, 2]]
+
+
+def test_unique_items_keeps_json_equality():
+    """uniqueItems is checked by hashing (jsonschema compares mappings pairwise: 10,000 of
+    them took minutes); 1 and 1.0 are equal in JSON, true and 1 are not."""
+    def gpus(values):
+        return {**GOOD, "series": [{**GOOD["series"][0], "gpus": values}]}
+    assert "series[0].gpus: has duplicate entries" in refused(gpus([1, 2, 1]))
+    assert "has duplicate entries" in refused({**GOOD, "references": ["megatron_sc21"] * 2})
+    from scalestudy.config.study import _identity
+    assert _identity(1) == _identity(1.0) and _identity(True) != _identity(1)
+    assert _identity({"a": [1, {"b": 2}]}) == _identity({"a": [1.0, {"b": 2}]})
+    assert _identity([1, 2]) != _identity([2, 1])
+    raw = {**GOOD, "references": [{"a": i} for i in range(limits.MAX_ITEMS)]}
+    assert "references[0]: {'a': 0} is not allowed" in refused(raw)

@@ -183,9 +183,31 @@ def _pattern(validator, pattern, instance, schema):
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
+def _identity(x):
+    """A hashable stand-in for a JSON value: equal exactly when JSON Schema calls the values
+    equal (1 == 1.0, true != 1)."""
+    if isinstance(x, bool):
+        return ("bool", x)
+    if isinstance(x, (int, float)):
+        return ("number", x)
+    if isinstance(x, list):
+        return ("list", tuple(_identity(v) for v in x))
+    if isinstance(x, dict):
+        return ("object", frozenset((k, _identity(v)) for k, v in x.items()))
+    return (type(x).__name__, x)
+
+
+def _unique_items(validator, unique, instance, schema):
+    # jsonschema compares unsortable items (mappings) pairwise: 10,000 of them took minutes
+    if unique and validator.is_type(instance, "array"):
+        ids = [_identity(v) for v in instance]
+        if len(set(ids)) < len(ids):
+            yield jsonschema.ValidationError(f"{_short(instance)} has non-unique elements")
+
+
 _Validator = jsonschema.validators.extend(
     jsonschema.Draft202012Validator,
-    validators={"pattern": _pattern},
+    validators={"pattern": _pattern, "uniqueItems": _unique_items},
     type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer",
                                                                         _strict_integer),
 )
