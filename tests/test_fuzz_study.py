@@ -121,7 +121,8 @@ def mutate_text(rng: random.Random) -> bytes:
 def _hostile() -> list[bytes]:
     """Known expensive inputs, under the same per-case cap: an alias bomb, deep nesting,
     10,000 mappings in a list jsonschema checks for uniqueness (pairwise: minutes), 100,000
-    device counts, a 200 x 40 x 40 x 40 sweep, 270,000 values."""
+    device counts, a 200 x 40 x 40 x 40 sweep, 270,000 values, 2**52 layers checkpointed
+    selectively (the memory model counted them one by one), a million pipeline stages."""
     head = DEFAULT.split("series:")[0]
     one = "  - {name: w, mode: weak, model: tiny, micro_batch: 4, gpus: [1]}\n"
     bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
@@ -140,6 +141,13 @@ def _hostile() -> list[bytes]:
         + "], pp: [" + ",".join(map(str, range(1, 41))) + "], micro_batch: ["
         + ",".join(map(str, range(1, 41))) + "]}\n",
         head + "".join(f"x{i}: [" + ",".join(["1"] * 9000) + "]\n" for i in range(30)),
+        # the memory model: 2**52 layers checkpointed selectively; a million pipeline stages
+        head.replace("layers: 2", "layers: 4503599627370496")
+        + "parallel: {activation_checkpointing: selective}\nseries:\n" + one,
+        head.replace("devices_per_node: 8", "devices_per_node: 1024\n  max_nodes: 131072")
+        .replace("layers: 2", "layers: 1048576")
+        + "series:\n  - {name: w, mode: weak, model: tiny, micro_batch: 1, gpus: [1048576], "
+        "pp: 1048576}\n",
     ]
 
 

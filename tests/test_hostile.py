@@ -370,3 +370,26 @@ def test_unique_items_keeps_json_equality():
     assert _identity([1, 2]) != _identity([2, 1])
     raw = {**GOOD, "references": [{"a": i} for i in range(limits.MAX_ITEMS)]}
     assert "references[0]: {'a': 0} is not allowed" in refused(raw)
+
+
+def test_checkpointed_layers_are_counted_not_enumerated():
+    from scalestudy.perf import memory
+
+    def brute(layers, pp, stage, virtual):
+        k = layers // (pp * virtual)
+        return sum(1 for c in range(virtual)
+                   for i in range((c * pp + stage) * k, (c * pp + stage + 1) * k) if i % 2 == 0)
+    for layers in (1, 2, 3, 6, 8, 12, 30, 48):
+        for pp in (1, 2, 3, 4):
+            for virtual in (1, 2, 3):
+                for stage in range(pp):
+                    assert memory.checkpointed_layers(layers, pp, stage, virtual, "selective") \
+                        == brute(layers, pp, stage, virtual), (layers, pp, stage, virtual)
+    assert memory.checkpointed_layers(2**52, 1, 0, 1, "selective") == 2**51  # instant
+
+
+def test_pipeline_stages_of_a_study_are_bounded():
+    s = _study(gpus=[2**20], pp=2**20, micro_batch=1)
+    with pytest.raises(StudyError, match=r"series\[0\].pp: the study's points have more than "
+                                         r"1000000 pipeline stages in all"):
+        plan_points(s, "s.yaml")

@@ -42,6 +42,9 @@ MAX_STEPS = 1_000_000
 MAX_TIMEOUT_S = 30 * 24 * 3600
 #: Runs (points x repeats) of one study after every sweep axis is expanded.
 MAX_RUNS = 50_000
+#: Pipeline stages of all points of a study together (sum of pp over the points): the memory
+#: model evaluates every stage of every point (~3 us each).
+MAX_STAGE_EVALUATIONS = 1_000_000
 #: Longest name: study, series, model (a folder name component, with the id's suffixes).
 MAX_NAME = 64
 #: Longest point id (a folder name: at most 255 bytes on common filesystems).

@@ -129,11 +129,12 @@ RULES: tuple[Callable[[Point], str | None], ...] = (
     mesh, tensor_split, stages, batch, schedule, sharding, nodes)
 
 
-def memory_fit(p: Point, capacity_bytes: float) -> str | None:
-    """The memory model's estimate against ``MEMORY_HEADROOM`` of the device's capacity."""
+def memory_fit(p: Point, capacity_bytes: float, known: dict | None = None) -> str | None:
+    """The memory model's estimate (``known``: computed already) against
+    ``MEMORY_HEADROOM`` of the device's capacity."""
     from scalestudy.perf import memory
 
-    ok, reason = memory.fits(p, capacity_bytes, MEMORY_HEADROOM)
+    ok, reason = memory.fits(p, capacity_bytes, MEMORY_HEADROOM, known)
     return None if ok else reason
 
 

@@ -69,8 +69,15 @@ def check_names(study: dict, source: str = "study") -> list[list[dict]]:
                          f"repeats) (at most {limits.MAX_RUNS}: fewer device counts, sweep "
                          "values or repeats)")
     expanded, owner = [], {}
+    stages = 0  # pipeline stages the memory model evaluates, one by one, for every point
     for i, raw in enumerate(study["series"]):
         expanded.append(expand_series(raw))
+        stages += sum(len(s["gpus"]) * s["pp"] for s in expanded[-1])
+        if stages > limits.MAX_STAGE_EVALUATIONS:
+            raise StudyError(f"{source}: series[{i}].pp: the study's points have more than "
+                             f"{limits.MAX_STAGE_EVALUATIONS} pipeline stages in all (at most "
+                             f"{limits.MAX_STAGE_EVALUATIONS}: the memory model evaluates every "
+                             "stage of every point; fewer device counts or smaller pp)")
         for s in expanded[-1]:
             if s["name"] in owner and owner[s["name"]] != i:
                 first, second = sorted((i, owner[s["name"]]))
@@ -111,12 +118,13 @@ def series_points(study: dict, series: dict) -> list[Point]:
         if reason is None:
             from scalestudy.perf import memory
 
-            mem = memory.estimate(p)["total_bytes"] / 1e9
+            estimate = memory.estimate(p)
+            mem = estimate["total_bytes"] / 1e9
             if p.procs_per_node not in capacities:
                 capacities[p.procs_per_node] = constraints.capacity_bytes(platform,
                                                                           p.procs_per_node)
             if capacities[p.procs_per_node]:
-                reason = constraints.memory_fit(p, capacities[p.procs_per_node])
+                reason = constraints.memory_fit(p, capacities[p.procs_per_node], estimate)
         out.append(p.replace(feasible=reason is None, reason=reason or "", mem_estimate_gb=mem))
     return out
 
