@@ -127,17 +127,15 @@ def measure(n_points: int = 10_000, workdir: str | Path | None = None, *, dry_ru
     """Time planning, aggregation and ``snakemake -n`` at ``n_points``; returns the record."""
     import tempfile
 
-    import yaml
-
     from scalestudy.analysis import aggregate
     from scalestudy.record.io import write_json
     from scalestudy.plan.planner import plan_points, write_plan
-    from scalestudy.config.study import load_study
+    from scalestudy.config.study import dump_study, load_study
 
     workdir = Path(workdir or tempfile.mkdtemp(prefix="scalestudy-bench-scale-"))
     workdir.mkdir(parents=True, exist_ok=True)
     study_file = workdir / "scale.yaml"
-    study_file.write_text(yaml.safe_dump(synthetic_study(n_points)))
+    study_file.write_text(dump_study(synthetic_study(n_points)))  # shared lists written out
     study_dir = workdir / "results" / "scale"
     rec: dict = {"n_points": n_points, "workdir": str(workdir)}
 

@@ -16,7 +16,7 @@ CASES = sorted((Path(__file__).parent / "bad_studies").glob("*.yaml"))
 
 
 def _expected(path: Path) -> str:
-    first = path.read_text().splitlines()[0]
+    first = path.read_bytes().split(b"\n", 1)[0].decode()  # the rest may be binary
     assert first.startswith("# expect: "), f"{path.name}: first line must be '# expect: ...'"
     return first.removeprefix("# expect: ").strip()
 

@@ -43,7 +43,7 @@ RUN = Path("/r/runs/p")
 
 def test_single_node_is_torchrun_on_loopback():
     argv = launch.launch_argv(make_point(1, 4), RUN, python="/venv/bin/python", environ={})
-    assert argv[:3] == ["/venv/bin/python", "-m", "torch.distributed.run"]
+    assert argv[:3] == ["/venv/bin/python", "-m", "scalestudy.run.torchrun"]
     assert flag(argv, "--nnodes") == "1"
     assert flag(argv, "--nproc-per-node") == "4"
     assert flag(argv, "--rdzv-backend") == "c10d"
@@ -77,7 +77,8 @@ def test_multi_node_is_one_srun_task_per_node():
     node = argv[i + 4:]
     assert flag(node, "--nnodes") == "2" and flag(node, "--nproc-per-node") == "2"
     assert flag(node, "--rdzv-id") == "1234-weak-dp_n4_x_r0"
-    assert int(flag(node, "--port")) == 29500 + 1234 % 3000
+    assert "--port" not in node  # the first node picks a free one at job start
+    assert flag(node, "--rdzv-dir") == str(RUN)  # ... and tells the others there
     assert node[node.index("--"):] == ["--", "-m", "scalestudy.train", str(RUN / "point.json"),
                                        str(RUN)]
 
@@ -109,7 +110,8 @@ def test_multi_node_outside_slurm_emulates_nodes_on_this_host():
         assert flag(a, "--rdzv-conf") == f"is_host={int(i == 0)}"
         assert flag(a, "--local-addr") == "127.0.0.1" and a[-2:] == ["-m", "m"]
     env = launch.env_additions(make_point(2, 2), {"SLURM_CPUS_PER_TASK": "8"}, site={})
-    assert env == {"OMP_NUM_THREADS": "2", "GLOO_SOCKET_IFNAME": "lo"}  # 8 cores / 4 procs
+    assert env == {"OMP_NUM_THREADS": "2", "GLOO_SOCKET_IFNAME": "lo",  # 8 cores / 4 procs
+                   "NCCL_SOCKET_IFNAME": "lo"}
 
 
 def test_node_argv_first_node_hosts_the_rendezvous(monkeypatch):
@@ -122,7 +124,7 @@ def test_node_argv_first_node_hosts_the_rendezvous(monkeypatch):
     a2, e2 = nodes.node_argv(environ={"SLURM_JOB_NODELIST": "n[1-2]", "SLURMD_NODENAME": "n2"},
                               **common)
     for a in (a1, a2):
-        assert a[:3] == ["py", "-m", "torch.distributed.run"]
+        assert a[:3] == ["py", "-m", "scalestudy.run.torchrun"]
         assert flag(a, "--nnodes") == "2" and flag(a, "--nproc-per-node") == "2"
         assert flag(a, "--rdzv-backend") == "c10d"
         assert flag(a, "--rdzv-endpoint") == "127.0.0.1:29509"
@@ -141,7 +143,7 @@ def test_node_argv_real_cluster_uses_node_names(monkeypatch):
                               environ={"SLURM_JOB_NODELIST": "frontier[00001-00002]",
                                        "SLURMD_NODENAME": "frontier00002"})
     assert flag(a, "--rdzv-endpoint") == "frontier00001:29501"
-    assert "--local-addr" not in a and env == {}
+    assert flag(a, "--local-addr") == "frontier00002" and env == {}  # the workers' store there
 
 
 def test_node_argv_needs_a_nodelist():
@@ -248,11 +250,17 @@ def test_launch_env_keeps_the_callers_environment():
 
 def test_launch_env_threads_and_gloo_interface():
     env = launch.env_additions(make_point(1, 2), {"SLURM_CPUS_PER_TASK": "2"}, site={})
-    assert env == {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    assert env == {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
     env = launch.env_additions(make_point(1, 1), {"SLURM_CPUS_PER_TASK": "4"}, site={})
     assert env["OMP_NUM_THREADS"] == "4"
     assert launch.env_additions(make_point(1, 2), {"OMP_NUM_THREADS": "1",
-                                                "GLOO_SOCKET_IFNAME": "eth0"}, site={}) == {}
+                                                "GLOO_SOCKET_IFNAME": "eth0"},
+                                site={}) == {"NCCL_SOCKET_IFNAME": "lo"}  # the caller's wins
+    # a point on one host talks over loopback whatever the site says (its interfaces are for
+    # the cluster's network between nodes)
+    env = launch.env_additions(make_point(1, 2, "cuda"), {},
+                               site={"env": {"NCCL_SOCKET_IFNAME": "hsn0", "NCCL_DEBUG": "WARN"}})
+    assert env["NCCL_SOCKET_IFNAME"] == "lo" and env["NCCL_DEBUG"] == "WARN"
 
 
 def test_launch_env_gpu_site_env_wins():

@@ -2,6 +2,10 @@
 
     scalestudy plan STUDY.yaml            print the sweep (feasible and skipped points)
     scalestudy run STUDY.yaml [-- ARGS]   validate, then run the Snakemake DAG (+ report.html)
+        --trust-site                      let the site settings (study platform.site, profile
+                                          site.yaml) set any environment variable and more
+                                          srun/sbatch/torchrun options (README "Hostile input
+                                          and security"); only for files you wrote yourself
     scalestudy aggregate RESULTS/STUDY    tables: runs.csv, efficiency.csv, summary.md, summary.tex
     scalestudy plot RESULTS/STUDY [--style single-column|double-column]   figures/
     scalestudy status [STUDY | RESULTS/STUDY] [--watch] [--json]   progress, failures, time left
@@ -35,18 +39,65 @@ PLAN_VIEW = ["point_id", "mode", "n", "dp", "tp", "pp", "micro_batch", "grad_acc
              "global_batch", "tokens_per_step", "feasible", "reason"]
 
 
-def _load(path: str):
+def _load(path: str, trust_site: bool = False):
     from scalestudy.plan.planner import plan_points
     from scalestudy.config.study import load_study
 
-    study = load_study(path)
-    return study, plan_points(study)
+    study = load_study(path, trust_site=trust_site)
+    return study, plan_points(study, path)
+
+
+def profile_site(profile: str | None) -> dict | None:
+    """The ``site`` mapping a Snakemake profile brings (its ``configfile:`` files, as the
+    shipped profiles do, and its ``config:``), or None."""
+    import yaml
+
+    if not profile:
+        return None
+    folder = Path(profile)
+    try:
+        conf = yaml.safe_load((folder / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    files = conf.get("configfile") or conf.get("configfiles") or []
+    site: dict = {}
+    for name in [files] if isinstance(files, str) else list(files):
+        try:
+            data = yaml.safe_load((folder / str(name)).read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise StudyError(f"{folder / str(name)}: cannot read the profile's config file "
+                             f"({type(e).__name__}); check the profile") from None
+        if isinstance(data, dict) and isinstance(data.get("site"), dict):
+            site.update(data["site"])
+    config = conf.get("config")
+    if isinstance(config, dict) and isinstance(config.get("site"), dict):
+        site.update(config["site"])
+    return site or None
+
+
+def check_profile_site(study: dict, profile: str | None, trust_site: bool) -> None:
+    """The site the Snakefile will run with (the study's, then the profile's), checked now so
+    that a refused setting ends with one line before Snakemake starts."""
+    from scalestudy.config.sitepolicy import SiteError, check_site
+    from scalestudy.run.slurm import resolve_site
+
+    layer = profile_site(profile)
+    if not layer:
+        return
+    where = f"{Path(profile) / 'site'}"
+    try:
+        check_site(resolve_site(study["platform"]["site"], layer), trusted=trust_site,
+                   where=where)
+    except SiteError as e:
+        raise StudyError(str(e)) from None
+    except ValueError as e:  # resolve_site: an unknown key or a bad number
+        raise StudyError(f"{where}: {e}") from None
 
 
 def cmd_plan(args) -> int:
     from scalestudy.plan.planner import plan_rows, write_plan
 
-    study, points = _load(args.study)
+    study, points = _load(args.study, args.trust_site)
     rows = plan_rows(points)
     if args.write:
         write_plan(points, Path(args.results) / study["name"])
@@ -60,22 +111,25 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def snakemake_argv(study: str, results: str, profile: str | None, extra: list[str]) -> list[str]:
+def snakemake_argv(study: str, results: str, profile: str | None, extra: list[str],
+                   trust_site: bool = False) -> list[str]:
     # Snakemake's metadata and locks live beside the results (one .snakemake per results root)
     Path(results).mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "snakemake", "--snakefile", str(paths.snakefile()),
             "--directory", str(Path(results).resolve())]
     if profile:
         argv += ["--profile", profile]
-    argv += ["--config", f"study={Path(study).resolve()}", f"results={Path(results).resolve()}"]
+    argv += ["--config", f"study={Path(study).resolve()}", f"results={Path(results).resolve()}",
+             *(["trust_site=true"] if trust_site else [])]
     return argv + extra
 
 
 def cmd_run(args) -> int:
-    study, _ = _load(args.study)  # fail fast, before Snakemake starts anything
+    study, _ = _load(args.study, args.trust_site)  # fail fast, before Snakemake starts anything
     extra = args.snakemake_args
     args.profile = args.profile or str(paths.profile("local"))
-    argv = snakemake_argv(args.study, args.results, args.profile, extra)
+    check_profile_site(study, args.profile, args.trust_site)
+    argv = snakemake_argv(args.study, args.results, args.profile, extra, args.trust_site)
     rc = subprocess.call(argv)
     locks = Path(args.results).resolve() / ".snakemake" / "locks"
     if rc != 0 and locks.is_dir() and any(locks.iterdir()):
@@ -86,8 +140,8 @@ def cmd_run(args) -> int:
         return rc
     if rc == 0 and not args.no_report and not {"-n", "--dry-run", "--dryrun"} & set(extra):
         report = Path(args.results).resolve() / study["name"] / "report.html"
-        rc = subprocess.call(snakemake_argv(args.study, args.results, args.profile, [])
-                             + ["--report", str(report)])
+        rc = subprocess.call(snakemake_argv(args.study, args.results, args.profile, [],
+                                            args.trust_site) + ["--report", str(report)])
     return rc
 
 
@@ -113,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("study")
     p.add_argument("--write", action="store_true", help="also write RESULTS/<name>/plan.tsv")
     p.add_argument("--results", default="results")
+    p.add_argument("--trust-site", action="store_true",
+                   help="accept any site.env variable and more site options (see run)")
     p.set_defaults(func=cmd_plan)
     p = sub.add_parser("run", help="run a study through Snakemake")
     p.add_argument("study")
@@ -120,6 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=None,
                    help="Snakemake profile folder (default: the shipped workflow/profiles/local)")
     p.add_argument("--no-report", action="store_true", help="skip report.html")
+    p.add_argument("--trust-site", action="store_true",
+                   help="let the site settings (study platform.site, the profile's site.yaml) "
+                   "set any environment variable (LD_PRELOAD, PYTHONPATH, ...) and any srun/sbatch "
+                   "option, and torchrun's --log-dir/--logs-specs; only for files you wrote "
+                   "(passed to Snakemake as --config trust_site=true)")
     p.set_defaults(func=cmd_run)
     for name, fn in (("aggregate", cmd_aggregate), ("plot", cmd_plot)):
         p = sub.add_parser(name, help=f"{name} the runs of RESULTS/<study>")
@@ -146,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (StudyError, PointError) as e:
-        print(f"scalestudy: error: {e}", file=sys.stderr)
+        one_line = str(e).replace("\r", "\\r").replace("\n", "\\n")
+        print(f"scalestudy: error: {one_line}", file=sys.stderr)
         return 2
 
 

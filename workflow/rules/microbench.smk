@@ -50,9 +50,11 @@ rule microbench_collectives:
         nproc=max(MB_GROUPS),
         sizes=" ".join(str(int(s)) for s in MB.get("sizes", [4096, 65536, 1048576, 8388608])),
         groups=" ".join(str(g) for g in MB_GROUPS),
+        # torchrun whose stores listen on loopback only (run/launch.py local_torchrun)
+        launcher=shlex.join(local_torchrun(max(MB_GROUPS), PY)),
     shell:
-        "OMP_NUM_THREADS=1 timeout 300 {params.py:q} -m torch.distributed.run --standalone"
-        " --nproc-per-node {params.nproc} -m scalestudy.measure.microbench collectives"
+        "OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo NCCL_SOCKET_IFNAME=lo timeout 300"
+        " {params.launcher} -m scalestudy.measure.microbench collectives"
         " --sizes {params.sizes} --group-sizes {params.groups} --out {output:q} > {log:q} 2>&1"
 
 

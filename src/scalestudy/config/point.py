@@ -10,15 +10,28 @@ versioned by :data:`SCHEMA_VERSION`). No other code builds a point by hand.
 Units: batch sizes count sequences (rows), ``seq_len`` tokens, memory GB (1e9 bytes),
 times seconds. An infeasible point may hold fractional ``dp`` / ``grad_accum`` /
 ``global_batch`` (the derivation that failed, e.g. dp = 1.5); a feasible one never does.
+
+Every field is checked when a point is made (from the planner or a ``point.json``): integers
+are ints (never 2.0, never a bool), numbers are finite, counts are at least 1 and within
+:mod:`scalestudy.config.limits`, names hold no path separator or control character, and the
+id is a folder name (:class:`PointError`, one line, otherwise).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
+import math
+import numbers
+import re
+from collections.abc import Mapping as AbcMapping
 from dataclasses import dataclass, field, fields
+from functools import lru_cache
 from typing import Any, Mapping
+
+from scalestudy.config import limits
 
 from scalestudy.config.vocab import (
     MLP, Arch, Attention, Checkpointing, Device, DPMode, DType, FlopsConvention, FlopsSource,
@@ -33,6 +46,89 @@ ID_HASH_CHARS = 12
 
 class PointError(ValueError):
     """A point that cannot be read or built; ``str()`` is one line naming the field."""
+
+
+def _is_int(x) -> bool:
+    t = type(x)
+    if t is int:
+        return True
+    return t is not bool and t is not float and isinstance(x, numbers.Integral)
+
+
+def _is_real(x) -> bool:
+    t = type(x)
+    if t is int:
+        return True
+    if t is float:
+        return math.isfinite(x)
+    return (t is not bool and isinstance(x, numbers.Real) and math.isfinite(x))
+
+
+#: Checks of a field's value by its annotation: (test, what is allowed).
+_KINDS = {
+    "int": (_is_int, "an integer"),
+    "int | None": (lambda x: x is None or _is_int(x), "an integer or null"),
+    "float": (_is_real, "a finite number"),
+    "float | None": (lambda x: x is None or _is_real(x), "a finite number or null"),
+    "int | float": (_is_real, "a finite number"),
+    "bool": (lambda x: isinstance(x, bool), "true or false"),
+    "str": (lambda x: isinstance(x, str), "text"),
+    "str | None": (lambda x: x is None or isinstance(x, str), "text or null"),
+}
+#: Lower and upper bounds of counts (None: no bound on that side).
+_RANGES = {
+    "n": (1, limits.MAX_DEVICES), "tp": (1, limits.MAX_DEVICES), "pp": (1, limits.MAX_DEVICES),
+    "micro_batch": (1, None), "nodes": (1, None),
+    "procs_per_node": (1, limits.MAX_DEVICES_PER_NODE),
+    "devices_per_node": (1, limits.MAX_DEVICES_PER_NODE), "max_nodes": (1, None),
+    "repeat": (0, limits.MAX_REPEATS - 1), "retries": (0, limits.MAX_RETRIES),
+    "layers": (1, None), "hidden": (1, None), "heads": (1, None), "kv_heads": (1, None),
+    "multiple_of": (1, None),
+    "seq_len": (1, limits.MAX_SEQ_LEN), "vocab": (1, None), "ffn_hidden": (1, None),
+    "virtual_stages": (1, None), "steps": (1, None), "warmup_steps": (0, None),
+    "seed": (0, None), "memory_limit_mb": (1, None),
+}
+_POSITIVE = ("timeout_s", "collective_timeout_s", "memory_per_device_gb")
+#: What a point id and the names in it may hold (they are folder names and Snakemake
+#: wildcards).
+_ID = re.compile(r"[A-Za-z0-9_.-]+")
+_UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f/\\]")
+
+
+@lru_cache(maxsize=None)
+def _checked_fields(cls) -> tuple:
+    return tuple((f.name, *_KINDS[f.type]) for f in fields(cls) if f.type in _KINDS)
+
+
+def _check(obj, names=None) -> None:
+    """Every annotated field of ``obj`` (or those in ``names``) against its type and range."""
+    owner = type(obj).__name__.lower()
+    for name, test, what in _checked_fields(type(obj)):
+        if names is not None and name not in names:
+            continue
+        value = getattr(obj, name)
+        if not test(value):
+            raise PointError(f"{owner}.{name}: {_short(value)} is not allowed ({what})")
+        if value is None or isinstance(value, (str, bool)):
+            continue
+        lo, hi = _RANGES.get(name, (None, None))
+        if name in _POSITIVE and value <= 0:
+            raise PointError(f"{owner}.{name}: {value} is not allowed (a number > 0)")
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            rng = f">= {lo}" if hi is None else f"from {lo} to {hi}"
+            raise PointError(f"{owner}.{name}: {_short(value)} is not allowed (an integer "
+                             f"{rng})")
+
+
+def _check_name(owner: str, name: str, value: str) -> None:
+    if value in (".", "..") or _UNSAFE_NAME.search(value):
+        raise PointError(f"{owner}.{name}: {_short(value)} is not allowed (letters, digits, "
+                         "'_', '.', '-'; no path separator or control character)")
+
+
+def _short(value, limit: int = 60) -> str:
+    text = repr(value) if not (_is_int(value) and abs(value) > 10**30) else "a huge integer"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _coerce(obj, name: str, enum) -> None:
@@ -92,10 +188,9 @@ class Model:
             object.__setattr__(self, "bias", not llama)
         _coerce(self, "mlp", MLP)
         _coerce(self, "attention", Attention)
+        _check(self)
+        _check_name("model", "name", self.name)
         if self.kv_heads is not None:
-            if isinstance(self.kv_heads, bool) or not isinstance(self.kv_heads, int) \
-                    or self.kv_heads < 1:
-                raise PointError(f"model.kv_heads: {self.kv_heads!r} is not a positive integer")
             if self.heads % self.kv_heads:
                 raise PointError(f"model.kv_heads: {self.kv_heads} does not divide heads "
                                  f"{self.heads} (each key/value head serves heads/kv_heads "
@@ -155,6 +250,7 @@ class Parallel:
         _coerce(self, "dp_mode", DPMode)
         _coerce(self, "pp_schedule", PPSchedule)
         _coerce(self, "activation_checkpointing", Checkpointing)
+        _check(self)
 
 
 @dataclass(frozen=True)
@@ -175,6 +271,7 @@ class Train:
         if self.precision not in TRAIN_PRECISIONS:
             raise PointError(f"train.precision: {self.precision.value!r} is not trained; "
                              f"use one of {', '.join(TRAIN_PRECISIONS)}")
+        _check(self)
 
 
 #: Platform settings that do not change what is measured: not hashed, so changing them never
@@ -198,6 +295,7 @@ class Platform:
 
     def __post_init__(self):
         _coerce(self, "device", Device)
+        _check(self)
 
 
 #: Workload fields that do not change what is measured: not hashed.
@@ -307,9 +405,29 @@ class Point:
     point_id: str = ""
 
     def __post_init__(self):
-        _coerce(self, "mode", ScalingMode)
-        _coerce(self, "flops_convention", FlopsConvention)
-        object.__setattr__(self, "references", tuple(self.references))
+        self._validate()
+
+    def _validate(self, names=None) -> None:
+        """Coerce and check every field (or those in ``names``)."""
+        def wanted(name):
+            return names is None or name in names
+        for name, enum in (("mode", ScalingMode), ("flops_convention", FlopsConvention)):
+            if wanted(name):
+                _coerce(self, name, enum)
+        if wanted("references"):
+            object.__setattr__(self, "references", tuple(self.references))
+        for name, part in (("model", Model), ("parallel", Parallel), ("train", Train),
+                           ("platform", Platform)):
+            if wanted(name) and not isinstance(getattr(self, name), part):
+                raise PointError(f"point.{name}: expected a {part.__name__}")
+        _check(self, names)
+        for name in ("study", "series"):
+            if wanted(name):
+                _check_name("point", name, getattr(self, name))
+        if wanted("point_id") and self.point_id and (
+                len(self.point_id) > limits.MAX_POINT_ID or not _ID.fullmatch(self.point_id)):
+            raise PointError(f"point.point_id: {_short(self.point_id)} is not allowed (at most "
+                             f"{limits.MAX_POINT_ID} letters, digits, '_', '.', '-')")
 
     # -- the batch arithmetic ---------------------------------------------------------------
     @property
@@ -335,7 +453,16 @@ class Point:
         return self.pp * self.parallel.virtual_stages
 
     def replace(self, **changes) -> "Point":
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes``; only the changed fields are checked again (the planner
+        replaces labels of many thousand points)."""
+        unknown = set(changes) - _FIELD_NAMES
+        if unknown:
+            raise TypeError(f"Point.replace: unknown field {sorted(unknown)[0]!r}")
+        new = copy.copy(self)
+        for name, value in changes.items():
+            object.__setattr__(new, name, value)
+        new._validate(set(changes))
+        return new
 
     # -- construction -----------------------------------------------------------------------
     @classmethod
@@ -431,6 +558,9 @@ class Point:
         return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
 
 
+_FIELD_NAMES = frozenset(f.name for f in fields(Point))
+
+
 def _sub(cls, value, where: str):
     if not isinstance(value, Mapping):
         raise PointError(f"{where}: expected an object, got {type(value).__name__}")
@@ -444,7 +574,7 @@ def _sub(cls, value, where: str):
 def _plain(value):
     if isinstance(value, tuple):
         return list(value)
-    if isinstance(value, Mapping):
+    if isinstance(value, (dict, AbcMapping)):  # not typing.Mapping: 10x slower isinstance
         return dict(value)
     return value
 
@@ -477,14 +607,16 @@ def _fmt(x) -> str:
     return str(int(x)) if float(x).is_integer() else "x"
 
 
-def point_id(point: Point) -> str:
+def point_id(point: Point, repeat: int | None = None) -> str:
     """The readable id, also the run folder's name:
-    ``<series>_n<N>_dp<dp>-tp<tp>-pp<pp>_mb<mb>-ga<ga>-gb<gb>_<hash prefix>_r<repeat>``."""
+    ``<series>_n<N>_dp<dp>-tp<tp>-pp<pp>_mb<mb>-ga<ga>-gb<gb>_<hash prefix>_r<repeat>``
+    (``repeat``: the point's own unless given)."""
     if not point.config_hash:
         raise PointError("point_id: the point has no config_hash yet")
+    repeat = point.repeat if repeat is None else repeat
     return (f"{point.series}_n{point.n}_dp{_fmt(point.dp)}-tp{point.tp}-pp{point.pp}"
             f"_mb{point.micro_batch}-ga{_fmt(point.grad_accum)}-gb{_fmt(point.global_batch)}"
-            f"_{point.config_hash[:ID_HASH_CHARS]}_r{point.repeat}")
+            f"_{point.config_hash[:ID_HASH_CHARS]}_r{repeat}")
 
 
 def identify(point: Point, repeat: int = 0) -> Point:

@@ -1,20 +1,31 @@
-"""Load a study file: ``yaml.safe_load``, JSON-schema validation (draft 2020-12), defaults.
+"""Load a study file: libyaml's safe loader, JSON-schema validation (draft 2020-12), defaults.
 
-Every problem is a :class:`StudyError` whose message is one line naming the field and the fix,
-raised before any job starts.
+Every problem is a :class:`StudyError` whose message is one line naming the file, the field and
+the fix, raised before any job starts; no file, however malformed or hostile, gives a
+traceback. The file is read within the limits of :mod:`scalestudy.config.limits` (size,
+nesting, nodes, entries; no YAML anchors, aliases or tags), every mapping key must be text,
+every number finite, and the schema is applied with JSON's own meaning of ``integer`` (2.0 is
+not one) and of ``pattern`` (``$`` is the end of the string, not a final newline).
 """
 
 from __future__ import annotations
 
 import copy
+import datetime
+import math
 import re
+from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
 import jsonschema
 import yaml
 
+from scalestudy.config import limits
 from scalestudy.config.vocab import SCHEMA_ENUMS
+
+#: libyaml's parser when PyYAML was built with it (the pure-Python one is ~10x slower).
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class StudyError(ValueError):
@@ -38,17 +49,46 @@ def _schema() -> dict:
     return root
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
 def _where(path) -> str:
     out = ""
     for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+        if isinstance(p, int) and not isinstance(p, bool):
+            out += f"[{p}]"
+        elif isinstance(p, str) and _PLAIN_KEY.fullmatch(p):
+            out += f".{p}" if out else p
+        else:  # a key with odd characters: quoted, escaped, cut
+            out += f"[{_short(p, 40)}]"
     return out or "(top level)"
+
+
+def _short(value, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a message stays one short line)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _cut(text: str, limit: int = 120) -> str:
+    """Plain text cut to ``limit`` characters, on one line."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _deref(sch: dict, root: dict) -> dict:
+    """``sch`` with its ``$ref`` resolved; keywords beside the ``$ref`` win."""
+    if "$ref" not in sch:
+        return sch
+    target = _deref(root["$defs"][sch["$ref"].rsplit("/", 1)[-1]], root)
+    return {**target, **{k: v for k, v in sch.items() if k != "$ref"}}
 
 
 def _allowed(sch: dict, root: dict) -> str:
     """What a schema fragment allows, in words."""
-    if "$ref" in sch:
-        sch = root["$defs"][sch["$ref"].rsplit("/", 1)[-1]]
+    sch = _deref(sch, root)
     if "enum" in sch:
         return "one of " + ", ".join(map(str, sch["enum"]))
     if "oneOf" in sch:
@@ -65,6 +105,8 @@ def _allowed(sch: dict, root: dict) -> str:
             word += f" >= {sch['minimum']}"
         elif "exclusiveMinimum" in sch:
             word += f" > {sch['exclusiveMinimum']}"
+        if "maximum" in sch:
+            word += f" and <= {sch['maximum']}"
         return word + (" or null" if isinstance(t, list) and "null" in t else "")
     t = sch.get("type")
     return f"a {t}" if isinstance(t, str) else ("one of types " + ", ".join(t) if t else "see the schema")
@@ -75,21 +117,26 @@ def _message(err: jsonschema.ValidationError, root: dict) -> str:
     v = err.validator
     if v == "additionalProperties":
         allowed = sorted(err.schema.get("properties", {}))
-        extra = sorted(set(err.instance) - set(allowed))
+        extra = sorted(set(map(str, err.instance)) - set(allowed))
         hint = f"allowed keys: {', '.join(allowed)}" if allowed else "see the schema"
-        return f"{where}: unknown key {', '.join(map(repr, extra))}; {hint}"
+        shown = ", ".join(_short(k) for k in extra[:3]) + (" ..." if len(extra) > 3 else "")
+        return f"{where}: unknown key {shown}; {hint}"
     if v == "required":
         return f"{where}: {err.message}; add it"
     if v == "propertyNames":
-        return f"{where}: name {err.instance!r} is not allowed; use letters, digits, '_', '.', '-' (max 64)"
+        return f"{where}: name {_short(err.instance)} is not allowed; use letters, digits, '_', '.', '-' (max 64)"
+    if v in ("maxItems", "maxProperties", "maxLength"):
+        what = {"maxItems": "entries", "maxProperties": "keys", "maxLength": "characters"}[v]
+        return (f"{where}: has {len(err.instance)} {what} (at most "
+                f"{err.schema[v]})")
     if v in ("enum", "oneOf", "type", "pattern", "minimum", "exclusiveMinimum", "minItems",
-             "uniqueItems", "minProperties"):
+             "uniqueItems", "minProperties", "maximum", "exclusiveMaximum"):
         detail = {"minItems": "must not be empty", "minProperties": "must not be empty",
                   "uniqueItems": "has duplicate entries"}.get(v)
         if detail:
             return f"{where}: {detail}"
-        return f"{where}: {err.instance!r} is not allowed; expected {_allowed(err.schema, root)}"
-    return f"{where}: {err.message}"
+        return f"{where}: {_short(err.instance)} is not allowed; expected {_allowed(err.schema, root)}"
+    return f"{where}: {err.message[:200]}"
 
 
 def _fill_defaults(instance, sch: dict, root: dict):
@@ -116,16 +163,122 @@ def _fill_defaults(instance, sch: dict, root: dict):
     return instance
 
 
-def validate(raw, source: str = "study") -> dict:
-    """Validate a parsed study and return it with defaults filled; raise :class:`StudyError`."""
+def _strict_integer(checker, instance) -> bool:
+    """JSON's integer: an int, not a bool and not a whole float (jsonschema counts 2.0 as an
+    integer, and ``range(2.0)`` fails far from the file)."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+@lru_cache(maxsize=256)
+def _compiled(pattern: str) -> re.Pattern:
+    # JSON Schema's regular expressions are ECMA-262's, where a final ``$`` is the end of the
+    # string; Python's ``$`` also matches before a final newline ("abc\n" would pass ^abc$).
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        pattern = pattern[:-1] + r"\Z"
+    return re.compile(pattern)
+
+
+def _pattern(validator, pattern, instance, schema):
+    if validator.is_type(instance, "string") and not _compiled(pattern).search(instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _identity(x):
+    """A hashable stand-in for a JSON value: equal exactly when JSON Schema calls the values
+    equal (1 == 1.0, true != 1)."""
+    if isinstance(x, bool):
+        return ("bool", x)
+    if isinstance(x, (int, float)):
+        return ("number", x)
+    if isinstance(x, list):
+        return ("list", tuple(_identity(v) for v in x))
+    if isinstance(x, dict):
+        return ("object", frozenset((k, _identity(v)) for k, v in x.items()))
+    return (type(x).__name__, x)
+
+
+def _unique_items(validator, unique, instance, schema):
+    # jsonschema compares unsortable items (mappings) pairwise: 10,000 of them took minutes
+    if unique and validator.is_type(instance, "array"):
+        ids = [_identity(v) for v in instance]
+        if len(set(ids)) < len(ids):
+            yield jsonschema.ValidationError(f"{_short(instance)} has non-unique elements")
+
+
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    validators={"pattern": _pattern, "uniqueItems": _unique_items},
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer",
+                                                                        _strict_integer),
+)
+
+
+def _number_word(x: float) -> str:
+    return ".nan" if math.isnan(x) else (".inf" if x > 0 else "-.inf")
+
+
+def _check_values(raw, source: str) -> None:
+    """What JSON Schema cannot say about a parsed file: every mapping key is text, every number
+    finite and at most :data:`limits.MAX_INT`, only JSON's types (YAML also makes dates), and
+    the nesting, size and entry limits (for studies given as Python objects too)."""
+    stack = [(raw, (), 0)]
+    nodes = 0
+    while stack:
+        obj, path, depth = stack.pop()
+        nodes += 1
+        if depth > limits.MAX_DEPTH:
+            raise StudyError(f"{source}: {_where(path)}: nested deeper than "
+                             f"{limits.MAX_DEPTH} levels (at most {limits.MAX_DEPTH})")
+        if nodes > limits.MAX_NODES:
+            raise StudyError(f"{source}: (file): more than {limits.MAX_NODES} values "
+                             f"(at most {limits.MAX_NODES})")
+        if isinstance(obj, dict):
+            if len(obj) > limits.MAX_ITEMS:
+                raise StudyError(f"{source}: {_where(path)}: has {len(obj)} keys "
+                                 f"(at most {limits.MAX_ITEMS})")
+            for key, value in obj.items():
+                if not isinstance(key, str):
+                    kind = ("a boolean (YAML reads yes/no/on/off/true/false as one)"
+                            if isinstance(key, bool) else "null" if key is None else
+                            "a number" if isinstance(key, (int, float)) else
+                            f"a {type(key).__name__}")
+                    raise StudyError(f"{source}: {_where(path)}: key {_short(key)} is {kind}, "
+                                     "not a name (keys are text: quote it)")
+                stack.append((value, path + (key,), depth + 1))
+        elif isinstance(obj, list):
+            if len(obj) > limits.MAX_ITEMS:
+                raise StudyError(f"{source}: {_where(path)}: has {len(obj)} entries "
+                                 f"(at most {limits.MAX_ITEMS})")
+            stack.extend((v, path + (i,), depth + 1) for i, v in enumerate(obj))
+        elif isinstance(obj, float):
+            if not math.isfinite(obj):
+                raise StudyError(f"{source}: {_where(path)}: {_number_word(obj)} is not "
+                                 "allowed (a finite number)")
+        elif isinstance(obj, int) and not isinstance(obj, bool):
+            if abs(obj) > limits.MAX_INT:
+                raise StudyError(f"{source}: {_where(path)}: {_short(obj)} is too large "
+                                 f"(at most 2**53 = {limits.MAX_INT})")
+        elif not (obj is None or isinstance(obj, (str, bool))):
+            kind = ("a date (YAML reads YYYY-MM-DD as one)"
+                    if isinstance(obj, (datetime.date, datetime.datetime)) else
+                    f"a {type(obj).__name__}")
+            raise StudyError(f"{source}: {_where(path)}: {_short(obj)} is {kind} (text, "
+                             "numbers, true/false, null, lists and mappings: quote it)")
+
+
+def validate(raw, source: str = "study", trust_site: bool = False) -> dict:
+    """Validate a parsed study and return it with defaults filled; raise :class:`StudyError`.
+    ``trust_site``: ``platform.site`` may set any environment variable and more options
+    (:mod:`scalestudy.config.sitepolicy`; ``scalestudy run --trust-site``)."""
     if raw is None:
         raise StudyError(f"{source}: the file is empty; write a study (name:, models:, series:), "
                          "see workflow/config/default.yaml")
     if not isinstance(raw, dict):
         raise StudyError(f"{source}: the file must hold a mapping (name:, models:, series:), "
                          f"not {type(raw).__name__}")
+    _check_values(raw, source)
     root = _schema()
-    validator = jsonschema.Draft202012Validator(root)
+    validator = _Validator(root)
     errors = sorted(validator.iter_errors(raw), key=lambda e: (len(e.absolute_path), e.path))
     if errors:
         # the deepest error is the most specific one
@@ -141,14 +294,20 @@ def validate(raw, source: str = "study") -> dict:
         if m.get("bias") is None:
             m["bias"] = not llama
     _check_semantics(study, source)
+    from scalestudy.config.sitepolicy import SiteError, check_site
+
+    try:
+        check_site(study["platform"]["site"], trusted=trust_site, where="platform.site")
+    except SiteError as e:
+        raise StudyError(f"{source}: {e}") from None
     return study
 
 
 def _check_semantics(study: dict, source: str) -> None:
-    names = [s["name"] for s in study["series"]]
+    names = Counter(s["name"] for s in study["series"])
     for i, s in enumerate(study["series"]):
         where = f"{source}: series[{i}]"
-        if names.count(s["name"]) > 1:
+        if names[s["name"]] > 1:
             raise StudyError(f"{where}.name: {s['name']!r} is used by more than one series; "
                              "give each series its own name")
         if s["model"] not in study["models"]:
@@ -239,12 +398,25 @@ def _resolve_cwd(study: dict, folder: Path) -> None:
             spec["cwd"] = str((folder / spec.get("cwd", ".")).resolve())
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """Writes every value out: no ``&id001`` / ``*id001`` for a list or mapping that appears
+    twice in the document (PyYAML's default, which :func:`load_study` refuses)."""
+
+    def ignore_aliases(self, data):
+        return True
+
+
+def dump_study(doc, **options) -> str:
+    """YAML text of a study built in Python, loadable by :func:`load_study`."""
+    return yaml.dump(doc, Dumper=_PlainDumper, **options)
+
+
 class _DuplicateKey(ValueError):
     pass
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (plain YAML keeps the
+class _UniqueKeyLoader(_YAML_LOADER):
+    """libyaml's safe loader that refuses a key given twice in one mapping (plain YAML keeps the
     last one silently, so a repeated ``steps:`` would hide a typo)."""
 
     def construct_mapping(self, node, deep=False):
@@ -253,27 +425,147 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, str) and key in seen:
                 mark = key_node.start_mark
-                raise _DuplicateKey(f"duplicate key {key!r} at line {mark.line + 1}")
-            seen.add(key)
+                raise _DuplicateKey(f"duplicate key {_short(key)} at line {mark.line + 1}")
+            if isinstance(key, str):
+                seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
 
-def load_study(path: str | Path) -> dict:
-    """Read, validate and resolve a study file. Raises :class:`StudyError`."""
+#: A plain scalar YAML would read as a number (int, float, hex, octal, sexagesimal).
+_LONG_NUMBER = re.compile(r"[-+]?[0-9][0-9_.:eExXa-fA-FoO+-]*")
+
+
+def _scan(text: str, source: str) -> None:
+    """Walk the file's YAML events once (libyaml; no values built yet) and refuse what a study
+    never needs before anything is built from it: anchors and aliases (an alias bomb expands a
+    few lines into gigabytes), explicit tags, lists or mappings as keys, nesting deeper than
+    :data:`limits.MAX_DEPTH`, more than :data:`limits.MAX_NODES` nodes or
+    :data:`limits.MAX_ITEMS` entries in one list or mapping."""
+    frames: list[list] = []  # per open collection: [is_mapping, children so far, last key]
+    nodes = 0
+    loader = _YAML_LOADER(text)
+    node_events = (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent,
+                   yaml.AliasEvent)
+
+    def where(is_key: bool = False) -> str:
+        # a key's own field is the mapping that holds it; a value's, its key or index
+        path = [f[2] if f[0] else f[1] - 1 for f in (frames[:-1] if is_key else frames)]
+        text = _where(path)
+        return text if len(text) <= 160 else "..." + text[-157:]
+
+    try:
+        while loader.check_event():
+            ev = loader.get_event()
+            if isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                frames.pop()
+                continue
+            if not isinstance(ev, node_events):
+                continue
+            line = ev.start_mark.line + 1
+            nodes += 1
+            if nodes > limits.MAX_NODES:
+                raise StudyError(f"{source}: (file): more than {limits.MAX_NODES} values, line "
+                                 f"{line} (at most {limits.MAX_NODES})")
+            is_key = False
+            if frames:
+                parent = frames[-1]
+                is_key = parent[0] and parent[1] % 2 == 0
+                parent[1] += 1
+                entries = (parent[1] + 1) // 2 if parent[0] else parent[1]
+                if entries > limits.MAX_ITEMS:
+                    raise StudyError(f"{source}: {where(True)}: more than {limits.MAX_ITEMS} "
+                                     f"entries, line {line} (at most {limits.MAX_ITEMS})")
+                if is_key and isinstance(ev, yaml.ScalarEvent):
+                    parent[2] = ev.value if len(ev.value) <= 64 else ev.value[:61] + "..."
+            if isinstance(ev, yaml.AliasEvent) or ev.anchor is not None:
+                raise StudyError(f"{source}: {where(is_key)}: YAML anchors and aliases (&name, "
+                                 f"*name) are not allowed, line {line} (write the value out; "
+                                 "from Python: scalestudy.config.study.dump_study)")
+            if ev.tag is not None:
+                raise StudyError(f"{source}: {where(is_key)}: YAML tag {_short(ev.tag)} is not "
+                                 f"allowed, line {line} (plain values only: quote text)")
+            if (isinstance(ev, yaml.ScalarEvent) and ev.implicit[0] and len(ev.value) > 30
+                    and _LONG_NUMBER.fullmatch(ev.value)):
+                raise StudyError(f"{source}: {where(is_key)}: a number of {len(ev.value)} "
+                                 f"characters, line {line} (at most 2**53 = {limits.MAX_INT})")
+            if is_key and not isinstance(ev, yaml.ScalarEvent):
+                kind = "mapping" if isinstance(ev, yaml.MappingStartEvent) else "list"
+                raise StudyError(f"{source}: {where(True)}: a {kind} as a mapping key, line "
+                                 f"{line} (keys are names)")
+            if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                if len(frames) >= limits.MAX_DEPTH:
+                    raise StudyError(f"{source}: {where()}: nested deeper than "
+                                     f"{limits.MAX_DEPTH} levels, line {line} "
+                                     f"(at most {limits.MAX_DEPTH})")
+                frames.append([isinstance(ev, yaml.MappingStartEvent), 0, "?"])
+    finally:
+        loader.dispose()
+
+
+def _syntax_error(source: str, e: yaml.YAMLError) -> StudyError:
+    mark = getattr(e, "problem_mark", None)
+    at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    problem = getattr(e, "problem", None) or (str(e).splitlines() or ["?"])[0]
+    return StudyError(f"{source}: YAML syntax error{at}: {_cut(problem)}; "
+                      "fix the file's syntax")
+
+
+def read_text(path: str | Path) -> str:
+    """The text of a study file: a regular file of at most :data:`limits.MAX_FILE_BYTES`
+    bytes of UTF-8. Raises :class:`StudyError`."""
     path = Path(path)
     try:
-        text = path.read_text()
+        st = path.stat()
+        if not path.is_file():
+            kind = "a folder" if path.is_dir() else "not a regular file"
+            raise StudyError(f"{path}: (file): {kind} (a YAML study file)")
+        if st.st_size > limits.MAX_FILE_BYTES:
+            raise StudyError(f"{path}: (file): {st.st_size} bytes is too large "
+                             f"(at most {limits.MAX_FILE_BYTES} bytes)")
+        with open(path, "rb") as f:
+            data = f.read(limits.MAX_FILE_BYTES + 1)
     except OSError as e:
-        raise StudyError(f"{path}: cannot read the study file ({e.strerror}); check the path")
+        raise StudyError(f"{path}: cannot read the study file ({e.strerror}); "
+                         "check the path") from None
+    if len(data) > limits.MAX_FILE_BYTES:  # grew while we read it
+        raise StudyError(f"{path}: (file): more than {limits.MAX_FILE_BYTES} bytes "
+                         f"(at most {limits.MAX_FILE_BYTES} bytes)")
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise StudyError(f"{path}: (file): UTF-16 text (save the file as UTF-8 text)")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise StudyError(f"{path}: (file): a binary file (NUL byte at offset {nul}) "
+                         "(a YAML text file, UTF-8)")
     try:
-        raw = yaml.load(text, Loader=_UniqueKeyLoader)
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise StudyError(f"{path}: (file): byte 0x{data[e.start]:02x} at line {line} is not "
+                         "UTF-8 (save the file as UTF-8 text)") from None
+
+
+def parse(text: str, source: str = "study"):
+    """The YAML value of a study file's text, within :mod:`~scalestudy.config.limits`, with
+    duplicate keys refused. Raises :class:`StudyError`."""
+    try:
+        _scan(text, source)
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except StudyError:
+        raise
     except _DuplicateKey as e:
-        raise StudyError(f"{path}: {e}; keep one of them") from None
+        raise StudyError(f"{source}: {e}; keep one of them") from None
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise StudyError(f"{path}: YAML syntax error{at}: {problem}; fix the file's syntax")
-    study = validate(raw, str(path))
+        raise _syntax_error(source, e) from None
+    except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:
+        # what libyaml accepts but Python cannot build, e.g. an integer of 5000 digits
+        text = str(e)
+        raise StudyError(f"{source}: (file): a value could not be read ({type(e).__name__}: "
+                         f"{_cut(text)}) (plain YAML values)") from None
+
+
+def load_study(path: str | Path, trust_site: bool = False) -> dict:
+    """Read, validate and resolve a study file. Raises :class:`StudyError`."""
+    path = Path(path)
+    study = validate(parse(read_text(path), str(path)), str(path), trust_site)
     _resolve_cwd(study, path.parent)
     return study

@@ -579,8 +579,10 @@ def bench_memory_trainer(dp_modes=("ddp", "zero1", "fsdp"), nproc: int = 2,
 
     big = dict(vocab=8192, seq_len=64, layers=4, hidden=256, heads=4, name="mem")
     degenerate = dict(big, vocab=16, layers=1, hidden=8, heads=2, name="baseline")
+    from scalestudy.run.launch import LOOPBACK_ENV, local_torchrun
+
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536",
-           "OMP_NUM_THREADS": "1"}
+           "OMP_NUM_THREADS": "1", **{var: "lo" for var in LOOPBACK_ENV}}
     peaks, points = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, model, mode in [("baseline", degenerate, "ddp")] + [(m, big, m) for m in dp_modes]:
@@ -591,8 +593,7 @@ def bench_memory_trainer(dp_modes=("ddp", "zero1", "fsdp"), nproc: int = 2,
             d = Path(tmp) / name
             d.mkdir()
             (d / "point.json").write_text(p.json_text())
-            subprocess.run(["timeout", str(int(timeout_s)), sys.executable, "-m",
-                            "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+            subprocess.run(["timeout", str(int(timeout_s)), *local_torchrun(nproc),
                             "-m", "scalestudy.train", str(d / "point.json"), str(d)],
                            env=env, capture_output=True, text=True, check=True)
             peaks[name] = json.loads((d / "summary.json").read_text())["peak_memory_bytes"]

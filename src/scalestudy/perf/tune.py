@@ -105,8 +105,6 @@ def rank(model: Model, n: int, global_batch: int, hw: stepmodel.HardwareSpec, to
 def study_yaml(model: Model, best: list[dict], hw: stepmodel.HardwareSpec) -> str:
     """A study file (``study.schema.yaml``) with one strong-scaling series of one point per
     ranked shape; the prediction of each is in a comment beside it."""
-    import yaml
-
     from scalestudy.perf.hardware import device_key
 
     mname = model.name.replace(" ", "-")
@@ -146,7 +144,9 @@ def study_yaml(model: Model, best: list[dict], hw: stepmodel.HardwareSpec) -> st
     head = (f"# Written by `scalestudy tune` for hardware {hw.name}: the top {len(best)} shapes by "
             "predicted throughput.\n# Run it (scalestudy run) and compare with the predictions:\n"
             + "\n".join(notes) + "\n")
-    return head + yaml.safe_dump(doc, sort_keys=False)
+    from scalestudy.config.study import dump_study
+
+    return head + dump_study(doc, sort_keys=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,8 @@ The rules and where they come from:
 - the batch: every data-parallel rank gets a whole number (>= 1) of micro-batches;
 - ZeRO-1 with TP cannot localise a tied weight (PyTorch's TP + DDP recipe);
 - whole nodes, at most ``platform.max_nodes`` of them;
-- memory: the estimate of the most loaded device within 90% of its capacity.
+- memory: the estimate of the most loaded device within 90% of its capacity (on CPU: the
+  node's memory shared by its processes, :func:`capacity_bytes`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 from typing import Callable
 
 from scalestudy.config.point import Point
-from scalestudy.config.vocab import DPMode, PPSchedule
+from scalestudy.config.vocab import Device, DPMode, PPSchedule
 
 #: Fraction of a device's memory a point may plan to use (the rest: workspace, fragmentation).
 MEMORY_HEADROOM = 0.9
@@ -130,11 +131,12 @@ RULES: tuple[Callable[[Point], str | None], ...] = (
     mesh, tensor_split, stages, batch, schedule, sharding, nodes)
 
 
-def memory_fit(p: Point, capacity_bytes: float) -> str | None:
-    """The memory model's estimate against ``MEMORY_HEADROOM`` of the device's capacity."""
+def memory_fit(p: Point, capacity_bytes: float, known: dict | None = None) -> str | None:
+    """The memory model's estimate (``known``: computed already) against
+    ``MEMORY_HEADROOM`` of the device's capacity."""
     from scalestudy.perf import memory
 
-    ok, reason = memory.fits(p, capacity_bytes, MEMORY_HEADROOM)
+    ok, reason = memory.fits(p, capacity_bytes, MEMORY_HEADROOM, known)
     return None if ok else reason
 
 
@@ -150,9 +152,14 @@ def violation(p: Point, capacity_bytes: float | None = None) -> str | None:
     return None
 
 
-def capacity_bytes(platform) -> float | None:
+def capacity_bytes(platform, procs_per_node: int = 1) -> float | None:
     """Memory per device for the memory rule: ``platform.memory_per_device_gb``, else the
-    hardware table's figure for ``platform.hardware``, else None (no check)."""
+    hardware table's figure for ``platform.hardware``; on ``device: cpu`` (each process stands
+    in for a device) the node's memory shared by its ``procs_per_node`` processes, less
+    :data:`~scalestudy.config.limits.CPU_PROCESS_BASELINE_BYTES` each for the runtime: the
+    node's memory is ``site.mem_per_proc_mb`` per process or ``site.mem_per_node_mb`` when the
+    site states it (what the Slurm job asks for), else this host's (planning runs where the
+    points run, or on a login node like them). Else None (no check)."""
     if platform.memory_per_device_gb:
         return float(platform.memory_per_device_gb) * 1e9
     if platform.hardware:
@@ -160,7 +167,44 @@ def capacity_bytes(platform) -> float | None:
 
         gb = hardware.memory_gb(platform.hardware)
         return None if gb is None else gb * 1e9
+    if platform.device == Device.CPU:
+        from scalestudy.config.limits import CPU_PROCESS_BASELINE_BYTES
+
+        site = platform.site or {}
+        procs = max(1, int(procs_per_node))
+        if _site_int(site, "mem_per_proc_mb"):
+            per_proc = _site_int(site, "mem_per_proc_mb") * 2**20
+        elif _site_int(site, "mem_per_node_mb"):
+            per_proc = _site_int(site, "mem_per_node_mb") * 2**20 / procs
+        else:
+            per_proc = host_memory_bytes() / procs
+        return max(per_proc - CPU_PROCESS_BASELINE_BYTES, 1e6)
     return None
+
+
+def _site_int(site, key: str) -> int | None:
+    try:
+        value = site.get(key)
+        return int(value) if value not in (None, "", "null", "None") else None
+    except (TypeError, ValueError):
+        return None
+
+
+def host_memory_bytes() -> float:
+    """This host's memory: physical RAM, or less where a cgroup (container, Slurm job) caps
+    it."""
+    import os
+
+    total = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) < total:
+            total = float(text)
+    return total
 
 
 def check(p: Point, capacity_bytes: float | None = None) -> None:

@@ -13,10 +13,12 @@ and the broken rule's sentence as ``reason``.
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 
+from scalestudy.config import limits
 from scalestudy.config.point import (Model, Parallel, Platform, Point, PointError, Train,
-                                     Workload, identify)
+                                     Workload, identify, point_id)
 from scalestudy.config.study import StudyError
 from scalestudy.config.vocab import ScalingMode
 from scalestudy.perf import memory
@@ -48,6 +50,53 @@ def expand_series(series: dict) -> list[dict]:
     return out
 
 
+def grid_size(study: dict) -> int:
+    """Runs (points x repeats) of a validated study once every sweep axis is expanded, counted
+    without expanding anything."""
+    runs = 0
+    for series in study["series"]:
+        combos = math.prod(len(series[a]) for a in SWEEPABLE if isinstance(series.get(a), list))
+        runs += combos * len(series["gpus"]) * study["repeats"]
+    return runs
+
+
+def check_names(study: dict, source: str = "study") -> list[list[dict]]:
+    """The expanded series of every series of a validated study, after checking the study's
+    size (:data:`limits.MAX_RUNS`) and that no two expanded series share a name (``a`` with
+    ``tp: [1, 2]`` becomes ``a-tp1`` and ``a-tp2``, which must not meet a series ``a-tp1``)."""
+    runs = grid_size(study)
+    if runs > limits.MAX_RUNS:
+        raise StudyError(f"{source}: series: the study expands to {runs} runs (points x "
+                         f"repeats) (at most {limits.MAX_RUNS}: fewer device counts, sweep "
+                         "values or repeats)")
+    expanded, owner = [], {}
+    stages = 0  # pipeline stages the memory model evaluates, one by one, for every point
+    for i, raw in enumerate(study["series"]):
+        expanded.append(expand_series(raw))
+        stages += sum(len(s["gpus"]) * s["pp"] for s in expanded[-1])
+        if stages > limits.MAX_STAGE_EVALUATIONS:
+            raise StudyError(f"{source}: series[{i}].pp: the study's points have more than "
+                             f"{limits.MAX_STAGE_EVALUATIONS} pipeline stages in all (at most "
+                             f"{limits.MAX_STAGE_EVALUATIONS}: the memory model evaluates every "
+                             "stage of every point; fewer device counts or smaller pp)")
+        for s in expanded[-1]:
+            if s["name"] in owner and owner[s["name"]] != i:
+                first, second = sorted((i, owner[s["name"]]))
+                parts = [f"series[{k}] {study['series'][k]['name']!r}"
+                         + (" expanded" if study["series"][k]["name"] != s["name"] else "")
+                         for k in (first, second)]
+                raise StudyError(
+                    f"{source}: series[{second}].name: {s['name']!r} names two series once "
+                    f"sweep axes are expanded ({parts[0]} and {parts[1]}; give each series a "
+                    "name that no expansion of another one produces)")
+            owner[s["name"]] = i
+            if len(s["name"]) > limits.MAX_POINT_ID - 80:
+                raise StudyError(f"{source}: series[{i}].name: the expanded name "
+                                 f"{s['name'][:40]!r}... has {len(s['name'])} characters (at "
+                                 f"most {limits.MAX_POINT_ID - 80}: sweep fewer axes)")
+    return expanded
+
+
 def series_points(study: dict, series: dict) -> list[Point]:
     """The points of one concrete series (no list-valued axes left), feasible or not, without
     repeats or ids."""
@@ -58,7 +107,7 @@ def series_points(study: dict, series: dict) -> list[Point]:
         workload = Workload.from_study(series.get("workload", study.get("workload")))
     except PointError as e:
         raise StudyError(f"series {series['name']!r}: {e}") from None
-    capacity = constraints.capacity_bytes(platform)
+    capacities: dict[int, float | None] = {}
     out = []
     for n in series["gpus"]:
         batch = ({"global_batch": series["global_batch"]} if series["mode"] == ScalingMode.STRONG
@@ -75,9 +124,13 @@ def series_points(study: dict, series: dict) -> list[Point]:
         reason = constraints.violation(p)
         mem = None
         if reason is None:
-            mem = memory.estimate(p)["total_bytes"] / 1e9
-            if capacity:
-                reason = constraints.memory_fit(p, capacity)
+            estimate = memory.estimate(p)
+            mem = estimate["total_bytes"] / 1e9
+            if p.procs_per_node not in capacities:
+                capacities[p.procs_per_node] = constraints.capacity_bytes(platform,
+                                                                          p.procs_per_node)
+            if capacities[p.procs_per_node]:
+                reason = constraints.memory_fit(p, capacities[p.procs_per_node], estimate)
         out.append(p.replace(feasible=reason is None, reason=reason or "", mem_estimate_gb=mem))
     return out
 
@@ -93,18 +146,22 @@ def _check_command(p: Point, series: str) -> None:
         raise StudyError(f"series {series!r}.workload.{e}") from None
 
 
-def plan_points(study: dict) -> list[Point]:
-    """Every (point, repeat) of a validated study, feasible or not, in study order."""
+def plan_points(study: dict, source: str = "study") -> list[Point]:
+    """Every (point, repeat) of a validated study, feasible or not, in study order.
+    ``source`` (the study file) starts every error message."""
     points: list[Point] = []
-    seen: dict[tuple, str] = {}
-    for raw in study["series"]:
-        for s in expand_series(raw):
-            series = [identify(p) for p in series_points(study, s)]
+    seen: dict[tuple, str] = {}  # (mode, full SHA-256 of the config) -> series
+    for expanded in check_names(study, source):
+        for s in expanded:
+            try:
+                series = [identify(p) for p in series_points(study, s)]
+            except PointError as e:
+                raise StudyError(f"{source}: series {s['name']!r}: {e}") from None
             for p in series:
                 key = (p.mode, p.config_hash)
                 if key in seen:
                     raise StudyError(
-                        f"series {s['name']!r}.gpus: point N={p.n} duplicates series "
+                        f"{source}: series {s['name']!r}.gpus: point N={p.n} duplicates series "
                         f"{seen[key]!r} (same mode and resolved config); remove N={p.n} from "
                         "one of them or change a setting")
                 seen[key] = s["name"]
@@ -112,10 +169,12 @@ def plan_points(study: dict) -> list[Point]:
             baseline = s.get("baseline") or (min(feasible_n) if feasible_n else min(s["gpus"]))
             for p in series:
                 p = p.replace(baseline_n=baseline)
-                points += [identify(p, r) for r in range(study["repeats"])]
+                # the hash leaves the repeat out: one hash per point, one id per repeat
+                points += [p.replace(repeat=r, point_id=point_id(p, r))
+                           for r in range(study["repeats"])]
     if not any(p.feasible for p in points):
         first = points[0]
-        raise StudyError(f"series {first.series!r}: no feasible point in the study (N="
+        raise StudyError(f"{source}: series {first.series!r}: no feasible point in the study (N="
                          f"{first.n}: {first.reason}); change the series' gpus, tp, pp, "
                          "micro_batch or global_batch so that at least one point fits")
     return points

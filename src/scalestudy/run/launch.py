@@ -1,13 +1,17 @@
 """The command lines that start a point: torchrun on one node, ``srun`` + torchrun on several.
 
-- One node (``point.nodes == 1``): ``python -m torch.distributed.run --nnodes 1
-  --nproc-per-node P`` with a c10d rendezvous on ``127.0.0.1:0`` (the rendezvous store binds a
-  free port chosen by the kernel at bind time, so concurrent points never race for a port; this
-  is what ``torchrun --standalone`` does, with the loopback address) and ``--local-addr
-  127.0.0.1`` so the workers are told a loopback address too.
+- One node (``point.nodes == 1``): ``python -m scalestudy.run.torchrun --nnodes 1
+  --nproc-per-node P`` (torchrun whose stores listen on the address they are given,
+  ``scalestudy.run.torchrun``) with a c10d rendezvous on ``127.0.0.1:0`` (the rendezvous store
+  binds a free port chosen by the kernel at bind time, so concurrent points never race for a
+  port; this is what ``torchrun --standalone`` does, with the loopback address) and
+  ``--local-addr 127.0.0.1`` so the workers' store is on loopback too; gloo and NCCL are told
+  ``lo`` (:func:`env_additions`): nothing of a single-node point listens beyond loopback.
 - Several nodes inside a Slurm allocation (``SLURM_JOB_ID`` set): ``srun --nodes K --ntasks K
   --ntasks-per-node 1 --cpus-per-task C --kill-on-bad-exit=1 python -m scalestudy.run.nodes
-  node`` (``scalestudy.run.nodes``).
+  node`` (``scalestudy.run.nodes``); the first node binds the rendezvous store on its own
+  address at a port the kernel picks at job start and tells the others through a file in the
+  run folder (or ``site.rdzv_port``).
 - Several nodes outside Slurm (a laptop, CI): ``python -m scalestudy.run.nodes local-nodes``
   starts K torchrun launchers on this host.
 - :func:`launch_env` gives the environment of the launch.
@@ -26,11 +30,17 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
+from scalestudy.config import sitepolicy
 from scalestudy.config.point import Point
 from scalestudy.run.slurm import cpus_per_task, is_gpu, point_site
 
 #: The per-rank entry point of the built-in trainer (``python -m ENTRY POINT_JSON RUN_DIR``).
 TRAINER = "scalestudy.train"
+#: torchrun with its stores bound to the rendezvous address (``python -m TORCHRUN ...``).
+TORCHRUN = "scalestudy.run.torchrun"
+#: Interface variables of the collective libraries; ``lo`` for points that run on this host.
+LOOPBACK_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
 
 def script_argv(point: Point, run_dir: str | os.PathLike, python: str = sys.executable,
                 module: str = TRAINER) -> list[str]:
@@ -44,13 +54,21 @@ def script_argv(point: Point, run_dir: str | os.PathLike, python: str = sys.exec
     return ["-m", module, str(run_dir / "point.json"), str(run_dir)]
 
 
-def rdzv_port(point: Point, environ: Mapping, site: Mapping | None = None) -> int:
-    """Rendezvous port of a multi-node point: the site's, else 29500 + job id mod 3000
-    (below Linux's ephemeral range 32768+, distinct for concurrent jobs)."""
+def local_torchrun(nproc: int, python: str = sys.executable) -> list[str]:
+    """torchrun for ``nproc`` processes on this host (the microbenchmarks): a standalone
+    rendezvous whose stores listen on loopback only, like a single-node point's. Run it with
+    ``GLOO_SOCKET_IFNAME=lo`` / ``NCCL_SOCKET_IFNAME=lo`` (:data:`LOOPBACK_ENV`)."""
+    return [python, "-m", TORCHRUN, "--nnodes", "1", "--nproc-per-node", str(nproc),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
+            "--local-addr", "127.0.0.1", "--max-restarts", "0"]
+
+
+def rdzv_port(point: Point, environ: Mapping, site: Mapping | None = None) -> int | None:
+    """The site's fixed rendezvous port of a multi-node point, else None: the first node
+    binds a free port at job start (``scalestudy.run.nodes``), so the port is neither
+    guessable from the job id nor raced for."""
     site = point_site(point.platform, site)
-    if site.get("rdzv_port"):
-        return int(site["rdzv_port"])
-    return 29500 + int(environ["SLURM_JOB_ID"]) % 3000
+    return int(site["rdzv_port"]) if site.get("rdzv_port") else None
 
 
 def launch_argv(point: Point, run_dir: str | os.PathLike, *, python: str = sys.executable,
@@ -67,10 +85,7 @@ def launch_argv(point: Point, run_dir: str | os.PathLike, *, python: str = sys.e
                                                                          module)]
     pid = str(point.point_id)
     if k == 1:
-        return [python, "-m", "torch.distributed.run", "--nnodes", "1",
-                "--nproc-per-node", str(p), "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", "127.0.0.1:0", "--rdzv-id", pid,
-                "--local-addr", "127.0.0.1", "--max-restarts", "0", *tail]
+        return [*local_torchrun(p, python), "--rdzv-id", pid, *tail]
     if not environ.get("SLURM_JOB_ID"):  # no allocation: emulate the nodes on this host
         return [python, "-m", "scalestudy.run.nodes", "local-nodes", "--nnodes", str(k),
                 "--nproc-per-node", str(p), "--rdzv-id", pid, "--", *tail]
@@ -84,10 +99,11 @@ def launch_argv(point: Point, run_dir: str | os.PathLike, *, python: str = sys.e
         srun.append(f"--gpus-per-node={p}")
     if site.get("srun_extra"):
         srun += shlex.split(str(site["srun_extra"]))
+    port = rdzv_port(point, environ, site)
     return [*srun, python, "-m", "scalestudy.run.nodes", "node",
             "--nnodes", str(k), "--nproc-per-node", str(p),
             "--rdzv-id", f"{environ['SLURM_JOB_ID']}-{pid}",
-            "--port", str(rdzv_port(point, environ, site)), "--", *tail]
+            *(["--port", str(port)] if port else []), "--rdzv-dir", str(run_dir), "--", *tail]
 
 
 def _available_cpus(environ: Mapping) -> int:
@@ -104,8 +120,10 @@ def env_additions(point: Point, environ: Mapping = os.environ,
 
     ``OMP_NUM_THREADS`` = cores per process (an explicit value in ``environ`` wins; several
     processes on few cores get 1: two threads per process made 4 and 8 processes on 2 cores
-    19x and 25x slower); ``GLOO_SOCKET_IFNAME=lo`` for CPU points that run on this host; then
-    the site's ``env`` (NCCL/RCCL settings), which wins over everything here."""
+    19x and 25x slower); the site's ``env`` (NCCL/RCCL settings), which wins over that; and
+    for points that run on this host (one node, or emulated nodes) ``GLOO_SOCKET_IFNAME=lo``
+    and ``NCCL_SOCKET_IFNAME=lo``, over the site's (its interfaces are for a cluster's
+    network) but not over the caller's own ``environ``."""
     site = point_site(point.platform, site)
     k, p = point.nodes, point.procs_per_node
     env: dict[str, str] = {}
@@ -115,10 +133,11 @@ def env_additions(point: Point, environ: Mapping = os.environ,
         else:  # one host runs every process (a single node or emulated nodes)
             cores, procs = _available_cpus(environ), p * k
         env["OMP_NUM_THREADS"] = str(max(1, cores // procs))
-    local = k == 1 or not environ.get("SLURM_JOB_ID")
-    if local and not is_gpu(point.platform, site) and not environ.get("GLOO_SOCKET_IFNAME"):
-        env["GLOO_SOCKET_IFNAME"] = "lo"
-    env.update(site["env"])
+    env.update(sitepolicy.resolve_env(site["env"], environ))  # secrets put back here
+    if k == 1 or not environ.get("SLURM_JOB_ID"):  # every rank on this host
+        for var in LOOPBACK_ENV:
+            if not environ.get(var):
+                env[var] = "lo"
     return env
 
 
@@ -126,5 +145,8 @@ def launch_env(point: Point, environ: Mapping = os.environ,
                site: Mapping | None = None) -> dict:
     """The full environment to launch ``point`` with: ``environ`` (PATH, PYTHONPATH and, under
     Slurm, SLURM_JOB_ID, which srun needs to start a step inside the job's allocation instead
-    of asking for a new one) plus :func:`env_additions`."""
-    return {**environ, **env_additions(point, environ, site)}
+    of asking for a new one) plus :func:`env_additions`; never the study's secrets as a whole
+    (``sitepolicy.SECRETS_ENV``: each rank gets the ones its site.env names)."""
+    env = {**environ, **env_additions(point, environ, site)}
+    env.pop(sitepolicy.SECRETS_ENV, None)
+    return env

@@ -1,14 +1,23 @@
 """Multi-node launches: inside each ``srun`` task of a Slurm allocation (``node``), or several
 emulated nodes on this host (``local-nodes``).
 
-    python -m scalestudy.run.nodes node --nnodes K --nproc-per-node P --rdzv-id ID --port PORT -- -m scalestudy.train ...
+    python -m scalestudy.run.nodes node --nnodes K --nproc-per-node P --rdzv-id ID --rdzv-dir RUN_DIR [--port PORT] -- -m scalestudy.train ...
     python -m scalestudy.run.nodes local-nodes --nnodes K --nproc-per-node P --rdzv-id ID -- ...
     python -m scalestudy.run.nodes show RUN_DIR/point.json      # the launch line and resources
 
 Each srun task reads the allocation's node list *inside the task* (Snakemake's Slurm jobstep
 wrapper strips the ``SLURM_*`` layout variables from the rule's shell), takes the first node
 as the c10d rendezvous host and replaces itself with ``torchrun --nnodes K --nproc-per-node P
---rdzv-backend c10d --rdzv-endpoint <first node>:<port> --rdzv-id <SLURM_JOB_ID>-<point_id>``.
+--rdzv-backend c10d --rdzv-endpoint <first node>:<port> --rdzv-id <SLURM_JOB_ID>-<point_id>
+--local-addr <this node>`` (``scalestudy.run.torchrun``: the stores listen on those addresses
+only, not on every interface).
+
+The port: unless the site fixes one (``site.rdzv_port``), the first node's task binds the
+rendezvous socket on its own address at a port the kernel picks (at job start: not guessable
+from the job id, and never raced for, since the socket stays bound and is handed to torchrun
+as an inherited fd), then writes the number to ``RUN_DIR/.rdzv-port-<job>.<step>`` on the
+shared filesystem; the other tasks wait for that file (:func:`agree_port`).
+
 Outside Slurm, K torchrun launchers on this host use the same multi-node c10d rendezvous over
 loopback (same ranks and collectives, so a point runs on a laptop and a cluster alike).
 """
@@ -23,8 +32,16 @@ import shlex
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Mapping
+
+from scalestudy.run.torchrun import LISTEN_FD_ENV, bind_socket
+
+#: torchrun with its stores bound to the rendezvous address (``scalestudy.run.torchrun``).
+TORCHRUN = "scalestudy.run.torchrun"
+#: How long the other nodes wait for the first node's port file (seconds).
+PORT_FILE_TIMEOUT_S = 600.0
 
 def expand_nodelist(nodelist: str) -> list[str]:
     """Host names of a Slurm node list (``n[1-2]`` -> ``['n1', 'n2']``), via scontrol."""
@@ -53,13 +70,11 @@ def _is_loopback(addr: str) -> bool:
         return addr == "localhost"
 
 
-def node_argv(*, nnodes: int, nproc_per_node: int, rdzv_id: str, port: int, train: list[str],
-              environ: Mapping, python: str = sys.executable) -> tuple[list[str], dict]:
-    """The torchrun argv (and env additions) of this node of a multi-node point.
+def placement(environ: Mapping) -> dict:
+    """This srun task's view of the allocation: ``first`` (the rendezvous host's name),
+    ``me``, their addresses ``first_addr`` / ``my_addr`` and ``is_first``.
 
-    Reads ``SLURM_JOB_NODELIST`` and ``SLURMD_NODENAME`` (set by slurmstepd in each srun
-    task). The first node of the allocation hosts the c10d store (``is_host=1``); when Slurm
-    reaches the nodes over loopback (emulated nodes on one host) torchrun and gloo use it too."""
+    Reads ``SLURM_JOB_NODELIST`` and ``SLURMD_NODENAME`` (set by slurmstepd in each task)."""
     nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
     if not nodelist:
         raise RuntimeError("scalestudy.run.nodes node: SLURM_JOB_NODELIST is unset; "
@@ -67,27 +82,91 @@ def node_argv(*, nnodes: int, nproc_per_node: int, rdzv_id: str, port: int, trai
     hosts = expand_nodelist(nodelist)
     me = environ.get("SLURMD_NODENAME") or socket.gethostname()
     first = hosts[0]
-    first_addr, my_addr = node_addr(first), node_addr(me)
-    argv = [python, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+    return {"first": first, "me": me, "first_addr": node_addr(first), "my_addr": node_addr(me),
+            "is_first": me == first}
+
+
+def node_argv(*, nnodes: int, nproc_per_node: int, rdzv_id: str, port: int, train: list[str],
+              environ: Mapping, python: str = sys.executable,
+              where: Mapping | None = None) -> tuple[list[str], dict]:
+    """The torchrun argv (and env additions) of this node of a multi-node point.
+
+    The first node of the allocation hosts the c10d store (``is_host=1``) on its own address;
+    every node names its address (``--local-addr``) so the store the workers share listens
+    there only; when Slurm reaches the nodes over loopback (emulated nodes on one host) gloo
+    uses it too. ``where``: :func:`placement` (read from ``environ`` when not given)."""
+    where = where or placement(environ)
+    argv = [python, "-m", TORCHRUN, "--nnodes", str(nnodes),
             "--nproc-per-node", str(nproc_per_node), "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", f"{first_addr}:{port}", "--rdzv-id", rdzv_id,
-            "--rdzv-conf", f"is_host={1 if me == first else 0}", "--max-restarts", "0"]
+            "--rdzv-endpoint", f"{where['first_addr']}:{port}", "--rdzv-id", rdzv_id,
+            "--rdzv-conf", f"is_host={1 if where['is_first'] else 0}",
+            "--local-addr", where["my_addr"], "--max-restarts", "0"]
     env = {}
-    if _is_loopback(my_addr):
-        argv += ["--local-addr", my_addr]
+    if _is_loopback(where["my_addr"]):
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     return argv + list(train), env
+
+
+def port_file(rdzv_dir: str | os.PathLike, environ: Mapping) -> Path:
+    """Where the first node leaves the rendezvous port for the others: one file per Slurm job
+    step in the point's run folder (a retry is a new step; the runner clears dot files before
+    each attempt)."""
+    job = environ.get("SLURM_JOB_ID", "0")
+    step = environ.get("SLURM_STEP_ID", "0")
+    return Path(rdzv_dir) / f".rdzv-port-{job}.{step}"
+
+
+def agree_port(*, is_first: bool, host: str, path: Path, port: int = 0,
+               timeout_s: float = PORT_FILE_TIMEOUT_S) -> tuple[int, socket.socket | None]:
+    """The rendezvous port every node of a point uses, and (on the first node) the socket
+    already bound to it on ``host``, for torchrun to listen on.
+
+    First node: bind ``host:port`` (0: a free port the kernel picks now), then write the port
+    to ``path`` atomically. Other nodes: ``port`` when the site fixed one, else wait up to
+    ``timeout_s`` for ``path``."""
+    if is_first:
+        sock = bind_socket(host, port)
+        chosen = sock.getsockname()[1]
+        from scalestudy.record.io import write_text
+
+        write_text(path, f"{chosen}\n")
+        return chosen, sock
+    if port:
+        return port, None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            text = ""
+        if text.isdigit() and 0 < int(text) < 65536:
+            return int(text), None
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"scalestudy.run.nodes node: no rendezvous port from the first "
+                               f"node in {path} after {timeout_s:.0f} s")
+        time.sleep(0.2)
 
 
 def _node_main(args: argparse.Namespace) -> int:
     train = list(args.train)
     if train and train[0] == "--":
         train = train[1:]
+    where = placement(os.environ)
+    if not args.port and not args.rdzv_dir:
+        raise SystemExit("scalestudy.run.nodes node: give --rdzv-dir (the run folder, shared by "
+                         "the nodes) or --port")
+    port, sock = args.port, None
+    if args.rdzv_dir:
+        port, sock = agree_port(is_first=where["is_first"], host=where["first_addr"],
+                                path=port_file(args.rdzv_dir, os.environ), port=args.port)
     argv, env = node_argv(nnodes=args.nnodes, nproc_per_node=args.nproc_per_node,
-                          rdzv_id=args.rdzv_id, port=args.port, train=train,
-                          environ=os.environ)
+                          rdzv_id=args.rdzv_id, port=port, train=train,
+                          environ=os.environ, where=where)
     for key, value in env.items():
         os.environ.setdefault(key, value)
+    if sock is not None:  # torchrun's rendezvous store listens on this very socket
+        os.set_inheritable(sock.fileno(), True)
+        os.environ[LISTEN_FD_ENV] = str(sock.detach())
     print(f"scalestudy.run.nodes node {os.environ.get('SLURMD_NODENAME', '?')}: {shlex.join(argv)}",
           file=sys.stderr, flush=True)
     os.execvp(argv[0], argv)
@@ -105,7 +184,7 @@ def local_nodes_argvs(*, nnodes: int, nproc_per_node: int, rdzv_id: str, port: i
                       train: list[str], python: str = sys.executable) -> list[list[str]]:
     """One torchrun argv per emulated node: the same c10d rendezvous as on a cluster, over
     loopback; the first launcher hosts the store."""
-    return [[python, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+    return [[python, "-m", TORCHRUN, "--nnodes", str(nnodes),
              "--nproc-per-node", str(nproc_per_node), "--rdzv-backend", "c10d",
              "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", rdzv_id,
              "--rdzv-conf", f"is_host={1 if i == 0 else 0}", "--local-addr", "127.0.0.1",
@@ -120,8 +199,11 @@ def _local_nodes_main(args: argparse.Namespace) -> int:
     train = list(args.train)
     if train and train[0] == "--":
         train = train[1:]
+    # the first launcher's store listens on this socket, bound now: no other process can
+    # take the port between choosing and binding it
+    sock = bind_socket("127.0.0.1", args.port or 0)
     argvs = local_nodes_argvs(nnodes=args.nnodes, nproc_per_node=args.nproc_per_node,
-                              rdzv_id=args.rdzv_id, port=args.port or free_port(), train=train)
+                              rdzv_id=args.rdzv_id, port=sock.getsockname()[1], train=train)
     env = dict(os.environ)
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     procs = []
@@ -144,7 +226,12 @@ def _local_nodes_main(args: argparse.Namespace) -> int:
     for i, argv in enumerate(argvs):
         print(f"scalestudy.run.nodes local-nodes [{i}]: {shlex.join(argv)}", file=sys.stderr,
               flush=True)
-        procs.append(subprocess.Popen(argv, env=env))
+        if i == 0:
+            procs.append(subprocess.Popen(argv, env={**env, LISTEN_FD_ENV: str(sock.fileno())},
+                                          pass_fds=(sock.fileno(),)))
+            sock.close()  # the first launcher holds it now
+        else:
+            procs.append(subprocess.Popen(argv, env=env))
     rc = 0
     try:
         while any(proc.poll() is None for proc in procs):
@@ -169,7 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     node.add_argument("--nnodes", type=int, required=True)
     node.add_argument("--nproc-per-node", type=int, required=True)
     node.add_argument("--rdzv-id", required=True)
-    node.add_argument("--port", type=int, required=True)
+    node.add_argument("--port", type=int, default=0,
+                      help="fixed rendezvous port (site.rdzv_port); 0: the first node picks one")
+    node.add_argument("--rdzv-dir", default=None,
+                      help="the point's run folder on the shared filesystem (port file)")
     node.add_argument("train", nargs=argparse.REMAINDER,
                       help="-- then torchrun's script args, e.g. -m scalestudy.train P R")
     loc = sub.add_parser("local-nodes", help="emulate several nodes on this host (no Slurm)")
@@ -194,7 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     point = Point.from_json(read_json(args.point_json), args.point_json)
     run_dir = Path(args.run_dir or Path(args.point_json).parent)
     print("resources:", json.dumps(point_resources(point)))
-    print("env:", json.dumps(launch_env(point)))
+    from scalestudy.config.sitepolicy import SiteError, redact_environ
+
+    try:
+        print("env:", json.dumps(redact_environ(launch_env(point))))
+    except SiteError as e:
+        print(f"env: not available here: {e}")
     print("argv:", shlex.join(launch_argv(point, run_dir)))
     return 0
 

@@ -37,6 +37,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from scalestudy.config import sitepolicy
 from scalestudy.config.point import Point
 from scalestudy.record.io import read_json, write_json
 from scalestudy.record.states import RECORD_FILES, RETRIED, RunState
@@ -93,14 +94,19 @@ def attempt(point: Point, run_dir: Path) -> dict:
             tmp.unlink(missing_ok=True)
     argv = launch.launch_argv(point, run_dir)
     added = {**launch.env_additions(point, os.environ), **workload.command_env(point, run_dir)}
-    env = {**os.environ, **added, "SCALESTUDY_COMMAND": shlex.join(argv)}
+    env = {**os.environ, **added}
+    # the records (stdout.log, env.json) get the command line and environment with secrets
+    # redacted; the processes get the real values
+    shown_argv = sitepolicy.redact_argv(argv, sitepolicy.secrets_from(os.environ))
+    shown = shlex.join(shown_argv)
+    env["SCALESTUDY_COMMAND"] = shown
     command = point.workload.is_command
     log = run_dir / "stdout.log"
     plat = point.platform
     started, t0 = _now(), time.monotonic()
     timed_out = False
     with open(log, "w") as out:
-        out.write(f"$ {shlex.join(argv)}\n")
+        out.write(f"$ {shown}\n")
         out.flush()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True, cwd=point.workload.cwd if command else None,
@@ -117,7 +123,7 @@ def attempt(point: Point, run_dir: Path) -> dict:
     lines = _tail(log, 200)
     invalid = None
     if command:  # the runner writes the record the command does not (scalestudy.run.collect)
-        collect.write_env(point, run_dir, argv, added)
+        collect.write_env(point, run_dir, shown_argv, sitepolicy.redact_environ(added))
         if proc.returncode == 0 and not timed_out:
             invalid = collect.collect(point, run_dir, log, wall)
     if invalid:

@@ -31,14 +31,19 @@ SITE_KEYS: dict[str, str] = {
     "gpu_request": "'gres' (--gres=gpu:P per node, default), 'gpus-per-node' "
     "(--gpus-per-node=P, e.g. Frontier) or 'none' (the nodes' GPUs come with the node)",
     "exclusive": "true: whole nodes per point (sbatch --exclusive), for timing isolation",
-    "extra": "further sbatch flags, verbatim (e.g. '--gpu-bind=closest')",
-    "srun_extra": "further flags for the multi-node srun, verbatim",
-    "torchrun_extra": "further torchrun flags, verbatim (e.g. '--numa-binding=node')",
-    "env": "environment of the ranks (mapping), e.g. NCCL/RCCL settings",
+    "extra": "further sbatch options from an allow-list (e.g. '--gpu-bind=closest'; "
+    "config/sitepolicy.py SBATCH_OPTIONS; others with --trust-site)",
+    "srun_extra": "further options of the multi-node srun from an allow-list "
+    "(sitepolicy.SRUN_OPTIONS; others with --trust-site)",
+    "torchrun_extra": "further torchrun options from an allow-list (e.g. "
+    "'--numa-binding=node'; never the program, shape or rendezvous)",
+    "env": "environment of the ranks (mapping), e.g. NCCL/RCCL settings; names from an "
+    "allow-list (sitepolicy: NCCL_*, FI_*, OMP_*, ...; others with --trust-site); "
+    "values of secret-looking names are redacted in every record",
     "runtime_margin_min": "minutes added to platform.timeout_s for the Slurm time limit "
     "(default 5), so the runner's own watchdog fires first",
     "rdzv_port": "c10d rendezvous port on the first node of a multi-node point; "
-    "null: 29500 + SLURM_JOB_ID mod 3000",
+    "null: a free port the first node binds at job start",
 }
 
 _INT_KEYS = ("gpus_per_node", "cpus_per_node", "cpus_per_proc", "mem_per_node_mb",
