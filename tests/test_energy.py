@@ -191,7 +191,8 @@ def test_runs_csv_columns_and_the_summary_note():
                                             "energy_source": "nvml",
                                             "energy_note": "device energy, summed over 8 device(s)"}
     none = aggregate.energy_columns({"energy": {"source": None, "reason": "no RAPL: x"}})
-    assert none == {"energy_note": "no RAPL: x"}
+    assert none == {"joules_per_token": None, "avg_power_w": None, "energy_source": None,
+                    "energy_note": "no RAPL: x"}
     assert "no energy record" in aggregate.energy_columns({})["energy_note"]
     runs = pd.DataFrame({"status": ["ok", "ok", "oom"], "joules_per_token": [None, None, None],
                          "avg_power_w": [None] * 3, "energy_source": [None] * 3,

@@ -94,7 +94,7 @@ def attempt(point: Point, run_dir: Path) -> dict:
             tmp.unlink(missing_ok=True)
     argv = launch.launch_argv(point, run_dir)
     added = {**launch.env_additions(point, os.environ), **workload.command_env(point, run_dir)}
-    env = {**os.environ, **added}
+    env = {**launch.launch_env(point, os.environ), **added}
     # the records (stdout.log, env.json) get the command line and environment with secrets
     # redacted; the processes get the real values
     shown_argv = sitepolicy.redact_argv(argv, sitepolicy.secrets_from(os.environ))
