@@ -35,7 +35,7 @@ def test_arch_sets_the_defaults():
     (dict(kv_heads=2), "model.kv_heads: grouped-query attention needs arch llama"),
     (dict(rope_theta=500000.0), "model.rope_theta: only arch llama"),
     (dict(multiple_of=256), "model.multiple_of / ffn_dim_multiplier"),
-    (dict(arch="llama", kv_heads=0), "model.kv_heads: 0 is not a positive integer"),
+    (dict(arch="llama", kv_heads=0), "model.kv_heads: 0 is not allowed"),
 ])
 def test_model_block_rules(kw, message):
     with pytest.raises(PointError, match=message.replace("(", r"\(")):
