@@ -24,14 +24,24 @@ from scalestudy.config.vocab import Attention as AttentionKernel
 __all__ = ["GPT"]
 
 
-def attention_core(q, k, v, kernel: AttentionKernel) -> torch.Tensor:
-    """Causal scaled dot-product attention; ``math`` materialises the s x s scores."""
+def _sdpa(q, k, v, kernel: AttentionKernel) -> torch.Tensor:
     if kernel == AttentionKernel.MATH:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         with sdpa_kernel(SDPBackend.MATH):
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def attention_core(q, k, v, kernel: AttentionKernel, recompute: bool = False) -> torch.Tensor:
+    """Causal scaled dot-product attention over [batch, heads, seq, head_dim]; ``math``
+    materialises the s x s scores. ``recompute``: the backward pass re-runs it instead of
+    keeping its intermediates (``selective_attention`` checkpointing)."""
+    if recompute and torch.is_grad_enabled():
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(_sdpa, q, k, v, kernel, use_reentrant=False)
+    return _sdpa(q, k, v, kernel)
 
 
 class Attention(nn.Module):
@@ -52,12 +62,7 @@ class Attention(nn.Module):
         q = self.wq(x).view(b, s, -1, self.head_dim).transpose(1, 2)
         k = self.wk(x).view(b, s, -1, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(b, s, -1, self.head_dim).transpose(1, 2)
-        if self.recompute_core and torch.is_grad_enabled():
-            from torch.utils.checkpoint import checkpoint
-
-            y = checkpoint(attention_core, q, k, v, self.kernel, use_reentrant=False)
-        else:
-            y = attention_core(q, k, v, self.kernel)
+        y = attention_core(q, k, v, self.kernel, self.recompute_core)
         return self.wo(y.transpose(1, 2).reshape(b, s, -1))
 
 

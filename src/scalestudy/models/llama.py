@@ -99,12 +99,7 @@ class Attention(nn.Module):
         if self.n_rep > 1:  # query head j reads key/value head j // n_rep
             k = k.repeat_interleave(self.n_rep, dim=1)
             v = v.repeat_interleave(self.n_rep, dim=1)
-        if self.recompute_core and torch.is_grad_enabled():
-            from torch.utils.checkpoint import checkpoint
-
-            y = checkpoint(attention_core, q, k, v, self.kernel, use_reentrant=False)
-        else:
-            y = attention_core(q, k, v, self.kernel)
+        y = attention_core(q, k, v, self.kernel, self.recompute_core)
         return self.wo(y.transpose(1, 2).reshape(b, s, -1))
 
 

@@ -515,14 +515,9 @@ def versus_measured(pred, runs):
 
 def _save(fig, path: Path) -> Path:
     """Write a matplotlib figure atomically and close it."""
-    import matplotlib.pyplot as plt
+    from scalestudy.report.style import save
 
-    from scalestudy.record.io import atomic_path
-
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp)
-    plt.close(fig)
-    return path
+    return save(fig, path)[0]
 
 
 def residual_figure(df, path: Path) -> Path:

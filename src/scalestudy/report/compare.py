@@ -352,9 +352,8 @@ def figures(studies: list[Study], out: Path, style: str = "default") -> list[Pat
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    from scalestudy.record.io import atomic_path, write_text
+    from scalestudy.record.io import write_text
     from scalestudy.report import style as fstyle
 
     util_col, util_name = _util_column(studies)
@@ -395,12 +394,7 @@ def figures(studies: list[Study], out: Path, style: str = "default") -> list[Pat
             ax.set_title("colour: series; marker and line: study",
                          fontsize=9 if style == "default" else None)
             fstyle.legend(fig, ax, style)
-            for ext in ("png", "pdf"):
-                p = out / f"{name}.{ext}"
-                with atomic_path(p) as tmp:
-                    fig.savefig(tmp, **fstyle.save_kwargs(style, ext))
-                paths.append(p)
-            plt.close(fig)
+            paths += fstyle.save(fig, [out / f"{name}.png", out / f"{name}.pdf"], style)
             data = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
             keep = [c for c in ("study", "folder", "series", "mode", "n", col, f"{col}_ci_lo",
                                 f"{col}_ci_hi", "status") if c in data.columns]

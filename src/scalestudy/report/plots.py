@@ -23,15 +23,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.transforms as mtransforms  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from scalestudy.record.io import read_json, write_text  # noqa: E402
 from scalestudy.report import references as refs  # noqa: E402
 from scalestudy.report import style as fstyle  # noqa: E402
-from scalestudy.record.io import atomic_path, read_json, write_text  # noqa: E402
 from scalestudy.report.summary import CPU_NOTE  # noqa: E402
 
 FIGURES = ("efficiency_weak", "efficiency_strong", "throughput", "mfu")
@@ -43,13 +42,7 @@ REF_MARKERS = ["s", "^", "p", "h", "8"]
 
 
 def _save(fig, out_dir: Path, name: str, data: pd.DataFrame, style: str = "default") -> list[Path]:
-    paths = []
-    for ext in ("png", "pdf"):
-        path = out_dir / f"{name}.{ext}"
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, **fstyle.save_kwargs(style, ext))
-        paths.append(path)
-    plt.close(fig)
+    paths = fstyle.save(fig, [out_dir / f"{name}.png", out_dir / f"{name}.pdf"], style)
     path = out_dir / f"{name}.csv"
     write_text(path, data.to_csv(index=False, float_format="%.6g"))
     return paths + [path]

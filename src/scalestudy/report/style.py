@@ -96,3 +96,18 @@ def save_kwargs(style: str, ext: str) -> dict:
     if style == "default":
         return {"dpi": 150 if ext == "png" else None, "bbox_inches": "tight"}
     return {"dpi": 300 if ext == "png" else None}
+
+
+def save(fig, paths, style: str = "default") -> list:
+    """Write ``fig`` to each of ``paths`` (one path or several; the format from each suffix)
+    atomically, with the style's save options, then close it. Returns the paths."""
+    import matplotlib.pyplot as plt
+
+    from scalestudy.record.io import atomic_path
+
+    paths = [paths] if isinstance(paths, (str, bytes)) or hasattr(paths, "suffix") else list(paths)
+    for path in paths:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, **save_kwargs(style, str(path).rsplit(".", 1)[-1]))
+    plt.close(fig)
+    return paths
