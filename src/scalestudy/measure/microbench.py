@@ -99,15 +99,18 @@ def timed_samples(call, device, warmup: int, samples: int, min_time_s: float) ->
     call()
     _sync(device)
     reps = max(1, int(min_time_s / max(time.perf_counter() - t0, 1e-7)))
-    out = []
-    for _ in range(samples):
-        _sync(device)
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            call()
-        _sync(device)
-        out.append((time.perf_counter() - t0) / reps)
-    return out
+    return [seconds_per_call(call, device, reps) for _ in range(samples)]
+
+
+def seconds_per_call(call, device, reps: int) -> float:
+    """Seconds per ``call()`` over ``reps`` back-to-back calls, the device synchronised before
+    both clock reads."""
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        call()
+    _sync(device)
+    return (time.perf_counter() - t0) / reps
 
 
 def bench_matmul(
@@ -208,12 +211,7 @@ def bench_collectives(
                     dist.barrier()
                     elapsed = torch.zeros(1, device=device, dtype=torch.float64)
                     if member:
-                        _sync(device)
-                        t0 = time.perf_counter()
-                        for _ in range(reps):
-                            call()
-                        _sync(device)
-                        elapsed.fill_((time.perf_counter() - t0) / reps)
+                        elapsed.fill_(seconds_per_call(call, device, reps))
                     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
                     sec = elapsed.item() / (2 if op == "send_recv" else 1)
                     full = numel * 4  # buf: the all-gather output / reduce-scatter input
