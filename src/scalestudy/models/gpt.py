@@ -44,6 +44,20 @@ def attention_core(q, k, v, kernel: AttentionKernel, recompute: bool = False) ->
     return _sdpa(q, k, v, kernel)
 
 
+@torch.no_grad()
+def init_gpt2_(model: nn.Module, layers: int) -> None:
+    """GPT-2's init, in place: weights N(0, 0.02), the residual output projections (``wo``,
+    ``w2``) N(0, 0.02/sqrt(2·layers)), norm weights one, biases zero."""
+    std_out = 0.02 / math.sqrt(2 * layers)
+    for name, p in model.named_parameters():
+        if p.dim() == 1:
+            nn.init.ones_(p) if name.endswith("norm.weight") else nn.init.zeros_(p)
+        elif name.endswith(("wo.weight", "w2.weight")):
+            nn.init.normal_(p, 0.0, std_out)
+        else:
+            nn.init.normal_(p, 0.0, 0.02)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: Model):
         super().__init__()
@@ -112,17 +126,8 @@ class GPT(nn.Module):
             self.output.weight = self.tok_embeddings.weight
         self.init_weights()
 
-    @torch.no_grad()
     def init_weights(self) -> None:
-        """GPT-2 init: N(0, 0.02), residual output projections scaled by 1/sqrt(2 l)."""
-        std_out = 0.02 / math.sqrt(2 * self.cfg.layers)
-        for name, p in self.named_parameters():
-            if p.dim() == 1:
-                nn.init.ones_(p) if name.endswith("norm.weight") else nn.init.zeros_(p)
-            elif name.endswith(("wo.weight", "w2.weight")):
-                nn.init.normal_(p, 0.0, std_out)
-            else:
-                nn.init.normal_(p, 0.0, 0.02)
+        init_gpt2_(self, self.cfg.layers)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         h = tokens

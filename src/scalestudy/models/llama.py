@@ -31,13 +31,11 @@ recomputed by ``init_weights``), handed to every block as its second input.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
 from scalestudy.config.point import Model
-from scalestudy.models.gpt import MLP, attention_core
+from scalestudy.models.gpt import MLP, attention_core, init_gpt2_
 
 __all__ = ["Llama", "RMSNorm", "rope_table", "apply_rope"]
 
@@ -140,14 +138,7 @@ class Llama(nn.Module):
     def init_weights(self) -> None:
         """GPT-2's init (N(0, 0.02), residual output projections scaled by 1/sqrt(2 l), norms
         one) and the rotary table (also after ``to_empty`` on a device)."""
-        std_out = 0.02 / math.sqrt(2 * self.cfg.layers)
-        for name, p in self.named_parameters():
-            if p.dim() == 1:
-                nn.init.ones_(p) if name.endswith("norm.weight") else nn.init.zeros_(p)
-            elif name.endswith(("wo.weight", "w2.weight")):
-                nn.init.normal_(p, 0.0, std_out)
-            else:
-                nn.init.normal_(p, 0.0, 0.02)
+        init_gpt2_(self, self.cfg.layers)
         if self.rope.device.type != "meta":
             self.rope.copy_(rope_table(self.cfg.head_dim, self.cfg.seq_len, self.cfg.rope_theta,
                                        device=self.rope.device))

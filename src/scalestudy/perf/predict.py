@@ -275,9 +275,7 @@ def run(hw: stepmodel.HardwareSpec, measured: stepmodel.Measured | None = None,
                 ranges[(model, kind, p.n)] = {"pct": (min(pcts), max(pcts)),
                                               "eff": (min(effs), max(effs))}
                 rows.append({
-                    "model": model, "series": kind, "n": p.n, "tp": p.tp, "pp": p.pp,
-                    "dp": p.dp, "micro_batch": p.micro_batch, "grad_accum": p.grad_accum,
-                    "global_batch": p.global_batch, "seq_len": p.seq_len,
+                    "model": model, "series": kind, **shape_columns(p), "seq_len": p.seq_len,
                     "dp_mode": p.parallel.dp_mode, "activation_checkpointing": ckpt,
                     **{k: v for k, v in b.row().items() if isinstance(v, (int, float, str))},
                     "step_time_low_s": min(v[0].step_time_s for v in r.values()),
@@ -294,12 +292,17 @@ def run(hw: stepmodel.HardwareSpec, measured: stepmodel.Measured | None = None,
     return df, comp, pd.DataFrame(brk)
 
 
+def shape_columns(p: Point) -> dict:
+    """A point's parallel shape and batch as table columns."""
+    return {"n": p.n, "dp": p.dp, "tp": p.tp, "pp": p.pp, "micro_batch": p.micro_batch,
+            "grad_accum": p.grad_accum, "global_batch": p.global_batch}
+
+
 def breakdown_row(label: str, b: stepmodel.StepBreakdown, p: Point, extra: dict | None = None) -> dict:
     """One point's terms in seconds per step and as % of the (logged) time."""
     terms = {**b.terms(), **(extra or {})}
     total = sum(terms.values())
-    out = {"point": label, "series": p.series, "mode": p.mode, "n": p.n, "tp": p.tp,
-           "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch, "grad_accum": p.grad_accum,
+    out = {"point": label, "series": p.series, "mode": p.mode, **shape_columns(p),
            "step_time_s": b.step_time_s, "total_s": total, "bottleneck_stage": b.bottleneck_stage}
     out.update({k: v for k, v in terms.items()})
     out.update({f"pct_{k[:-2]}": 100 * v / total for k, v in terms.items()})
@@ -483,9 +486,8 @@ def study_predictions(points: list[Point], hw: stepmodel.HardwareSpec,
         seen.add(p.config_hash)
         pr = stepmodel.predict_range(p, hw, measured, dp_overlap)
         b = pr.central
-        rows.append({"series": p.series, "mode": p.mode, "n": p.n, "dp": p.dp, "tp": p.tp,
-                     "pp": p.pp, "micro_batch": p.micro_batch, "grad_accum": p.grad_accum,
-                     "global_batch": p.global_batch, "config_hash": p.config_hash,
+        rows.append({"series": p.series, "mode": p.mode, **shape_columns(p),
+                     "config_hash": p.config_hash,
                      "baseline_n": p.baseline_n, "model": p.model.name,
                      **{k: v for k, v in b.row().items() if isinstance(v, (int, float, str))},
                      "step_time_low_s": pr.step_time_low_s,
