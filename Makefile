@@ -21,7 +21,7 @@ run: setup
 	$(VENV)/bin/scalestudy run "$(STUDY)"
 
 test: setup
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q --durations=15
 
 # the benchmarks are not installed: `python -m benchmarks` from the repository root
 bench: setup
