@@ -128,3 +128,37 @@ def test_study_points_and_residuals(tmp_path):
     assert len(brk) == len(pred) and (out / "study_breakdown.png").stat().st_size > 0
     assert (pred["step_time_low_s"] <= pred["step_time_s"]).all()
     assert (pred["step_time_s"] <= pred["step_time_high_s"]).all()
+
+
+def test_a_cpu_study_is_predicted_from_its_own_hosts_measurements(tmp_path):
+    """calibration.json's product rates, overhead and bandwidth and the microbench job's
+    collectives replace the cpu-local preset's figures (measured on another host)."""
+    import json
+
+    study_dir = tmp_path / "s"
+    (study_dir / "microbench").mkdir(parents=True)
+    overhead = [{"layout": "plain", "phase": ph, "layers": L, "sample": i,
+                 "seconds": (1e-3 if ph == "fwd_bwd" else 2e-3) + 5e-4 * L + 1e-5 * i}
+                for ph in ("fwd_bwd", "optimizer") for L in (1, 4) for i in range(3)]
+    bandwidth = [{"device": "cpu", "bytes": 1 << 26, "sample": i, "seconds": 0.01,
+                  "bytes_per_s": 20e9 - 1e9 * i} for i in range(3)]
+    (study_dir / "calibration.json").write_text(json.dumps({
+        "dtype": "fp32", "m": 512, "n": 512, "k": 512, "flops_per_s": 9e10,
+        "shapes": [{"m": 256, "n": 64, "k": 64, "flops_per_s": 3e10}],
+        "overhead": overhead, "bandwidth": bandwidth}))
+    pd.DataFrame([{"op": "send_recv", "group_size": 2, "bytes": b, "sample": 0,
+                   "seconds": 1e-4 + b / 1e9} for b in (4096, 65536, 1048576)]).to_csv(
+        study_dir / "microbench" / "collectives.csv", index=False)
+    pd.DataFrame([{"dtype": "fp32", "m": 256, "n": 256, "k": 256, "sample": 0,
+                   "flops_per_s": 1e9}]).to_csv(study_dir / "microbench" / "matmul.csv",
+                                                 index=False)
+    m = predict.host_measurements(study_dir)
+    assert m.matmul == {"fp32": [(512, 512, 512, 9e10), (256, 64, 64, 3e10)]}  # calibration's
+    assert m.mem_bw == 20e9  # the fastest copy
+    assert m.overhead["fwd_bwd_fixed_s"] == pytest.approx(1e-3)  # fastest samples, fitted
+    assert m.overhead["fwd_bwd_per_layer_s"] == pytest.approx(5e-4)
+    assert m.overhead["optimizer_fixed_s"] == pytest.approx(2e-3)
+    alpha, beta = m.collectives[("send_recv", 2)]
+    assert alpha == pytest.approx(1e-4) and beta == pytest.approx(1e9)
+    (study_dir / "calibration.json").unlink()  # no calibration: the microbench job's matmuls
+    assert predict.host_measurements(study_dir).matmul == {"fp32": [(256, 256, 256, 1e9)]}

@@ -11,6 +11,8 @@ predicted/measured ratios and their median next to their targets (``make bench``
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -52,3 +54,13 @@ def test_predict_job_outputs_follow_from_the_plan_and_runs(tiny_study_run):
     expected = (vm["step_time_s"] - vm["measured_step_time_s"]) / vm["measured_step_time_s"]
     assert vm["residual"].notna().all()
     assert vm["residual"].tolist() == pytest.approx(expected.tolist(), rel=1e-9, abs=1e-12)
+
+    # the model ran on this host's own measurements (calibrate job), not the preset's figures
+    cal = json.loads((out / "calibration.json").read_text())
+    assert {r["layout"] for r in cal["overhead"]} == {"plain"}  # (no tensor-parallel point)
+    assert cal["bandwidth"] and all(r["bytes_per_s"] > 0 for r in cal["bandwidth"])
+    from scalestudy.perf.predict import host_measurements
+
+    host = host_measurements(out)
+    assert host.mem_bw == max(r["bytes_per_s"] for r in cal["bandwidth"])
+    assert host.overhead and host.matmul["fp32"][0][3] == cal["flops_per_s"]

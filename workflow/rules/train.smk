@@ -18,9 +18,12 @@ rule calibrate:
         device=STUDY["platform"]["device"],
         dtype=STUDY["train"]["precision"],
         shapes=" ".join("x".join(map(str, s)) for s in gemm_shapes(POINTS.values())),
+        # the framework overhead of this host (a CPU study's performance model): plain, and
+        # under DTensor when the study has tensor-parallel points
+        overhead="plain tp" if any(p.tp > 1 for p in POINTS.values() if p.feasible) else "plain",
     shell:
         "{params.py:q} -m scalestudy.measure.calibrate --device {params.device} --dtype {params.dtype}"
-        " --out {output:q} --shapes {params.shapes} > {log:q} 2>&1"
+        " --out {output:q} --shapes {params.shapes} --overhead {params.overhead} > {log:q} 2>&1"
 
 
 rule train:

@@ -125,11 +125,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="CPU threads (one training process)")
     p.add_argument("--shapes", nargs="*", type=parse_shape, default=[],
                    help="also time these MxNxK products (the study's own)")
+    p.add_argument("--overhead", nargs="*", choices=["plain", "tp"], default=[],
+                   help="on a CPU, also measure the framework's per-step overhead of these "
+                        "layouts (microbench overhead: plain tensors, DTensor for tp) and the "
+                        "copy bandwidth")
     args = p.parse_args(argv)
     device = resolve_device_type(args.device)
     rec = measure(device, args.dtype, args.size, args.samples, max_seconds=args.max_seconds,
                   threads=args.threads)
     rec["shapes"] = measure_shapes(device, args.dtype, args.shapes)
+    if args.overhead and device == "cpu":  # (a GPU's asynchronous launches hide it)
+        from scalestudy.measure.microbench import bench_bandwidth, bench_overhead
+
+        rec["overhead"] = bench_overhead(layouts=tuple(args.overhead))
+        rec["bandwidth"] = bench_bandwidth(device="cpu")
     write_json(args.out, rec)
     print(f"{rec['device_name']} {args.dtype} {rec['m']}^3 matmul: {rec['flops_per_s'] / 1e12:.4g} TFLOP/s "
           f"(median of {len(rec['samples_flops_per_s'])}) -> {args.out}")

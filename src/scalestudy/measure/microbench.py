@@ -445,11 +445,7 @@ def bench_bandwidth(nbytes: int = 64 * 2**20, device=None, samples: int = 5) -> 
     y.copy_(x)
     rows = []
     for i in range(samples):
-        _sync(device)
-        t0 = time.perf_counter()
-        y.copy_(x)
-        _sync(device)
-        sec = time.perf_counter() - t0
+        sec = seconds_per_call(lambda: y.copy_(x), device, 1)
         rows.append({"device": device.type, "bytes": nbytes, "sample": i, "seconds": sec,
                      "bytes_per_s": 2 * nbytes / sec})
     return rows

@@ -548,6 +548,22 @@ def residual_figure(df, path: Path) -> Path:
     return _save(fig, path)
 
 
+def host_measurements(study_dir: Path) -> stepmodel.Measured:
+    """The building blocks a CPU study measured on its own host during its run (the preset's
+    figures stand in for what is missing): from ``calibration.json`` the rates of the study's
+    own matrix products, the framework overhead and the copy bandwidth; from the
+    ``microbench`` jobs (``microbench: {enabled: true}``) the collectives, and matmul rates
+    where the calibration has none."""
+    mb = study_dir / "microbench"
+    bench = stepmodel.Measured.from_csv(*(str(mb / f) if (mb / f).exists() else None
+                                          for f in ("matmul.csv", "collectives.csv")))
+    cal = study_dir / "calibration.json"
+    if not cal.exists():
+        return bench
+    own = stepmodel.Measured.from_calibration(cal)
+    return replace(own, matmul=own.matmul or bench.matmul, collectives=bench.collectives)
+
+
 def _write_csv(df, path: Path) -> None:
     from scalestudy.record.io import atomic_path
 
@@ -596,15 +612,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.hardware:
             hw, measured = load_hw(a.hardware), explicit
         elif device in ("cpu", "auto"):
-            mb = Path(a.results) / name / "microbench"
             hw = load_hw("cpu-local")
-            measured = explicit or stepmodel.Measured.from_csv(
-                *(str(mb / f) if (mb / f).exists() else None
-                  for f in ("matmul.csv", "collectives.csv")))
-            cal = Path(a.results) / name / "calibration.json"
-            if not measured.matmul and cal.exists():
-                # the ceiling measured during the study's own run: the host's load then
-                measured = replace(measured, matmul=stepmodel.Measured.from_calibration(cal).matmul)
+            measured = explicit or host_measurements(Path(a.results) / name)
         else:
             print("scalestudy predict: --hardware is required for a GPU study (a preset such as "
                   f"{', '.join(stepmodel.presets())} or a YAML path)", file=sys.stderr)

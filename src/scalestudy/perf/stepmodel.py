@@ -141,8 +141,11 @@ class Measured:
 
     @classmethod
     def from_calibration(cls, path: str | Path) -> "Measured":
-        """The matmul ceiling a study measured during its run (``calibration.json`` of
-        ``scalestudy.measure.calibrate``: dtype, m, n, k, flops_per_s)."""
+        """What a study measured during its run (``calibration.json`` of
+        ``scalestudy.measure.calibrate``): the matmul ceiling (dtype, m, n, k, flops_per_s),
+        its own products' rates (``shapes``) and, on a CPU, the framework overhead
+        (``overhead``: ``microbench overhead`` samples, fitted from the fastest sample like
+        the ``cpu-local`` preset's) and the copy bandwidth (``bandwidth``, fastest sample)."""
         import json
 
         with open(path) as f:
@@ -150,7 +153,9 @@ class Measured:
         rows = [(int(c["m"]), int(c["n"]), int(c["k"]), float(c["flops_per_s"]))]
         rows += [(int(r["m"]), int(r["n"]), int(r["k"]), float(r["flops_per_s"]))
                  for r in c.get("shapes") or []]
-        return cls(matmul={c["dtype"]: rows})
+        host = cls.from_frames(overhead=c.get("overhead") or None,
+                               bandwidth=c.get("bandwidth") or None, stat="best")
+        return cls(matmul={c["dtype"]: rows}, overhead=host.overhead, mem_bw=host.mem_bw)
 
     @classmethod
     def from_csv(cls, matmul_csv: str | None = None, collectives_csv: str | None = None,
@@ -539,11 +544,12 @@ def dp_exposed_seconds(per_step: float, per_micro_batch: float, micro_batches: i
 
 
 def optimizer_seconds(params: float, hw: HardwareSpec, overhead_s: float = 0.0,
-                      clip_s: float = 0.0) -> float:
-    """AdamW over ``params`` parameters (the optimizer shard): ``OPT_BYTES_TOUCHED`` bytes each
-    at ``mem_bw · mem_bw_efficiency`` (memory-bound), plus its measured dispatch overhead and
-    the gradient-clipping all-reduce (seconds)."""
-    return OPT_BYTES_TOUCHED * params / (hw.mem_bw * hw.mem_bw_efficiency) + overhead_s + clip_s
+                      clip_s: float = 0.0, measured: Measured | None = None) -> float:
+    """AdamW over ``params`` parameters (the optimizer shard): ``OPT_BYTES_TOUCHED`` bytes each,
+    memory-bound (:func:`elementwise_seconds`: the measured copy bandwidth, else ``mem_bw ·
+    mem_bw_efficiency``), plus its measured dispatch overhead and the gradient-clipping
+    all-reduce (seconds)."""
+    return elementwise_seconds(OPT_BYTES_TOUCHED * params, hw, measured) + overhead_s + clip_s
 
 
 def overhead_seconds(overhead: dict, phase: str, layers: float, tp: int) -> float:
@@ -748,7 +754,8 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     sharded = tp > 1 or pp > 1 or (dp > 1 and par.dp_mode in (DPMode.FSDP, DPMode.FSDP_GRAD_OP))
     clip = (collective_time("all_reduce", 4, n, hw.intra, measured)
             if point.train.grad_clip and sharded else 0.0)
-    t_opt = optimizer_seconds(opt_params, hw, overhead_seconds(ovh, "optimizer", lps, tp), clip)
+    t_opt = optimizer_seconds(opt_params, hw, overhead_seconds(ovh, "optimizer", lps, tp), clip,
+                              measured)
 
     slow = core_sharing_slowdown(point, hw)
     step = slow * (t_pipe + t_dp_exposed + t_opt)
