@@ -265,8 +265,8 @@ def test_point_json_read_only_when_needed(tmp_path, monkeypatch):
     # ok runs: summary.json holds the FLOPs and device; point.json is not opened
     d = make_study(tmp_path)
     opened = []
-    real = aggregate._read_json
-    monkeypatch.setattr(aggregate, "_read_json", lambda p: opened.append(str(p)) or real(p))
+    real = aggregate.read_record
+    monkeypatch.setattr(aggregate, "read_record", lambda p: opened.append(str(p)) or real(p))
     runs, _, _ = aggregate.collect(d)
     points = {Path(p).parent.name for p in opened if p.endswith("point.json")}
     st = runs.set_index("point_id")["status"]

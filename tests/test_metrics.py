@@ -106,7 +106,7 @@ def test_collect_writes_the_builtin_summary_keys(tmp_path):
     tokens = p.tokens_per_step
     _write(tmp_path, [metrics.step_record(i, t, 3.0 - i, tokens)
                       for i, t in enumerate([0.9, 0.2, 0.3, 0.25])])
-    assert collect.collect(p, tmp_path, tmp_path / "stdout.log", wall_s=5.0) is None
+    assert collect.command_record(p, tmp_path, tmp_path / "stdout.log", wall_s=5.0) is None
     steps = [json.loads(x) for x in (tmp_path / "steps.jsonl").read_text().splitlines()]
     assert [s["warmup"] for s in steps] == [True, False, False, False]
     s = json.loads((tmp_path / "summary.json").read_text())
@@ -133,7 +133,7 @@ def test_missing_or_foreign_metrics_are_invalid_with_the_reason(tmp_path, record
         _write(tmp_path, [metrics.step_record(i, 0.1, 1.0, 7) for i in range(4)])
     elif records is not None:
         _write(tmp_path, [metrics.step_record(i, t, 1.0, 64) for i, t in records])
-    reason = collect.collect(p, tmp_path, tmp_path / "stdout.log", wall_s=1.0)
+    reason = collect.command_record(p, tmp_path, tmp_path / "stdout.log", wall_s=1.0)
     assert reason.startswith("metrics: ") and problem in reason, reason
     assert not (tmp_path / "summary.json").exists()
 
@@ -156,7 +156,7 @@ def test_flops_from_the_shape_a_stated_value_or_none(tmp_path):
         run = tmp_path / name
         _write(run, [metrics.step_record(i, 0.5, 1.0, 64) for i in range(4)])
         (run / "point.json").write_text(p.json_text())
-        assert collect.collect(p, run, run / "stdout.log", wall_s=1.0) is None
+        assert collect.command_record(p, run, run / "stdout.log", wall_s=1.0) is None
         (run / "status.json").write_text(json.dumps({"state": "ok", "reason": ""}))
         row, _, _ = run_row({"point_id": "p", "tokens_per_step": 64, "n": 2, "feasible": True,
                              "precision": "bf16"}, run, None, "megatron")

@@ -52,7 +52,7 @@ def test_round_trip_of_planned_default_points(default_points):
     assert isinstance(back.mode, vocab.ScalingMode)
     assert isinstance(back.parallel.dp_mode, vocab.DPMode)
     assert isinstance(back.train.precision, vocab.DType)
-    assert isinstance(back.model.mlp, vocab.MLP)
+    assert isinstance(back.model.mlp, vocab.MLPKind)
     assert isinstance(back.references, tuple)
 
 

@@ -44,7 +44,7 @@ def live(tiny_study_run, tmp_path):
 
 def test_states_time_left_and_last_error(live):
     d, runs = live
-    st = status.collect(d)
+    st = status.snapshot(d)
     assert st.study == "tiny" and not st.done
     c = st.counts
     assert (c["ok"], c["oom"], c["running"], c["pending"], c["infeasible"]) == (1, 1, 1, 1, 1)
@@ -76,7 +76,7 @@ def test_a_silent_point_is_interrupted_not_running(live):
     old = time.time() - 3600  # older than platform.timeout_s (900 s) + grace
     for p in (runs["weakn2"] / "stdout.log", runs["weakn2"]):
         os.utime(p, (old, old))
-    st = status.collect(d)
+    st = status.snapshot(d)
     p = next(p for p in st.points if p.point_id == runs["weakn2"].name)
     assert p.state == "interrupted" and "the next run reruns it" in p.reason
     assert st.counts["running"] == 0 and "interrupted" in status.text(st)
@@ -97,7 +97,7 @@ def test_before_the_plan_is_written_every_point_is_pending(tiny_study_run, tmp_p
     study_file, _, _ = tiny_study_run
     from scalestudy.config.study import load_study
 
-    st = status.collect(tmp_path / "tiny", load_study(study_file))
+    st = status.snapshot(tmp_path / "tiny", load_study(study_file))
     assert st.counts["pending"] == 4 and st.counts["infeasible"] == 1
     assert st.time_left_s is not None  # the model alone prices them
     assert "alone (no point finished yet" in st.estimate

@@ -34,7 +34,7 @@ from scalestudy.analysis import stats
 from scalestudy.config.point import Point, PointError
 from scalestudy.config.vocab import FlopsConvention
 from scalestudy.perf import flops, hardware
-from scalestudy.record.io import atomic_path, write_text
+from scalestudy.record.io import atomic_path, read_record, write_text
 from scalestudy.record.states import RunState
 
 RUN_COLUMNS = [
@@ -64,15 +64,6 @@ EFFICIENCY_COLUMNS = [
     "speedup", "speedup_ci_lo", "speedup_ci_hi", "ideal_speedup",
     "mfu", "hfu", "util_vs_measured_ceiling", "status", "reason", "note",
 ]
-
-
-def _read_json(path) -> dict | None:
-    """The JSON object in ``path``; None when it is missing or unreadable."""
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def read_steps(path: Path) -> list[dict]:
@@ -144,15 +135,15 @@ def read_run(plan_row: dict, run_dir, calibration: dict | None, convention: str 
     convention; None: take each point's (``point.json``)."""
     row = {k: plan_row[k] for k in RUN_COLUMNS if k in plan_row}
     run_dir = None if run_dir is None else str(run_dir)
-    summary = _read_json(run_dir + "/summary.json") if run_dir else None
+    summary = read_record(run_dir + "/summary.json") if run_dir else None
     summary = summary or {}
-    status = _read_json(run_dir + "/status.json") if run_dir else None
+    status = read_record(run_dir + "/status.json") if run_dir else None
     point = _UNREAD
 
     def get_point() -> dict:
         nonlocal point
         if point is _UNREAD:
-            point = (_read_json(run_dir + "/point.json") if run_dir else None) or {}
+            point = (read_record(run_dir + "/point.json") if run_dir else None) or {}
         return point
 
     feasible = str(plan_row.get("feasible", "True")).lower() in ("true", "1", "yes")
@@ -440,8 +431,8 @@ def collect(study_dir: Path, detect_warmup: bool = False) -> tuple[pd.DataFrame,
     """``(runs, efficiency, context)`` for a study directory, without writing anything."""
     study_dir = Path(study_dir)
     plan = load_plan(study_dir)
-    study = _read_json(study_dir / "study.json")
-    calibration = _read_json(study_dir / "calibration.json")
+    study = read_record(study_dir / "study.json")
+    calibration = read_record(study_dir / "calibration.json")
     convention = (study or {}).get("flops_convention", "megatron")
     runs_dir = str(study_dir / "runs")
     try:  # one listing instead of failed opens for every run without a directory

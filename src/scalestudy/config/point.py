@@ -34,8 +34,8 @@ from typing import Any, Mapping
 from scalestudy.config import limits
 
 from scalestudy.config.vocab import (
-    MLP, Arch, Attention, Checkpointing, Device, DPMode, DType, FlopsConvention, FlopsSource,
-    MetricsFormat, PPSchedule, ScalingMode, TRAIN_PRECISIONS, WorkloadKind,
+    TRAIN_PRECISIONS, Arch, AttentionKernel, Checkpointing, Device, DPMode, DType,
+    FlopsConvention, FlopsSource, MetricsFormat, MLPKind, PPSchedule, ScalingMode, WorkloadKind,
 )
 
 #: Version of the ``point.json`` layout; a file with another version is refused.
@@ -168,10 +168,10 @@ class Model:
     seq_len: int = 64  # tokens per sequence
     vocab: int = 256
     ffn_hidden: int | None = None  # None: 4h (gelu) or Llama's width rule (swiglu, see ffn)
-    mlp: MLP | None = None  # None: gelu for gpt, swiglu for llama
+    mlp: MLPKind | None = None  # None: gelu for gpt, swiglu for llama
     tied_embeddings: bool = False
     bias: bool | None = None  # None: True for gpt, False for llama
-    attention: Attention = Attention.FUSED
+    attention: AttentionKernel = AttentionKernel.FUSED
     arch: Arch = Arch.GPT
     kv_heads: int | None = None  # key/value heads (grouped-query attention); None: heads
     multiple_of: int | None = None  # SwiGLU width rounded up to this (None: 8)
@@ -183,11 +183,11 @@ class Model:
         _coerce(self, "arch", Arch)
         llama = self.arch == Arch.LLAMA
         if self.mlp is None:
-            object.__setattr__(self, "mlp", MLP.SWIGLU if llama else MLP.GELU)
+            object.__setattr__(self, "mlp", MLPKind.SWIGLU if llama else MLPKind.GELU)
         if self.bias is None:
             object.__setattr__(self, "bias", not llama)
-        _coerce(self, "mlp", MLP)
-        _coerce(self, "attention", Attention)
+        _coerce(self, "mlp", MLPKind)
+        _coerce(self, "attention", AttentionKernel)
         _check(self)
         _check_name("model", "name", self.name)
         if self.kv_heads is not None:
@@ -200,7 +200,7 @@ class Model:
                                  "(the gpt model has one key/value head per head)")
         if not llama and self.rope_theta != 10000.0:
             raise PointError("model.rope_theta: only arch llama has rotary position embeddings")
-        if self.mlp != MLP.SWIGLU and (self.multiple_of is not None
+        if self.mlp != MLPKind.SWIGLU and (self.multiple_of is not None
                                        or self.ffn_dim_multiplier is not None):
             raise PointError("model.multiple_of / ffn_dim_multiplier: they shape the SwiGLU "
                              "width; with mlp gelu the width is 4h (or ffn_hidden)")
@@ -212,7 +212,7 @@ class Model:
         Meta's own default is 256)."""
         if self.ffn_hidden:
             return int(self.ffn_hidden)
-        if self.mlp == MLP.SWIGLU:
+        if self.mlp == MLPKind.SWIGLU:
             return swiglu_width(self.hidden, self.multiple_of or 8, self.ffn_dim_multiplier)
         return 4 * self.hidden
 
@@ -233,7 +233,7 @@ class Model:
     @property
     def mlp_matrices(self) -> int:
         """Weight matrices of the MLP: 2 for GELU (up, down), 3 for SwiGLU (gate, up, down)."""
-        return 3 if self.mlp == MLP.SWIGLU else 2
+        return 3 if self.mlp == MLPKind.SWIGLU else 2
 
 
 @dataclass(frozen=True)

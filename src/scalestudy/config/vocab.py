@@ -52,7 +52,7 @@ class DType(StrEnum):
 TRAIN_PRECISIONS = (DType.FP32, DType.BF16)
 
 
-class MLP(StrEnum):
+class MLPKind(StrEnum):
     GELU = "gelu"  # 4h, Megatron / GPT-2
     SWIGLU = "swiglu"  # Llama
 
@@ -64,7 +64,7 @@ class Arch(StrEnum):
     LLAMA = "llama"  # Llama: RMSNorm, rotary positions, grouped-query attention, SwiGLU
 
 
-class Attention(StrEnum):
+class AttentionKernel(StrEnum):
     """The attention kernel: ``fused`` (SDPA's flash / memory-efficient kernels, O(s) memory)
     or ``math`` (the s x s score matrix is materialised)."""
 
@@ -150,12 +150,12 @@ SCHEMA_ENUMS: dict[str, tuple[str, ...]] = {
     "activation_checkpointing": tuple(Checkpointing),
     "precision": TRAIN_PRECISIONS,
     "dtype": tuple(DType),
-    "mlp": tuple(MLP),
+    "mlp": tuple(MLPKind),
     "arch": tuple(Arch),
     "workload_kind": tuple(WorkloadKind),
     "metrics_format": tuple(MetricsFormat),
     "flops_source": tuple(FlopsSource),
-    "attention": tuple(Attention),
+    "attention": tuple(AttentionKernel),
     "device": tuple(Device),
     "flops_convention": tuple(FlopsConvention),
     "reference": tuple(Reference),

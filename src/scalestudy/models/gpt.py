@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from scalestudy.config.point import Model
-from scalestudy.config.vocab import Attention as AttentionKernel
+from scalestudy.config.vocab import AttentionKernel
 
 __all__ = ["GPT"]
 

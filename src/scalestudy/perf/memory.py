@@ -71,7 +71,7 @@ them.
 from __future__ import annotations
 
 from scalestudy.config.point import Model, Point
-from scalestudy.config.vocab import MLP, Attention, Checkpointing, DPMode, DType, PPSchedule, parse
+from scalestudy.config.vocab import AttentionKernel, Checkpointing, DPMode, DType, MLPKind, parse, PPSchedule
 from scalestudy.perf.flops import layer_params, norm_params, position_params
 
 GiB = 2**30
@@ -133,17 +133,17 @@ def checkpointed_layers(layers: int, pp: int, stage: int, virtual: int, ckpt: st
 
 
 def layer_activation_bytes(point: Point, tp: int | None = None,
-                           attention: Attention | None = None) -> float:
+                           attention: AttentionKernel | None = None) -> float:
     """Bytes one micro-batch leaves stored in one transformer layer (module doc formulas),
     before checkpointing is applied. ``attention`` overrides the model's kernel."""
     model, par = point.model, point.parallel
     s, b, h, a = model.seq_len, point.micro_batch, model.hidden, model.heads
     t = point.tp if tp is None else tp
-    mlp_units = 3 + (8 if model.mlp == MLP.SWIGLU else 4) * model.ffn / h
+    mlp_units = 3 + (8 if model.mlp == MLPKind.SWIGLU else 4) * model.ffn / h
     # attention's 11: K and V (2 units each) shrink to kv_heads/heads under GQA
     attn_units = 11 - 4 * (1 - model.n_kv_heads / a)
     units = 4 + attn_units + mlp_units  # 34 for GELU 4h
-    fused = (attention or model.attention) == Attention.FUSED
+    fused = (attention or model.attention) == AttentionKernel.FUSED
     score = 0.0 if fused else 5.0 * a * s / h
     if par.sequence_parallel and t > 1:
         u = (units + score) / t
@@ -180,7 +180,7 @@ def estimate(point: Point) -> dict:
     sp = par.sequence_parallel and tp > 1
     ckpt_layer = 2 * s * b * h * (wb / 2) / (tp if sp else 1)  # a checkpointed layer's input
     if ckpt == Checkpointing.SELECTIVE_ATTENTION:  # the score storage is recomputed
-        kept = layer_activation_bytes(point, tp, attention=Attention.FUSED)
+        kept = layer_activation_bytes(point, tp, attention=AttentionKernel.FUSED)
     else:
         kept = per_layer_act
 

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from scalestudy.config.point import Model, Point
-from scalestudy.config.vocab import Attention, Checkpointing, DPMode, DType, MLP
+from scalestudy.config.vocab import AttentionKernel, Checkpointing, DPMode, DType, MLPKind
 from scalestudy.perf import flops, memory
 from scalestudy.perf.hardware import Framework, HardwareSpec, Link, presets
 
@@ -370,7 +370,7 @@ def attention_seconds(model: Model, s: int, b: int, tp: int, dtype: str, hw: Har
     if r:
         fwd = 2.0 * M * N * K * count / r
         return fwd, 2.0 * fwd, True
-    if model.attention == Attention.FUSED and hw.attention_efficiency:
+    if model.attention == AttentionKernel.FUSED and hw.attention_efficiency:
         fwd_flops = FA_CAUSAL_FRACTION * 4.0 * b * s * s * model.hidden / tp
         rate = hw.attention_efficiency * hw.peak(dtype)
         return fwd_flops / rate, FA_BACKWARD_FACTOR * fwd_flops / rate, False
@@ -386,7 +386,7 @@ def elementwise_bytes(model: Model, s: int, b: int, act_bytes: int, tp: int = 1,
     (GELU: 2f; SwiGLU: 5f); the backward moves about twice as much (3 × the forward in all).
     The hidden-wide part is split over TP only with sequence parallelism."""
     h, f = model.hidden, model.ffn
-    act = (5 if model.mlp == MLP.SWIGLU else 2) * f / tp
+    act = (5 if model.mlp == MLPKind.SWIGLU else 2) * f / tp
     hwide = 12 * h / (tp if sp else 1)
     return 3.0 * (hwide + act) * s * b * act_bytes
 

@@ -42,3 +42,13 @@ def write_json(path: str | os.PathLike, obj) -> Path:
 def read_json(path: str | os.PathLike):
     with open(path) as f:
         return json.load(f)
+
+
+def read_record(path: str | os.PathLike) -> dict | None:
+    """The JSON object in ``path``, or None when it is missing, not JSON or not an object (a
+    record not written yet, or cut short)."""
+    try:
+        data = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -29,7 +29,6 @@ times the ratio of FLOPs per token over the peaks (constants).
 
 from __future__ import annotations
 
-import json
 import sys
 import zlib
 from collections import Counter
@@ -40,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from scalestudy.analysis import stats
+from scalestudy.record.io import read_record
 
 #: Fields of the model that define it (``point.json``'s ``model``).
 MODEL_FIELDS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "mlp",
@@ -67,15 +67,6 @@ class Study:
     label: str = ""
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        with open(path) as f:
-            d = json.load(f)
-        return d if isinstance(d, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 def _mode_value(values) -> str:
     vals = [str(v) for v in values if v not in (None, "", [])]
     if not vals:
@@ -100,7 +91,7 @@ def load(path: Path, index: int) -> Study:
         for r in g.itertuples(index=False):
             d = path / "runs" / str(r.point_id)
             if series not in models:
-                point = _read_json(d / "point.json")
+                point = read_record(d / "point.json") or {}
                 if point.get("model"):
                     models[series] = {k: point["model"].get(k) for k in ("name",) + MODEL_FIELDS}
             if r.status != "ok":
@@ -108,7 +99,7 @@ def load(path: Path, index: int) -> Study:
             t = aggregate.steady_times(aggregate.read_steps(d / "steps.jsonl")).tolist()
             if t:
                 groups.append(t)
-            env = _read_json(d / "env.json")
+            env = read_record(d / "env.json") or {}
             if env:
                 envs.append(env)
         if groups:

@@ -76,12 +76,12 @@ def _table(head: list[str], rows: list[list[str]], classes: dict[int, str] | Non
 
 def front_html(study_dir: Path) -> str:
     """The front page of the study in ``study_dir`` (after aggregation and plotting)."""
-    from scalestudy.analysis.aggregate import _read_json
+    from scalestudy.record.io import read_record
 
     study_dir = Path(study_dir)
     runs = pd.read_csv(study_dir / "runs.csv")
     eff = pd.read_csv(study_dir / "efficiency.csv")
-    study = _read_json(study_dir / "study.json") or {}
+    study = read_record(study_dir / "study.json") or {}
     name = study.get("name") or study_dir.name
     out = ['<div id="scalestudy-front">', STYLE, f"<h1>Scaling study: {_e(name)}</h1>"]
     if study.get("description"):

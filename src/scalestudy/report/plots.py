@@ -270,7 +270,7 @@ def run(study_dir: Path, references: list[str] | None = None,
     refs_named = _study_references(study_dir) if references is None else list(references)
     for r in refs_named:
         refs._check(r, refs.REFERENCES)
-    style = fstyle.check(style or _study_style(study_dir))
+    style = fstyle.checked(style or _study_style(study_dir))
     out_dir = study_dir / "figures"
     out_dir.mkdir(parents=True, exist_ok=True)
     sns.set_theme(style="whitegrid", context="paper")

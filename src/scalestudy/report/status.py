@@ -40,6 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from statistics import median
 
+from scalestudy.record.io import read_record
 from scalestudy.record.states import FAILED, RunState
 
 #: What status adds to the run states.
@@ -88,15 +89,6 @@ class StudyStatus:
 
 
 # --- reading the records ---------------------------------------------------------------------
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        with open(path) as f:
-            d = json.load(f)
-        return d if isinstance(d, dict) else None
-    except (OSError, ValueError):
-        return None
 
 
 def resolve(target: str | None, results: str = "results") -> tuple[Path, dict | None]:
@@ -210,7 +202,7 @@ def read_points(study_dir: Path, rows: list[dict], timeout_s: float, now: float
         if pid not in present:
             continue
         d = runs / pid
-        status = _read_json(d / "status.json")
+        status = read_record(d / "status.json")
         if status is not None:
             try:
                 ps.state = str(RunState(status.get("state")))
@@ -359,13 +351,13 @@ def estimate(points: list[PointStatus], finished: dict[str, _Finished], steps: d
 # --- the whole status ------------------------------------------------------------------------
 
 
-def collect(study_dir: Path, study: dict | None = None, now: float | None = None,
+def snapshot(study_dir: Path, study: dict | None = None, now: float | None = None,
             _cache: dict | None = None) -> StudyStatus:
     """The status of the study in ``study_dir`` (``study``: the validated study file, when
     given; else ``study.json``). ``_cache`` keeps the model's predictions between refreshes."""
     now = time.time() if now is None else now
     study_dir = Path(study_dir)
-    resolved = _read_json(study_dir / "study.json") or study
+    resolved = read_record(study_dir / "study.json") or study
     rows = _plan_rows(study_dir, study or resolved)
     timeout_s = float(((resolved or {}).get("platform") or {}).get("timeout_s") or 900)
     points, finished, first, last = read_points(study_dir, rows, timeout_s, now)
@@ -511,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     tty = sys.stdout.isatty()
     try:
         for i in range(max(1, a.max_updates) if a.watch else 1):
-            st = collect(study_dir, study, _cache=cache)
+            st = snapshot(study_dir, study, _cache=cache)
             body = as_json(st) if a.json else text(st)
             if a.watch and tty and not a.json:
                 body = "\033[H\033[2J" + body  # redraw in place

@@ -33,7 +33,7 @@ LINESTYLES = ["-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (8, 2)), (0, (1
               (0, (3, 1, 1, 1))]
 
 
-def check(style: str) -> str:
+def checked(style: str) -> str:
     if style not in STYLES:
         raise ValueError(f"figure style {style!r}: use one of {', '.join(STYLES)}")
     return style
@@ -48,7 +48,7 @@ def series_styles(names) -> dict:
 
 def rc(style: str = "default") -> dict:
     """The matplotlib settings of a style (fonts embedded as TrueType in every case)."""
-    s = STYLES[check(style)]
+    s = STYLES[checked(style)]
     out = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none",
            "axes.prop_cycle": __import__("cycler").cycler(color=PALETTE)}
     if style != "default":
@@ -72,7 +72,7 @@ def new_figure(style: str = "default"):
     """``(fig, ax)`` of the style's size (column styles: constrained layout, exact width)."""
     import matplotlib.pyplot as plt
 
-    s = STYLES[check(style)]
+    s = STYLES[checked(style)]
     if style == "default":
         return plt.subplots(figsize=s["size"])
     return plt.subplots(figsize=s["size"], layout="constrained")
@@ -83,7 +83,7 @@ def legend(fig, ax, style: str = "default") -> None:
     handles, labels = ax.get_legend_handles_labels()
     if not handles:
         return
-    if STYLES[check(style)]["legend"] == "right":
+    if STYLES[checked(style)]["legend"] == "right":
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     else:
         ncol = 2 if style == "single-column" else 3

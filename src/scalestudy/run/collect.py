@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import platform as pyplatform
 import shlex
 import socket
-import sys
 from pathlib import Path
 
 from scalestudy.config.point import Point
 from scalestudy.config.vocab import Device, MetricsFormat
+from scalestudy.record.env import common_env
 from scalestudy.record.io import write_json
 from scalestudy.run import logparse, workload
 from scalestudy.train.metrics import STEPS_FILE, parse_steps, write_steps
@@ -54,11 +53,9 @@ def _version(package: str) -> str | None:
         return None
 
 
-def env_record(point: Point, run_dir: Path, argv: list[str], env_added: dict) -> dict:
+def command_env_record(point: Point, run_dir: Path, argv: list[str], env_added: dict) -> dict:
     """``env.json`` of a command workload: what ran (template, expanded argv, working folder,
     the launch line and the environment it added) and where."""
-    from scalestudy.paths import git_commit
-
     device_type, device_name = device_facts(point)
     return {
         "workload": workload.describe(point, run_dir),
@@ -67,13 +64,12 @@ def env_record(point: Point, run_dir: Path, argv: list[str], env_added: dict) ->
         "device_name": device_name, "world_size": point.n,
         "hosts": [socket.gethostname()],
         "slurm": {k: v for k, v in os.environ.items() if k.startswith("SLURM_")},
-        "git_commit": git_commit(), "python": sys.version.split()[0],
-        "platform": pyplatform.platform(), "config_hash": point.config_hash,
+        **common_env(point),
     }
 
 
 def write_env(point: Point, run_dir: Path, argv: list[str], env_added: dict) -> None:
-    write_json(run_dir / "env.json", env_record(point, run_dir, argv, env_added))
+    write_json(run_dir / "env.json", command_env_record(point, run_dir, argv, env_added))
 
 
 def steps_from_jsonl(point: Point, run_dir: Path) -> tuple[list[dict], str | None]:
@@ -116,7 +112,7 @@ def steps_from_log(point: Point, log: Path) -> tuple[list[dict], str | None]:
         return [], f"stdout.log cannot be read ({e.strerror})"
 
 
-def collect(point: Point, run_dir: Path, log: Path, wall_s: float) -> str | None:
+def command_record(point: Point, run_dir: Path, log: Path, wall_s: float) -> str | None:
     """Read a cleanly finished command's metrics and write ``steps.jsonl`` and
     ``summary.json``; returns None, or why the run is ``invalid``."""
     from scalestudy.record.summary import summary

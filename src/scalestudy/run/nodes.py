@@ -36,10 +36,10 @@ import time
 from pathlib import Path
 from typing import Mapping
 
+from scalestudy.run.launch import TORCHRUN
 from scalestudy.run.torchrun import LISTEN_FD_ENV, bind_socket
 
 #: torchrun with its stores bound to the rendezvous address (``scalestudy.run.torchrun``).
-TORCHRUN = "scalestudy.run.torchrun"
 #: How long the other nodes wait for the first node's port file (seconds).
 PORT_FILE_TIMEOUT_S = 600.0
 

@@ -125,7 +125,7 @@ def attempt(point: Point, run_dir: Path) -> dict:
     if command:  # the runner writes the record the command does not (scalestudy.run.collect)
         collect.write_env(point, run_dir, shown_argv, sitepolicy.redact_environ(added))
         if proc.returncode == 0 and not timed_out:
-            invalid = collect.collect(point, run_dir, log, wall)
+            invalid = collect.command_record(point, run_dir, log, wall)
     if invalid:
         state, reason = RunState.INVALID, invalid
     else:

@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 
 from scalestudy.config.point import Point, PointError
+from scalestudy.train.metrics import POINT_DIR_ENV
 
 #: The point's values a template may use, with what each is.
 PLACEHOLDERS: dict[str, str] = {
@@ -83,7 +84,6 @@ PLACEHOLDERS: dict[str, str] = {
     "python": "the Python interpreter running scalestudy (same torch)",
 }
 
-POINT_DIR_ENV = "SCALESTUDY_POINT_DIR"
 POINT_JSON_ENV = "SCALESTUDY_POINT_JSON"
 
 _TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import platform as pyplatform
 import socket
 import sys
 import time
@@ -14,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from scalestudy.config.point import Point
-from scalestudy.paths import git_commit
+from scalestudy.record.env import common_env
 from scalestudy.record.io import write_json
 from scalestudy.record.summary import summary as run_summary
 from scalestudy.train import energy
@@ -50,11 +49,9 @@ def env_record(point: Point, device: torch.device, backend: str, ranks: list[dic
         "hosts": sorted({r["host"] for r in ranks}),
         "slurm": {k: v for k, v in ranks[0]["env"].items() if k.startswith("SLURM_")},
         "ranks": ranks,
-        "git_commit": git_commit(),
-        "python": sys.version.split()[0], "platform": pyplatform.platform(),
         "command": os.environ.get("SCALESTUDY_COMMAND") or " ".join(sys.argv),
         "workload": {"kind": str(point.workload.kind)},
-        "config_hash": point.config_hash,
+        **common_env(point),
     }
 
 
