@@ -12,7 +12,7 @@ def test_series_shapes():
     pub = predict.reference("frontier_dash2024")
     chosen = predict.pick_configs(cfgs, pub)
     assert set(chosen) == {"gpt-22b", "gpt-175b", "gpt-1t"}
-    s = predict.series_points(chosen["gpt-1t"], 3072)
+    s = predict.frontier_series(chosen["gpt-1t"], 3072)
     assert [p.n for p in s["weak"]] == [1024, 2048, 3072]
     assert len({p.global_batch for p in s["strong"]}) == 1
     assert len({p.tp * p.pp * p.micro_batch * p.grad_accum for p in s["weak"]}) == 1

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from scalestudy.analysis.stats import ALPHA, percentile_ci_rows
-from scalestudy.config.vocab import ScalingMode, parse
+from scalestudy.config.vocab import ScalingMode, member
 from scalestudy.record.states import RunState
 
 OK = RunState.OK
@@ -28,7 +28,7 @@ class InvariantError(ValueError):
 
 
 def _mode(mode: str) -> ScalingMode:
-    return parse(ScalingMode, mode, "mode")
+    return member(ScalingMode, mode, "mode")
 
 
 def per_device_throughput(tokens_per_step, step_time_s, n):

@@ -134,7 +134,7 @@ def allowed(enum: type[StrEnum]) -> str:
     return ", ".join(m.value for m in enum)
 
 
-def parse(enum: type[StrEnum], value, field: str):
+def member(enum: type[StrEnum], value, field: str):
     """``enum(value)``, or ValueError naming ``field`` and the allowed values."""
     try:
         return enum(value)

@@ -49,7 +49,7 @@ Hardware FLOPs add what activation checkpointing recomputes:
 from __future__ import annotations
 
 from scalestudy.config.point import Model
-from scalestudy.config.vocab import Arch, Checkpointing, FlopsConvention, parse
+from scalestudy.config.vocab import Arch, Checkpointing, FlopsConvention, member
 
 
 # --- the published formulas, verbatim -------------------------------------------------------
@@ -146,7 +146,7 @@ def head_forward_flops(model: Model, rows: float) -> float:
 def model_flops_per_step(model: Model, rows: float, convention: str = "megatron") -> float:
     """Model FLOPs (forward + backward, no recompute) of one optimizer step over ``rows``
     sequences of ``model.seq_len`` tokens (all ranks together)."""
-    convention = parse(FlopsConvention, convention, "flops_convention")
+    convention = member(FlopsConvention, convention, "flops_convention")
     s = model.seq_len
     if convention == FlopsConvention.PALM:
         n = nonembedding_matmul_params(model)
@@ -158,7 +158,7 @@ def model_flops_per_step(model: Model, rows: float, convention: str = "megatron"
 def recomputed_layers(layers: int, activation_checkpointing: str) -> int:
     """Layers whose whole forward pass the backward re-runs: all (``full``), those with an
     even global index (``selective``: 0, 2, 4, ...), none otherwise."""
-    ckpt = parse(Checkpointing, activation_checkpointing, "activation_checkpointing")
+    ckpt = member(Checkpointing, activation_checkpointing, "activation_checkpointing")
     if ckpt == Checkpointing.FULL:
         return layers
     if ckpt == Checkpointing.SELECTIVE:
@@ -168,7 +168,7 @@ def recomputed_layers(layers: int, activation_checkpointing: str) -> int:
 
 def recompute_flops_per_step(model: Model, rows: float, activation_checkpointing: str) -> float:
     """FLOPs that activation checkpointing adds to one optimizer step (see module doc)."""
-    ckpt = parse(Checkpointing, activation_checkpointing, "activation_checkpointing")
+    ckpt = member(Checkpointing, activation_checkpointing, "activation_checkpointing")
     if ckpt == Checkpointing.SELECTIVE_ATTENTION:
         return float(rows) * model.layers * 4.0 * model.seq_len ** 2 * model.hidden
     return recomputed_layers(model.layers, ckpt) * layer_forward_flops(model, rows)

@@ -17,7 +17,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from scalestudy.config.vocab import DType, parse
+from scalestudy.config.vocab import DType, member
 
 TABLE = "hardware.yaml"
 
@@ -54,7 +54,7 @@ def resolve_peak(device_name_or_key: str | None,
                  dtype: str) -> tuple[str | None, float | None, str | None]:
     """``(key, peak FLOP/s per device, source)`` for a device and precision; ``(None, None,
     None)`` for a CPU, an unknown device or a dtype that is not one of its MFU denominators."""
-    dtype = parse(DType, dtype, "dtype")
+    dtype = member(DType, dtype, "dtype")
     key = device_key(device_name_or_key)
     if key is None:
         return None, None, None

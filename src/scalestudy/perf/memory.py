@@ -71,7 +71,8 @@ them.
 from __future__ import annotations
 
 from scalestudy.config.point import Model, Point
-from scalestudy.config.vocab import AttentionKernel, Checkpointing, DPMode, DType, MLPKind, parse, PPSchedule
+from scalestudy.config.vocab import (AttentionKernel, Checkpointing, DPMode, DType, MLPKind,
+                                     PPSchedule, member)
 from scalestudy.perf.flops import layer_params, norm_params, position_params
 
 GiB = 2**30
@@ -82,7 +83,7 @@ COMPONENTS = ("weights", "gradients", "optimizer", "comm_buffers", "activations"
 
 def is_16bit(precision: str) -> bool:
     """True for 16-bit compute (bf16, fp16), False for fp32."""
-    return parse(DType, precision, "train.precision") != DType.FP32
+    return member(DType, precision, "train.precision") != DType.FP32
 
 
 def stage_params(model: Model, tp: int, pp: int, stage: int) -> float:
@@ -105,7 +106,7 @@ def in_flight(schedule: str, pp: int, micro_batches: int, stage: int, virtual: i
     m = max(1, int(micro_batches))
     if pp <= 1:
         return 1.0
-    schedule = parse(PPSchedule, schedule, "parallel.pp_schedule")
+    schedule = member(PPSchedule, schedule, "parallel.pp_schedule")
     if schedule == PPSchedule.GPIPE:
         return float(m)
     if schedule == PPSchedule.ONE_F_ONE_B or virtual <= 1:
@@ -118,7 +119,7 @@ def checkpointed_layers(layers: int, pp: int, stage: int, virtual: int, ckpt: st
     """How many of pipeline rank ``stage``'s layers are fully checkpointed: all under
     ``full``; under ``selective`` those with an even global index (rank ``stage`` holds
     model chunks ``stage, stage + pp, ...`` of ``layers / (pp·virtual)`` layers each)."""
-    ckpt = parse(Checkpointing, ckpt, "parallel.activation_checkpointing")
+    ckpt = member(Checkpointing, ckpt, "parallel.activation_checkpointing")
     if ckpt == Checkpointing.FULL:
         return layers // pp
     if ckpt != Checkpointing.SELECTIVE:

@@ -140,7 +140,7 @@ def _fit_batch(gb: int, dps: list[int], mb: int) -> int:
     return gb if gb % lcm == 0 else max(lcm, round(gb / lcm) * lcm)
 
 
-def series_points(row, n_max: int | None) -> dict[str, list[Point]]:
+def frontier_series(row, n_max: int | None) -> dict[str, list[Point]]:
     """``{"mfu": [point], "weak": [...], "strong": [...], "strong_alt": [...]}`` for one
     configuration row: dp doubles from the row's up to the published largest N (always
     included). Weak: global batch ∝ dp. Strong: the row's ``strong_global_batch`` held at
@@ -239,7 +239,7 @@ def run(hw: stepmodel.HardwareSpec, measured: stepmodel.Measured | None = None,
         for model, row in pick_configs(configs, published).items():
             pub = published[published["model"] == model].iloc[0]
             n_max = None if pd.isna(pub["gpus_max"]) else int(pub["gpus_max"])
-            series[model] = series_points(row, n_max)
+            series[model] = frontier_series(row, n_max)
             rows_of[model] = row
     else:
         for p in points:

@@ -310,7 +310,7 @@ def _predicted(study: dict | None, hw, measured, wanted: set[str]) -> dict[str, 
     return out
 
 
-def estimate(points: list[PointStatus], finished: dict[str, _Finished], steps: dict[str, int],
+def time_left(points: list[PointStatus], finished: dict[str, _Finished], steps: dict[str, int],
              predicted: dict[str, float], model: str = "") -> tuple[float | None, str]:
     """Fill ``estimate_s`` of every unfinished point; return the time left (s) at the current
     concurrency and how it was estimated (module doc)."""
@@ -372,7 +372,7 @@ def snapshot(study_dir: Path, study: dict | None = None, now: float | None = Non
         hw, measured, what = _model(resolved, study_dir)
         cache["predicted"] = _predicted(resolved, hw, measured, wanted)
         cache["model"] = what
-    left, how = estimate(points, finished, steps, cache["predicted"], cache["model"])
+    left, how = time_left(points, finished, steps, cache["predicted"], cache["model"])
 
     counts = {s: 0 for s in ORDER}
     for p in points:
