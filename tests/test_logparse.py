@@ -74,16 +74,18 @@ def test_megatron_other_lines_are_not_steps():
 def test_megatron_log_interval_and_the_batch_check():
     """A line per --log-interval 10: each is the interval's average, one sample; the first
     interval holds the warm-up steps. The logged global batch must be the point's."""
-    lines = [MEGATRON_2304.replace("iteration      100/", f"iteration {it:8d}/")
+    lines = [MEGATRON_2304.replace("iteration      100/    5000", f"iteration {it:8d}/      30")
              for it in (10, 20, 30)]
     steps, problem = lp.parse(lines, lp.MEGATRON, n=64, seq_len=4096,
-                              tokens_per_step=1024 * 4096, warmup_steps=5, name="megatron")
+                              tokens_per_step=1024 * 4096, warmup_steps=5, steps=30,
+                              name="megatron")
     assert problem is None
     assert [(s["step"], s.get("interval"), s["warmup"]) for s in steps] == [
         (10, 10, True), (20, 10, False), (30, 10, False)]
     assert steps[1]["step_time_s"] == pytest.approx(1.2345) and steps[1]["tokens"] == 1024 * 4096
-    _, problem = lp.parse([MEGATRON_EPFL], lp.MEGATRON, n=8, seq_len=2048,
-                          tokens_per_step=8 * 2048, warmup_steps=0, name="megatron")
+    _, problem = lp.parse([MEGATRON_EPFL.replace("/  250000", "/     201")], lp.MEGATRON, n=8,
+                          seq_len=2048, tokens_per_step=8 * 2048, warmup_steps=0, steps=201,
+                          name="megatron")
     assert "1024 sequences (2097152 tokens) per step at step 201" in problem
     assert "the point trains 16384 tokens per step" in problem
 
@@ -139,7 +141,7 @@ def test_torchtitan_tps_becomes_a_step_time_and_ranks_collapse():
     lines = [TITAN_2389.replace("step:  4", f"step:  {s}").replace("tps: 10,050", f"tps: {tps:,}")
              for s, tps in ((1, 4096), (2, 8192), (2, 8000), (3, 8192))]
     steps, problem = lp.parse(lines, lp.TORCHTITAN, n=n, seq_len=8192, tokens_per_step=tokens,
-                              warmup_steps=1, name="torchtitan")
+                              warmup_steps=1, steps=3, name="torchtitan")
     assert problem is None
     assert [s["step"] for s in steps] == [1, 2, 3] and [s["warmup"] for s in steps] == [True, False, False]
     assert steps[1]["step_time_s"] == pytest.approx(tokens / (8000 * n))  # the slower rank
@@ -156,13 +158,13 @@ def test_custom_expressions():
     lines = ["epoch 0", "it 1 | 0.50 s/it | loss=3.0 | bs=4", "it 2 | 0.25 s/it | loss=2.5 | bs=4",
              "it 3 | 0.20 s/it | loss=2.0 | bs=4", "done"]
     steps, problem = lp.parse(lines, CUSTOM, n=2, seq_len=16, tokens_per_step=64,
-                              warmup_steps=1)
+                              warmup_steps=1, steps=3)
     assert problem is None
     assert [(s["step"], s["step_time_s"], s["loss"], s["warmup"]) for s in steps] == [
         (1, 0.5, 3.0, True), (2, 0.25, 2.5, False), (3, 0.2, 2.0, False)]
     # throughput of all ranks, no step numbers: lines are numbered, tokens are the point's
     steps, problem = lp.parse(["12,800 tok/s", "25,600 tok/s"], {"tokens_per_s": r"([\d,]+) tok/s"},
-                              n=2, seq_len=16, tokens_per_step=256, warmup_steps=1)
+                              n=2, seq_len=16, tokens_per_step=256, warmup_steps=1, steps=2)
     assert problem is None and steps[1] == {"step": 2, "step_time_s": 0.01, "loss": None,
                                             "tokens": 256, "warmup": False}
 
@@ -173,7 +175,8 @@ def test_custom_expressions():
     (["it 1 | 0 s/it", "it 2 | 0 s/it"], "step 1: step time 0.0 s is not a positive number"),
 ])
 def test_missing_or_unusable_metrics_are_a_problem(lines, message):
-    _, problem = lp.parse(lines, CUSTOM, n=1, seq_len=16, tokens_per_step=64, warmup_steps=1)
+    _, problem = lp.parse(lines, CUSTOM, n=1, seq_len=16, tokens_per_step=64, warmup_steps=1,
+                          steps=len(lines) or 1)
     assert problem and problem.startswith(message), problem
 
 

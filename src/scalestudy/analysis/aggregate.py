@@ -50,7 +50,7 @@ RUN_COLUMNS = [
     "model_tflops_per_device", "hardware_tflops_per_device",
     "device_type", "device_name", "hardware", "peak_tflops", "peak_source", "mfu", "hfu",
     "measured_ceiling_tflops", "util_vs_measured_ceiling",
-    "peak_memory_gb", "memory_kind", "mem_estimate_gb", "loss_first", "loss_last",
+    "peak_memory_gb", "memory_kind", "memory_note", "mem_estimate_gb", "loss_first", "loss_last",
     "n_params", "exit_code", "wall_s", "workload",
     # energy (train/energy.py): empty where no counter was readable, energy_note says why
     "joules_per_token", "avg_power_w", "energy_source", "energy_note",
@@ -194,6 +194,7 @@ def read_run(plan_row: dict, run_dir, calibration: dict | None, convention: str 
 
     mem = _num(summary.get("peak_memory_bytes"))
     row.update(peak_memory_gb=mem / 1e9, memory_kind=summary.get("memory_kind"),
+               memory_note=summary.get("memory_note"),
                loss_first=summary.get("loss_first"), loss_last=summary.get("loss_last"),
                n_params=summary.get("n_params"))
     row.update(energy_columns(summary) if state == RunState.OK else {})
