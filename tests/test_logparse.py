@@ -183,3 +183,89 @@ def test_missing_or_unusable_metrics_are_a_problem(lines, message):
 def test_unknown_quantity_is_refused():
     with pytest.raises(ValueError, match="unknown quantity 'speed'"):
         lp.read_lines(["x"], {"speed": "(1)"})
+
+
+# --- what the log says about the run, checked against the point (every preset) ----------------
+
+# Real, recorded on this project's CI host: torchtitan 0.2.2 from PyPI on 2 CPU processes
+# (tests/titan_cpu.py, llama3 debugmodel), its start-up line and a step line with the colours
+# it prints, where it has no memory statistics.
+TITAN_022_INIT = ("[titan] 2026-12-01 19:44:32,031 - root - INFO - Trainer is initialized with "
+                  "local batch size 2, global batch size 4, gradient accumulation steps 1, "
+                  "sequence length 64, total steps 4 (warmup 1)")
+TITAN_022_STEP = ("[titan] 2026-12-01 19:44:36,013 - root - INFO - \x1b[31mstep:  {step}  "
+                  "\x1b[32mloss:  8.02153  \x1b[38;2;180;60;0mgrad_norm:  1.1120  "
+                  "\x1b[38;2;54;234;195mmemory: -0.00GiB(-100.00%)  \x1b[34mtps: 105  "
+                  "\x1b[36mtflops: 0.00  \x1b[35mmfu: 0.00%\x1b[39m")
+TITAN_022 = [TITAN_022_INIT] + [TITAN_022_STEP.format(step=s) for s in (1, 2, 3, 4)]
+# Megatron-LM's argument dump at start-up, rebuilt from _print_args of
+# megatron/training/arguments.py (core_v0.12.0): '  {arg} {dots} {value}', 48 - len(arg) dots.
+MEGATRON_ARGS = ["  " + k + " " + "." * (48 - len(k)) + " " + v
+                 for k, v in (("global_batch_size", "8"), ("seq_length", "2048"),
+                              ("train_iters", "2"), ("decoder_seq_length", "None"))]
+
+
+def titan_facts(**kw):
+    base = dict(n=2, seq_len=64, tokens_per_step=4 * 64, warmup_steps=1, steps=4,
+                name="torchtitan")
+    return lp.parse(TITAN_022, lp.TORCHTITAN, **{**base, **kw})
+
+
+def test_torchtitan_022_recorded_lines_and_unmeasured_memory():
+    steps, problem = titan_facts()
+    assert problem is None and [s["step"] for s in steps] == [1, 2, 3, 4]
+    assert steps[1]["step_time_s"] == pytest.approx(256 / (105 * 2))
+    assert all("peak_memory_bytes" not in s for s in steps)  # -0.00 GiB is not 0 bytes
+    found, facts = lp.read_log(TITAN_022, lp.TORCHTITAN)
+    assert {(f["name"], f["value"]) for f in facts} == {
+        ("global_batch", 4), ("seq_len", 64), ("total_steps", 4)}
+    assert "no memory statistics" in lp.unmeasured(found)
+    assert lp.unmeasured(lp.read_lines([TITAN_2389], lp.TORCHTITAN)) is None
+
+
+@pytest.mark.parametrize("kw, says", [
+    (dict(tokens_per_step=8 * 64), "says global batch 4"),
+    (dict(seq_len=128, tokens_per_step=4 * 128), "says sequence length 64"),
+    (dict(steps=5), "says step count 4"),
+])
+def test_torchtitan_log_that_is_not_the_point(kw, says):
+    steps, problem = titan_facts(**kw)
+    assert steps == [] and says in problem and "the command does not run the point" in problem
+
+
+def test_a_log_that_stops_early_is_not_the_point():
+    """8 of 10 steps logged (no start-up line to say 10): the last step is not the point's."""
+    lines = [TITAN_022_STEP.format(step=s) for s in range(1, 9)]
+    _, problem = lp.parse(lines, lp.TORCHTITAN, n=2, seq_len=64, tokens_per_step=256,
+                          warmup_steps=2, steps=10, name="torchtitan")
+    assert problem.startswith("the torchtitan log's last step is 8, the point trains 10 steps")
+
+
+def test_megatron_arguments_and_the_iteration_total_are_checked():
+    line = MEGATRON_EPFL.replace("/  250000", "/       2").replace("1024 |", "8 |")
+    lines = MEGATRON_ARGS + [line.replace("iteration      201/", f"iteration {i:8d}/")
+                             for i in (1, 2)]
+    ok = dict(n=8, seq_len=2048, tokens_per_step=8 * 2048, warmup_steps=1, steps=2,
+              name="megatron")
+    steps, problem = lp.parse(lines, lp.MEGATRON, **ok)
+    assert problem is None and len(steps) == 2
+    _, facts = lp.read_log(lines, lp.MEGATRON)
+    assert sorted((f["name"], f["value"]) for f in facts) == [
+        ("global_batch", 8), ("seq_len", 2048), ("total_steps", 2), ("total_steps", 2),
+        ("total_steps", 2)]  # decoder_seq_length is not seq_length
+    _, problem = lp.parse(lines, lp.MEGATRON, **{**ok, "seq_len": 4096,
+                                                  "tokens_per_step": 8 * 4096})
+    assert "says sequence length 2048" in problem
+    _, problem = lp.parse(lines, lp.MEGATRON, **{**ok, "steps": 3})
+    assert "says step count 2" in problem and "(pass {steps})" in problem
+
+
+def test_the_studys_own_expressions_may_name_the_facts():
+    patterns = {**CUSTOM, "global_batch": r"batch=(\d+) seqs", "seq_len": r"seq=(\d+)"}
+    lines = ["config: batch=4 seqs seq=16", "it 1 | 0.50 s/it | loss=3.0",
+             "it 2 | 0.25 s/it | loss=2.5"]
+    ok = dict(n=1, seq_len=16, tokens_per_step=64, warmup_steps=1, steps=2)
+    assert lp.parse(lines, patterns, **ok)[1] is None
+    _, problem = lp.parse(lines, patterns, **{**ok, "tokens_per_step": 128})
+    assert problem.startswith("the log says global batch 4 ('config: batch=4 seqs seq=16'), "
+                              "the point's is 8 sequences")

@@ -162,6 +162,11 @@ def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
+def _the(name: str) -> str:
+    """'the torchtitan log', 'the log' (the study's own expressions)."""
+    return "the log" if name == "log" else f"the {name} log"
+
+
 #: What each fact is called in a reason, and the placeholder that passes the point's value.
 _FACT_WORDS = {"global_batch": ("global batch", "sequences", "{global_batch}"),
                "seq_len": ("sequence length", "tokens", "{seq_len}"),
@@ -178,16 +183,22 @@ def check_facts(facts: list[dict], *, global_batch: int, seq_len: int, steps: in
         if f["value"] == want[f["name"]]:
             continue
         what, unit, placeholder = _FACT_WORDS[f["name"]]
-        return (f"the {name} log says {what} {_fmt(f['value'])} ({f['line'][:120]!r}), the "
+        return (f"{_the(name)} says {what} {_fmt(f['value'])} ({f['line'][:120]!r}), the "
                 f"point's is {want[f['name']]} {unit}: the command does not run the point "
                 f"(pass {placeholder})")
     return None
 
 
+def _measured(gib: float) -> bool:
+    """A logged memory that is a measurement: finite and not negative (``-0.00`` is negative:
+    torchtitan's -1 byte, rounded)."""
+    return math.isfinite(gib) and math.copysign(1.0, gib) > 0
+
+
 def unmeasured(found: list[dict]) -> str | None:
     """Why the logged peak memory is left empty (:data:`UNMEASURED_MEMORY`), or None."""
-    bad = [f["peak_memory_gib"] for f in found if "peak_memory_gib" in f and not (
-        math.isfinite(f["peak_memory_gib"]) and f["peak_memory_gib"] >= 0)]
+    bad = [f["peak_memory_gib"] for f in found
+           if "peak_memory_gib" in f and not _measured(f["peak_memory_gib"])]
     return UNMEASURED_MEMORY.format(value=bad[0]) if bad else None
 
 
@@ -235,8 +246,7 @@ def to_steps(found: list[dict], *, n: int, seq_len: int, tokens_per_step: float,
         loss = f.get("loss")
         peak = f.get("peak_memory_gib")
         rec = {"step": step, "t": t, "loss": loss, "tokens": tokens,
-               "peak": None if peak is None or not (math.isfinite(peak) and peak >= 0)
-               else int(peak * 2**30)}
+               "peak": None if peak is None or not _measured(peak) else int(peak * 2**30)}
         if step not in by_step or t > by_step[step]["t"]:  # several ranks: the slowest
             by_step[step] = rec
     records, prev = [], 0
@@ -252,7 +262,7 @@ def to_steps(found: list[dict], *, n: int, seq_len: int, tokens_per_step: float,
         prev = step
     last = records[-1]["step"]
     if last != steps:
-        return records, (f"the {name} log's last step is {last}, the point trains {steps} "
+        return records, (f"{_the(name)}'s last step is {last}, the point trains {steps} "
                          "steps: the command stopped early or ran another step count (pass "
                          "{steps}; log every step, or an interval that divides it)")
     if all(r["warmup"] for r in records):
