@@ -72,7 +72,7 @@ QUANTITIES = ("step", "step_time_s", "step_time_ms", "tokens_per_s", "tokens_per
 #: What the trainer says about the whole run, read on every line, checked against the point.
 FACTS = ("global_batch", "seq_len", "total_steps")
 #: Why a negative logged memory is left empty.
-UNMEASURED_MEMORY = ("the trainer logs a negative peak memory ({value:g} GiB): it has no memory "
+UNMEASURED_MEMORY = ("the trainer logs a negative peak memory ({value:.2f} GiB): it has no memory "
                      "statistics on this device; unmeasured, not zero")
 #: Expressions that make a line a logged step when there is no ``line`` expression.
 TIMING = ("step_time_s", "step_time_ms", "tokens_per_s", "tokens_per_s_per_device")
@@ -104,10 +104,12 @@ TORCHTITAN: dict[str, str] = {
 PRESETS: dict[str, dict[str, str]] = {"megatron": MEGATRON, "torchtitan": TORCHTITAN}
 #: What each preset reads, by version (recorded in summary.json as ``metrics_reads``).
 READS: dict[str, str] = {
-    "megatron": "Megatron-LM training_log line, 23.04 (and v2.6) through core_v0.19.0; "
-                "Megatron-DeepSpeed's line alike",
-    "torchtitan": "torchtitan MetricsProcessor.log step line, v0.1.0 through v0.2.2 and main "
-                  "(b5bcd76c)",
+    "megatron": "Megatron-LM training_log line, 23.04 (and v2.6) through core_v0.19.0, and its "
+                "argument dump; Megatron-DeepSpeed's line alike (tested on recorded and rebuilt "
+                "lines)",
+    "torchtitan": "torchtitan MetricsProcessor.log step line and the 'Trainer is initialized' "
+                  "line, v0.1.0 through v0.2.2 and main (b5bcd76c), 0.3.0 alike; v0.2.2 run "
+                  "live in CI",
 }
 
 
