@@ -105,7 +105,8 @@ def titan_steps(log: Path) -> dict[int, list[tuple[datetime, float]]]:
         m = TITAN_STEP.match(line)
         if m:
             stamp = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f")
-            steps.setdefault(int(m.group(2)), []).append((stamp, float(m.group(4).replace(",", ""))))
+            tps = float(m.group(4).replace(",", ""))
+            steps.setdefault(int(m.group(2)), []).append((stamp, tps))
     return steps
 
 

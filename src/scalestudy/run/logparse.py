@@ -54,8 +54,9 @@ lines (``tests/test_logparse.py`` names the sources):
   is tokens per step / (tps × N); memory is ``max_reserved`` GiB. The start-up line
   ``Trainer is initialized with local batch size B, global batch size G, gradient accumulation
   steps A, sequence length S, total steps T (warmup W)`` (v0.2.x; 0.3.0 prints it alike)
-  gives the global batch, the sequence length and the step count. Run live in CI: v0.2.2 on CPU processes
-  (``tests/test_foreign.py``); v0.3.x cannot train on a CPU (its attention has no CPU backward).
+  gives the global batch, the sequence length and the step count. Run live in CI: v0.2.2 on
+  CPU processes (``tests/test_foreign.py``); v0.3.x cannot train on a CPU (its attention has
+  no CPU backward).
 """
 
 from __future__ import annotations
