@@ -162,7 +162,7 @@ def test_pipeline_stages_hold_embeddings_and_head():
 
 
 def test_frontier_headline_14_tb():
-    from scalestudy.perf.predict import reference
+    from scalestudy.perf.frontier import reference
 
     pub = reference("frontier_dash2024")
     r = pub[pub["model"] == "gpt-1t"].iloc[0]
@@ -177,7 +177,7 @@ def test_frontier_headline_14_tb():
 
 
 def test_frontier_configs_fit_a_gcd_and_single_gcd_does_not():
-    from scalestudy.perf.predict import config_point, reference
+    from scalestudy.perf.frontier import config_point, reference
 
     cfgs = reference("frontier_dash2024_configs")
     for _, r in cfgs.iterrows():
