@@ -102,14 +102,16 @@ def test_power_limit_and_shared_gpu_constants():
     assert hardware.power_factor(800, 700, 1 / 3) == 1.0
     shared = hardware.gpu_constants()
     gt = HardwareSpec.load("grand-teton-h100")
-    assert gt.power_factor == pytest.approx((500 / 700) ** shared["power_exponent"].value)
+    assert gt.power_factor == pytest.approx(0.795 * (500 / 700) ** shared["power_exponent"].value)
+    assert HardwareSpec.load("dgx-h100").power_factor == 0.795  # the documented sustained clock
+    assert HardwareSpec.load("dgx-a100").power_factor == 1.0  # none documented
     assert gt.mem_bw == 2.4e12 and gt.framework.name == "torchtitan"
     # every GPU system shares the sustained fraction and the launch gap; a CPU host does not
     for name in ("frontier", "dgx-a100", "dgx-h100", "h200", "dgx2h-v100", "grand-teton-h100"):
         hw = HardwareSpec.load(name)
         assert hw.sustained == shared["sustained"].value
         assert hw.kernel_gap_s == shared["kernel_gap_s"].value
-    cpu = HardwareSpec.load("cpu-local")
+    cpu = HardwareSpec.load("cpu-local")  # measured: none of the GPU constants
     assert cpu.sustained == 1.0 and cpu.kernel_gap_s == 0.0 and cpu.power_factor == 1.0
     # the sustained fraction scales the declared GEMM rate
     a = HardwareSpec.load("dgx-a100")

@@ -300,8 +300,10 @@ class HardwareSpec:
     (and of the attention kernel's rate) a training run sustains with every device busy (one
     constant for every GPU system, ``data/perf_fit.yaml``; 1 on a measured CPU host);
     ``kernel_gap_s``: the idle time between two dependent kernels on a GPU stream (seconds per
-    launch); ``power_factor``: the compute rate at the system's power limit over the rate at
-    the device's TDP (``power_limit_w``, ``gpu.power_exponent``); ``gemm_tile`` (M×N of a
+    launch); ``power_factor``: the clock a fully loaded device holds over the boost clock its
+    peak assumes (the device's documented ``sustained_clock``, 1 where none is documented),
+    times the rate at the system's power limit over the rate at TDP (``power_limit_w``,
+    ``gpu.power_exponent``); ``gemm_tile`` (M×N of a
     thread-block tile) and ``multiprocessors`` (SMs / CUs) add tile and wave quantisation to
     smaller products (``gemm_quantisation``: the fraction of that loss applied, 1 = all);
     ``attention_efficiency``: the fused attention kernel's rate as a fraction of peak (None:
@@ -439,8 +441,9 @@ class HardwareSpec:
             shared = gpu_constants()
             spec = replace(spec, sustained=take("sustained", shared["sustained"]),
                            kernel_gap_s=take("kernel_gap_s", shared["kernel_gap_s"], slow="high"),
-                           power_factor=power_factor(d.get("power_limit_w"), dev.get("tdp_w"),
-                                                     shared["power_exponent"].value))
+                           power_factor=float(dev.get("sustained_clock", 1.0)) * power_factor(
+                               d.get("power_limit_w"), dev.get("tdp_w"),
+                               shared["power_exponent"].value))
         return replace(spec, assumptions={**assume, **fw_assume})
 
     @classmethod

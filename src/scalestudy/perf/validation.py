@@ -36,13 +36,16 @@ COLUMNS = ("table", "row", "device", "gpus", "framework", "arch", "params_b", "l
 #: Optional columns and their defaults: ``compile`` (the model ran under torch.compile),
 #: ``steady_state`` (``false``: the figure is not a steady-state measurement, e.g. one early
 #: iteration of a benchmark, and is kept but not modelled).
-OPTIONAL = {"compile": "false", "steady_state": "true"}
+#: ``convention_stated`` (``false``: the source does not say how it counts FLOPs, so its
+#: FLOPs-based figures are kept but not modelled).
+OPTIONAL = {"compile": "false", "steady_state": "true", "convention_stated": "true"}
 #: FLOPs conventions a row may state (``flops_convention``): Megatron's Eq. 3 without the
 #: recompute pass (``megatron``, 72·B·s·l·h²(…)) or with it (``megatron_recompute``, 96·…,
 #: what Megatron-LM's and Megatron-DeepSpeed's counters print under full recompute), PaLM's
 #: ``6N + 12·l·H·Q·s`` (``palm``), and ``none`` where the metric needs no FLOPs.
 CONVENTIONS = ("megatron", "megatron_recompute", "palm", "none")
 METRICS = ("tflops_per_gpu", "mfu_pct", "hfu_pct", "tokens_per_s_per_gpu", "iteration_s")
+FLOPS_METRICS = ("tflops_per_gpu", "mfu_pct", "hfu_pct")
 #: The system preset of each device of the tables (``data/hardware.yaml``).
 SYSTEM_OF_DEVICE = {"A100": "dgx-a100", "H100-HBM2E-500W": "grand-teton-h100", "H100": "dgx-h100",
                     "MI250X": "frontier", "V100": "dgx2h-v100"}
@@ -54,8 +57,12 @@ FRAMEWORK_OF = (("megatron-deepspeed", "megatron-deepspeed"),
                 ("torchtitan-asynctp", "torchtitan-asynctp"), ("torchtitan", "torchtitan"),
                 ("meta-internal", "megatron-core"),
                 ("deepspeed", "megatron-deepspeed"))
-RECOMPUTE = {"none": "none", "full": "full", "selective": "selective_attention",
-             "": "none"}
+#: A table's recompute mode -> the point's (``config.vocab.Checkpointing``). "selective" is
+#: Megatron's (the attention core only, Korthikanti et al. 2022) except under torchtitan,
+#: whose layer-selective checkpointing re-runs every other block and whose op-selective one
+#: saves every other matmul's output (``apply_ac``): both re-run about half the forward.
+RECOMPUTE = {"none": "none", "full": "full", "selective": "selective_attention"}
+RECOMPUTE_TORCH = {**RECOMPUTE, "selective": "selective"}
 DP_MODE = {"ddp": "ddp", "zero1": "zero1", "distributed_optimizer": "zero1",
            "zero2": "fsdp_grad_op", "zero3": "fsdp", "fsdp": "fsdp", "": "ddp"}
 
@@ -150,11 +157,17 @@ def case(r) -> Case:
         return Case(**base, skip="context parallelism is not modelled")
     if not _flag(r["steady_state"]):
         return Case(**base, skip="not a steady-state figure (see its log_note)")
+    if base["metric"] in FLOPS_METRICS and not _flag(r["convention_stated"]):
+        return Case(**base, skip="the source does not say how it counts FLOPs")
     if (_int(r["pp"], 1) or 1) > 1 and _int(r["vp"]) is None:
         return Case(**base, skip="the table does not give the pipeline's virtual stages "
                                  "(interleaving), on which its bubble depends")
-    need = ("layers", "hidden", "heads", "vocab", "seq_len", "tp", "pp", "dp", "global_batch")
+    need = ("layers", "hidden", "heads", "vocab", "seq_len", "tp", "pp", "dp", "micro_batch",
+            "global_batch")
     missing = [k for k in need if _int(r[k]) is None]
+    missing += [k for k in ("recompute",) if str(r[k]).strip() == ""]
+    if (_int(r["dp"]) or 1) > 1 and str(r["dp_mode"]).strip() == "":
+        missing.append("dp_mode")
     if missing:
         return Case(**base, skip=f"the table does not give {', '.join(missing)}")
     try:
@@ -170,14 +183,15 @@ def case(r) -> Case:
                   tied_embeddings=not llama,
                   attention="fused" if _flag(r["flash_attention"]) else "math")
     tp, pp, dp = _int(r["tp"]), _int(r["pp"]), _int(r["dp"])
-    mb = _int(r["micro_batch"], 1)
+    mb = _int(r["micro_batch"])
     gb = _int(r["global_batch"])
     vp = _int(r["vp"], 1) or 1
     compiled = _flag(r["compile"])
     point = Point.build(
         model, n=tp * pp * dp, tp=tp, pp=pp, micro_batch=mb, global_batch=gb,
         parallel=Parallel(dp_mode=DP_MODE.get(str(r["dp_mode"]).lower(), "ddp"),
-                          activation_checkpointing=RECOMPUTE[str(r["recompute"]).lower()],
+                          activation_checkpointing=(RECOMPUTE_TORCH if fw.startswith("torchtitan")
+                                                    else RECOMPUTE)[str(r["recompute"]).lower()],
                           sequence_parallel=_flag(r["sequence_parallel"]) and tp > 1,
                           virtual_stages=vp if pp > 1 else 1,
                           pp_schedule="interleaved1f1b" if (pp > 1 and vp > 1) else "1f1b"),
