@@ -315,3 +315,18 @@ def test_dgx_presets_cite_their_figures():
     # the framework can be swapped (scalestudy predict --framework)
     assert h.with_framework("megatron-deepspeed").framework.pp_partitioned
     assert math.isclose(h.with_framework("torch").assumptions["dp_overlap"].value, 1.0)
+
+
+def test_distributed_optimizer_gather_hides_under_the_next_forward():
+    """Megatron-Core's --overlap-param-gather: zero1's parameter all-gather (half its per-step
+    traffic) runs under the first forward of the next step, not only after the backward."""
+    fw = dict(dp_overlap=1.0, dp_overlap_pp=1.0, dp_exposes_one_chunk=False)
+    p = point(dp=4, dp_mode="zero1", mb=2)
+    slow = hw_(mem_bw=1e30, intra=Link(1e8, 1e-5), framework=Framework(**fw))
+    hidden = hw_(mem_bw=1e30, intra=Link(1e8, 1e-5), framework=Framework(**fw, dp_gather_overlap=True))
+    a, b = sm.predict_step_time(p, slow), sm.predict_step_time(p, hidden)
+    t_comp = a.gemm_s + a.attention_s + a.elementwise_s
+    assert a.dp_comm_exposed_s == pytest.approx(max(0.0, a.dp_comm_s - t_comp * 2 / 3))
+    assert b.dp_comm_exposed_s == pytest.approx(
+        max(0.0, a.dp_comm_s / 2 - t_comp * 2 / 3) + max(0.0, a.dp_comm_s / 2 - t_comp / 3))
+    assert b.dp_comm_exposed_s < a.dp_comm_exposed_s

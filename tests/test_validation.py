@@ -131,6 +131,10 @@ def test_case_from_a_row_and_its_skips():
     assert v.case(row(precision="fp8")).skip == "fp8 products are not modelled"
     assert v.case(row(cp=2)).skip == "context parallelism is not modelled"
     assert "steady-state" in v.case(row(steady_state="false")).skip
+    assert "counts FLOPs" in v.case(row(convention_stated="false")).skip
+    assert not v.case(row(convention_stated="false", metric="iteration_s")).skip
+    assert "recompute" in v.case(row(recompute="")).skip
+    assert "dp_mode" in v.case(row(dp_mode="")).skip
     assert "virtual stages" in v.case(row(pp=2, vp="")).skip
     assert "does not give tp" in v.case(row(tp="")).skip
     assert "no system preset" in v.case(row(device="TPUv4")).skip

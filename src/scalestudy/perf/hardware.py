@@ -217,7 +217,8 @@ class Framework:
     separate ones (scalestudy's model). ``dp_overlap`` / ``dp_overlap_pp``: the gradient
     reduction hides behind the backward of the last micro-batch, without / with pipeline
     parallelism; ``dp_exposes_one_chunk``: even when hidden, one chunk stays exposed (a layer;
-    with PP, a virtual stage). ``tp_overlap``: hidden fraction of the TP collectives (only
+    with PP, a virtual stage); ``dp_gather_overlap``: the distributed optimizer's parameter
+    all-gather runs under the next step's first forward (with the same overlap). ``tp_overlap``: hidden fraction of the TP collectives (only
     with sequence parallelism when ``tp_overlap_needs_sp``). ``pp_transfers_per_neighbour``:
     serial transfers one micro-batch costs a stage per neighbouring stage (activation out +
     gradient back: 2 when each is a blocking call, 1 when the two directions go together).
@@ -235,6 +236,7 @@ class Framework:
     dp_overlap: float = 1.0
     dp_overlap_pp: float = 0.0
     dp_exposes_one_chunk: bool = False
+    dp_gather_overlap: bool = False
     tp_overlap: float = 0.0
     tp_overlap_needs_sp: bool = True
     pp_transfers_per_neighbour: int = 2
@@ -254,7 +256,7 @@ class Framework:
             if f in d:
                 a = Assumption.parse(d[f])
                 kw[f], assume[f] = a.value, a
-        for f in ("fused_qkv", "dp_exposes_one_chunk", "tp_overlap_needs_sp",
+        for f in ("fused_qkv", "dp_exposes_one_chunk", "dp_gather_overlap", "tp_overlap_needs_sp",
                   "pp_overlap_needs_interleaving", "pp_partitioned", "vocab_parallel_loss",
                   "dropout"):
             if f in d:

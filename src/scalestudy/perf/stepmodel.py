@@ -806,7 +806,11 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     t_dp_step, t_dp_mb, dp_link = dp_comm_seconds(point, params, hw, measured)
     ov = dp_overlap_fraction(point, hw, dp_overlap)
     chunks = (lps if pp == 1 else v) if fw.dp_exposes_one_chunk else None
-    t_dp_exposed = dp_exposed_seconds(t_dp_step, t_dp_mb, m, ov, t_bwd_mb, t_comp, chunks)
+    # the distributed optimizer's parameter all-gather (half of zero1's per-step traffic) may
+    # run under the next step's first forward instead (Megatron-Core --overlap-param-gather)
+    gather = t_dp_step / 2 if (fw.dp_gather_overlap and par.dp_mode == DPMode.ZERO1) else 0.0
+    t_dp_exposed = (dp_exposed_seconds(t_dp_step - gather, t_dp_mb, m, ov, t_bwd_mb, t_comp, chunks)
+                    + dp_exposed_seconds(gather, 0.0, m, ov, t_comp / 3, t_comp, chunks))
 
     # optimizer on its shard; clipping reduces the squared norm of sharded gradients
     opt_params = params / (dp if par.dp_mode != DPMode.DDP else 1)

@@ -155,9 +155,10 @@ def case(r) -> Case:
         return Case(**base, skip="fp8 products are not modelled")
     if (_int(r["cp"], 1) or 1) > 1:
         return Case(**base, skip="context parallelism is not modelled")
-    if not _flag(r["steady_state"]):
+    if not _flag(r.get("steady_state", OPTIONAL["steady_state"])):
         return Case(**base, skip="not a steady-state figure (see its log_note)")
-    if base["metric"] in FLOPS_METRICS and not _flag(r["convention_stated"]):
+    if base["metric"] in FLOPS_METRICS and not _flag(
+            r.get("convention_stated", OPTIONAL["convention_stated"])):
         return Case(**base, skip="the source does not say how it counts FLOPs")
     if (_int(r["pp"], 1) or 1) > 1 and _int(r["vp"]) is None:
         return Case(**base, skip="the table does not give the pipeline's virtual stages "
@@ -186,7 +187,7 @@ def case(r) -> Case:
     mb = _int(r["micro_batch"])
     gb = _int(r["global_batch"])
     vp = _int(r["vp"], 1) or 1
-    compiled = _flag(r["compile"])
+    compiled = _flag(r.get("compile", OPTIONAL["compile"]))
     point = Point.build(
         model, n=tp * pp * dp, tp=tp, pp=pp, micro_batch=mb, global_batch=gb,
         parallel=Parallel(dp_mode=DP_MODE.get(str(r["dp_mode"]).lower(), "ddp"),
