@@ -30,6 +30,7 @@ from scalestudy.analysis.efficiency import per_device_throughput
 from scalestudy.config.point import Model, Parallel, Platform, Point, Train
 from scalestudy.perf import stepmodel
 from scalestudy.perf.tables import breakdown_row, shape_columns
+from scalestudy.reference_data import load
 
 MODELS = ("gpt-22b", "gpt-175b", "gpt-1t")
 #: DeepSpeed's ZeRO stage -> the data-parallel mode that holds the same state per device.
@@ -39,9 +40,7 @@ MEANS = ("time-weighted", "per-line")
 
 
 def reference(name: str):
-    """A published reference table as a DataFrame (``scalestudy.references.load``)."""
-    from scalestudy.report.references import load
-
+    """A published reference table as a DataFrame (``scalestudy.reference_data.load``)."""
     return load(name)
 
 
