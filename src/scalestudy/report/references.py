@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from scalestudy.reference_data import FILES, load
+from scalestudy.reference_data import load
+
 REFERENCES = ("frontier_dash2024", "megatron_sc21")
 CITATION = {
     "frontier_dash2024": "Dash et al., Optimizing Distributed Training on Frontier for Large "
