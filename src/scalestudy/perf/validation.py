@@ -139,7 +139,6 @@ class Case:
     system: str = ""
     framework: str = ""
     skip: str = ""
-    compiled: bool = False
 
 
 def case(r) -> Case:
@@ -187,7 +186,6 @@ def case(r) -> Case:
     mb = _int(r["micro_batch"])
     gb = _int(r["global_batch"])
     vp = _int(r["vp"], 1) or 1
-    compiled = _flag(r.get("compile", OPTIONAL["compile"]))
     point = Point.build(
         model, n=tp * pp * dp, tp=tp, pp=pp, micro_batch=mb, global_batch=gb,
         parallel=Parallel(dp_mode=DP_MODE.get(str(r["dp_mode"]).lower(), "ddp"),
@@ -196,10 +194,10 @@ def case(r) -> Case:
                           sequence_parallel=_flag(r["sequence_parallel"]) and tp > 1,
                           virtual_stages=vp if pp > 1 else 1,
                           pp_schedule="interleaved1f1b" if (pp > 1 and vp > 1) else "1f1b"),
-        train=Train(precision="bf16", compile=compiled),
+        train=Train(precision="bf16", compile=_flag(r.get("compile", OPTIONAL["compile"]))),
         platform=Platform(device="cuda", hardware=str(r["device"]), devices_per_node=8),
         study="validation", series=base["table"][:60], mode="strong")
-    return Case(**base, point=point, system=system, framework=fw, compiled=compiled)
+    return Case(**base, point=point, system=system, framework=fw)
 
 
 def convention_flops(point: Point, convention: str) -> float:
