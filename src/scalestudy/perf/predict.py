@@ -322,6 +322,9 @@ def validation_figure(rows, path: Path, style: str = "default") -> Path:
             ax.scatter(g.index, 1.0 + g["error"], color=s["color"], marker=s["marker"], s=18,
                        label=table, zorder=3)
         ax.set_yscale("log")
+        ticks = [0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.5]
+        ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
         ax.set_ylabel("predicted / published (optimism > 1)")
         ax.set_xlabel("published row")
         ax.set_title("Step model vs published tables")
