@@ -25,18 +25,11 @@ from scalestudy.config.point import Model, Point  # noqa: E402
 from scalestudy.measure.microbench import memory_point  # noqa: E402
 from scalestudy.perf import flops, partition  # noqa: E402
 from scalestudy.perf import stepmodel as sm  # noqa: E402
-from scalestudy.perf.hardware import HardwareSpec, Link  # noqa: E402
 from scalestudy.plan import constraints  # noqa: E402
+from test_parallel_layout import fake_world  # noqa: E402,F401 (the fake process group fixture)
+from test_stepmodel_terms import hw_  # noqa: E402 (the declared test system)
 
 MODEL = dict(vocab=1000, seq_len=128, layers=8, hidden=256, heads=8)
-
-
-def hw_(**kw):
-    d = dict(name="t", device="t", devices_per_node=8, peak_flops={"fp32": 1e12, "bf16": 2e12},
-             memory_bytes=1e12, mem_bw=1e12, matmul_efficiency=0.5,
-             intra=Link(1e10, 1e-5), inter=Link(1e9, 1e-4))
-    d.update(kw)
-    return HardwareSpec(**d)
 
 
 def point(dp=1, tp=1, pp=1, cp=1, mb=2, m=1, model=MODEL, **kw):
@@ -109,20 +102,6 @@ def test_cp_rules():
 
 
 # --- the engine on torch's fake process group ------------------------------------------------
-
-@pytest.fixture
-def fake_world():
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    def init(world: int) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
-
-    yield init
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
 
 TINY = Model(vocab=64, seq_len=16, layers=2, hidden=32, heads=4)
 
