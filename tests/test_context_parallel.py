@@ -147,3 +147,21 @@ def test_position_buffers_index_the_sequence():
     assert rope.shape[0] == TINY.seq_len
     assert "positions" not in gpt.state_dict()  # not persistent: checkpoints are unchanged
     assert flops.param_count(TINY) == sum(q.numel() for q in gpt.parameters())
+
+
+def test_cp_and_partition_round_trip_through_point_json():
+    import json
+
+    p = Point.for_layout(TINY, dp=2, cp=2, pp=2, grad_accum=2, device="cuda",
+                         pp_partition=(1, 1))
+    doc = json.loads(p.json_text())
+    assert doc["cp"] == 2 and doc["parallel"]["pp_partition"] == [1, 1]
+    back = Point.from_json(doc)
+    assert back == p and back.parallel.pp_partition == (1, 1)
+    assert (p.n, p.dp, p.dp_cp) == (8, 2, 4)
+    # a point.json written before cp and pp_partition existed reads as cp 1, uniform
+    old = {k: v for k, v in doc.items() if k != "cp"}
+    old["parallel"] = {k: v for k, v in doc["parallel"].items() if k != "pp_partition"}
+    old["n"], old["dp"] = 4, 2
+    legacy = Point.from_json(old)
+    assert legacy.cp == 1 and legacy.parallel.pp_partition == "uniform"
