@@ -32,9 +32,13 @@ gathered weights stay resident between forward and backward on top of the persis
 the prefetched next one. Gradients: the shard plus the unsharded gradient of the largest
 unit and its reduce-scatter input.) Tensor parallelism divides the layers' matrices, the vocabulary-parallel
 embedding and the output head by ``tp``; norms and the row-parallel biases are replicated.
-Pipeline parallelism gives each stage ``layers / pp`` layers, the embeddings to the first and
-the final norm + output head to the last (with tied embeddings and pp > 1 the last stage
-holds its own copy of the table, as Megatron does).
+Pipeline parallelism gives each rank the layers of its stages under the point's
+``parallel.pp_partition`` (``scalestudy.perf.partition``: ``layers / pp`` when uniform), the
+embeddings to the first and the final norm + output head to the last (with tied embeddings
+and pp > 1 the last stage holds its own copy of the table, as Megatron does); every rank is
+evaluated at its own layers and the most loaded one is reported. Context parallelism keeps the
+parameters whole and shards ``dp_mode``'s state over dp·cp (the ranks that average
+gradients).
 
 Activations per layer and micro-batch follow Korthikanti et al. 2022 ("Reducing Activation
 Recomputation in Large Transformer Models", §4), in 16-bit units:
@@ -71,8 +75,16 @@ GPipe: ``m``; 1F1B: ``min(p - r, m)``; interleaved 1F1B (Megatron's warm-up,
 for stage 0 that is ``L·(1 + (p-1)/(p·v))`` layers' worth (Korthikanti §4.2.3).
 
 Not counted: framework workspace (cuBLAS/NCCL buffers, allocator fragmentation, the CUDA
-context), optimizer temporaries, and collective staging buffers. ``fits`` leaves headroom for
-them.
+context), optimizer temporaries, collective staging buffers (context parallelism's gathered K
+and V of one layer), Megatron's distribution of checkpointed inputs over the TP ranks
+(``--distribute-checkpointed-activations``; the estimate errs high there). ``fits`` leaves
+headroom for them (the planner: 10% of the device's memory).
+
+Checked against published layouts (``data/published_layouts.csv``, ``tests/test_memory.py``):
+OPT-175B (992 A100 80GB), BLOOM-176B (384 A100 80GB, 5/6 x 10/5 layers on 12 stages), Llama 3
+405B at 8K tokens (8,192 and 16,384 H100 80GB, no checkpointing, 7/8 x 14/7 layers on 16
+stages) and at 128K with CP 16, Korthikanti et al.'s 175B with sequence parallelism and
+selective recomputation all fit; their 175B without recomputation does not, as they report.
 """
 
 from __future__ import annotations

@@ -295,7 +295,8 @@ def run(hw: stepmodel.HardwareSpec, measured: stepmodel.Measured | None = None,
 
 def shape_columns(p: Point) -> dict:
     """A point's parallel shape and batch as table columns."""
-    return {"n": p.n, "dp": p.dp, "tp": p.tp, "pp": p.pp, "micro_batch": p.micro_batch,
+    return {"n": p.n, "dp": p.dp, "tp": p.tp, "pp": p.pp, "cp": p.cp,
+            "micro_batch": p.micro_batch,
             "grad_accum": p.grad_accum, "global_batch": p.global_batch}
 
 
