@@ -80,12 +80,7 @@ def balanced(weights: list[int], parts: int) -> list[int]:
             lo = mid + 1
         else:
             hi = mid
-    counts = fill(lo)
-    # fewer parts than asked (the bound left some empty): split the largest parts
-    while len(counts) < parts:
-        k = max(range(len(counts)), key=lambda j: counts[j])
-        counts[k:k + 1] = [counts[k] - counts[k] // 2, counts[k] // 2]
-    return counts
+    return fill(lo)  # exactly ``parts`` parts: the fill cuts once items run short
 
 
 def stage_layers(point: Point) -> tuple[int, ...]:
