@@ -47,6 +47,7 @@ TERM_LABELS = {
     "overhead_s": "framework overhead", "tp_comm_s": "TP comm (exposed)",
     "pp_p2p_s": "PP p2p (exposed)", "pp_bubble_s": "pipeline bubble",
     "dp_comm_exposed_s": "DP comm (exposed)", "optimizer_s": "optimizer",
+    "cp_comm_s": "CP K/V exchange (exposed)",
     "eval_s": "evaluation (in the logged time)",
 }
 

@@ -46,6 +46,7 @@ ranges of its assumptions) and returns the central breakdown with the envelope.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -53,7 +54,7 @@ from typing import ClassVar
 
 from scalestudy.config.point import Model, Point
 from scalestudy.config.vocab import AttentionKernel, Checkpointing, DPMode, DType, MLPKind
-from scalestudy.perf import flops, kernels, memory
+from scalestudy.perf import flops, kernels, memory, partition
 from scalestudy.perf.hardware import Framework, HardwareSpec, Link, presets
 
 ACT_BYTES = {True: 2, False: 4}
@@ -437,6 +438,36 @@ def tp_collective_seconds(act_bytes: float, tp: int, hw: HardwareSpec, sp: bool 
     return collective_time("all_reduce", act_bytes, tp, hw.intra, measured)
 
 
+def cp_exchange_seconds(model: Model, s: int, b: int, tp: int, cp: int, act_bytes: int,
+                        hw: HardwareSpec, measured: Measured | None = None,
+                        devices_per_node: int | None = None) -> float:
+    """Seconds of one layer's context-parallel K/V exchange for one micro-batch (forward +
+    backward), exposed: the cp ranks all-gather K and V (``2·b·s·kv_dim/tp`` elements in all)
+    before the forward attention, again before the backward one, and reduce-scatter their
+    gradients (Dubey et al. 2024 §3.3.2: Llama 3 all-gathers K and V, "exposed in the critical
+    path"; torch's ``context_parallel`` rotates the same volume). On the intra-node link while
+    ``cp·tp`` ranks fit a node (cp is the next dimension out from tp), else the inter-node
+    one. FLOPs are unchanged by cp: every rank computes its ``s/cp`` queries against all keys."""
+    if cp <= 1:
+        return 0.0
+    nbytes = 2 * b * s * model.kv_dim / tp * act_bytes
+    per_node = devices_per_node or hw.devices_per_node
+    link = hw.intra if (cp * tp <= per_node or hw.inter is None) else hw.inter
+    return (2 * collective_time("all_gather", nbytes, cp, link, measured)
+            + collective_time("reduce_scatter", nbytes, cp, link, measured))
+
+
+def cp_local(costs: "LayerCosts", cp: int) -> "LayerCosts":
+    """One cp rank's share of a micro-batch's costs: ``s/cp`` tokens of every sequence, so
+    every per-token cost (products, the load-balanced causal attention, memory-bound
+    kernels, TP exchanges, the head and its loss) divided by ``cp`` (the shorter products'
+    efficiency is not re-evaluated)."""
+    if cp <= 1:
+        return costs
+    return dataclasses.replace(costs, **{f.name: getattr(costs, f.name) / cp
+                                         for f in fields(costs) if f.name != "measured"})
+
+
 def tp_overlap(fw: Framework, sp: bool) -> float:
     """The hidden fraction of TP collectives under ``fw`` (0 unless it overlaps them; Megatron
     only with sequence parallelism, hardware.yaml ``frameworks``)."""
@@ -623,7 +654,7 @@ class StepBreakdown:
     #: the terms, in the order a stacked bar shows them
     TERMS: ClassVar[tuple[str, ...]] = (
         "gemm_s", "attention_s", "elementwise_s", "overhead_s", "tp_comm_s", "pp_p2p_s",
-        "pp_bubble_s", "dp_comm_exposed_s", "optimizer_s")
+        "pp_bubble_s", "dp_comm_exposed_s", "optimizer_s", "cp_comm_s")
 
     step_time_s: float
     gemm_s: float
@@ -635,6 +666,7 @@ class StepBreakdown:
     pp_bubble_s: float
     dp_comm_exposed_s: float
     optimizer_s: float
+    cp_comm_s: float = 0.0  # context parallelism's K/V exchange (exposed)
     dp_comm_s: float = 0.0  # the DP traffic before overlap
     bubble_fraction: float = 0.0  # bubble / (m slots of the bottleneck stage)
     micro_batch_slot_s: float = 0.0
@@ -761,17 +793,21 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     if tp > hw.devices_per_node:
         raise ValueError(f"tp={tp} exceeds devices_per_node={hw.devices_per_node} of hardware {hw.name!r}")
     lps = l / pp
-    c = _layer_costs(point, hw, measured)
+    layers_of = partition.rank_layers(point)  # per pipeline rank (uneven partitions)
+    c = cp_local(_layer_costs(point, hw, measured), point.cp)
     att_re = c.attn_fwd if ckpt == Checkpointing.SELECTIVE_ATTENTION else 0.0
-    ckpts = [memory.checkpointed_layers(l, pp, r, v, ckpt) for r in range(pp)]
+    ckpts = [memory.checkpointed_layers(l, pp, r, v, ckpt, partition.stage_layers(point))
+             for r in range(pp)]
+    t_cp = cp_exchange_seconds(model, s, b, tp, point.cp, ACT_BYTES[dtype != DType.FP32], hw,
+                               measured, point.platform.devices_per_node)
 
     def stage_terms(r: int) -> tuple[float, float, float]:
         """(gemm, attention, elementwise) seconds of one micro-batch on stage r: every layer
         forward + backward, the recomputed layers' forward again, the head on the last."""
-        last = r == pp - 1
-        gemm = lps * (c.gemm_fwd + c.gemm_bwd) + ckpts[r] * c.gemm_fwd
-        attn = lps * (c.attn_fwd + c.attn_bwd + att_re) + ckpts[r] * c.attn_fwd
-        elem = lps * c.elementwise + ckpts[r] * c.elementwise / 3
+        last, lr = r == pp - 1, layers_of[r]
+        gemm = lr * (c.gemm_fwd + c.gemm_bwd) + ckpts[r] * c.gemm_fwd
+        attn = lr * (c.attn_fwd + c.attn_bwd + att_re) + ckpts[r] * c.attn_fwd
+        elem = lr * c.elementwise + ckpts[r] * c.elementwise / 3
         if last:
             gemm, elem = gemm + c.head_fwd + c.head_bwd, elem + c.loss
         return gemm, attn, elem
@@ -788,21 +824,22 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
         the framework's overlap."""
         if tp == 1:
             return 0.0
-        t = ((4 * lps + 2 * ckpts[r]) * c.tp_exchange + (c.tp_embedding if r == 0 else 0.0)
+        t = ((4 * layers_of[r] + 2 * ckpts[r]) * c.tp_exchange + (c.tp_embedding if r == 0 else 0.0)
              + ((c.tp_head + c.tp_exchange) if r == pp - 1 else 0.0))
         return t * (1.0 - tp_hidden)
 
     comp = [stage_terms(r) for r in range(pp)]
     tps = [stage_tp(r) for r in range(pp)]
     p2ps = [p2p_seconds(point, r, hw, measured) for r in range(pp)]
-    slots = [sum(comp[r]) + t_ovh + gaps[r] + tps[r] + p2ps[r] for r in range(pp)]
+    cps = [(layers_of[r] + ckpts[r] / 2) * t_cp for r in range(pp)]  # recompute: 1 all-gather
+    slots = [sum(comp[r]) + t_ovh + gaps[r] + tps[r] + p2ps[r] + cps[r] for r in range(pp)]
     worst = max(range(pp), key=lambda r: slots[r])
     t_pipe, t_bubble = pipeline_seconds(slots, m, v)
     t_comp = sum(comp[worst])
     t_bwd_mb = t_comp * 2 / 3  # backward of one micro-batch (no recompute share)
 
     # data parallelism: the stage with the most parameters reduces last
-    params = max(memory.stage_params(model, tp, pp, r) for r in range(pp))
+    params = max(memory.stage_params(model, tp, pp, r, layers_of[r]) for r in range(pp))
     t_dp_step, t_dp_mb, dp_link = dp_comm_seconds(point, params, hw, measured)
     ov = dp_overlap_fraction(point, hw, dp_overlap)
     chunks = (lps if pp == 1 else v) if fw.dp_exposes_one_chunk else None
@@ -828,7 +865,8 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     mflops = flops.model_flops_per_step(model, gb)
     hflops = flops.hardware_flops_per_step(model, gb, "megatron", ckpt)
     peak = hw.peak(dtype)
-    matmul_flops = lps * flops.layer_forward_flops(model, b) / tp + 2.0 * s * b * h * V / tp
+    matmul_flops = (lps * flops.layer_forward_flops(model, b) / tp
+                    + 2.0 * s * b * h * V / tp) / point.cp  # a cp rank's share
     multi = any(boundary_crosses_node(point, r, hw.devices_per_node) for r in range(pp - 1))
     return StepBreakdown(
         step_time_s=step,
@@ -841,6 +879,7 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
         pp_bubble_s=t_bubble * slow,
         dp_comm_exposed_s=t_dp_exposed * slow,
         optimizer_s=t_opt * slow,
+        cp_comm_s=m * cps[worst] * slow,
         dp_comm_s=(t_dp_step + m * t_dp_mb) * slow,
         bubble_fraction=t_bubble / (m * slots[worst]),
         micro_batch_slot_s=slots[worst] * slow,
@@ -890,9 +929,9 @@ def predict_range(point: Point, hw: HardwareSpec, measured: Measured | None = No
 
 __all__ = [
     "HardwareSpec", "Link", "Measured", "Prediction", "StepBreakdown", "attention_seconds",
-    "boundary_crosses_node", "collective_time", "core_sharing_slowdown", "dp_comm_seconds",
-    "dp_exposed_seconds", "dp_overlap_fraction", "elementwise_bytes", "elementwise_seconds",
-    "gemm_efficiency",
+    "boundary_crosses_node", "collective_time", "core_sharing_slowdown", "cp_exchange_seconds",
+    "cp_local", "dp_comm_seconds", "dp_exposed_seconds", "dp_overlap_fraction",
+    "elementwise_bytes", "elementwise_seconds", "gemm_efficiency",
     "gemm_seconds", "gemm_shapes", "layer_gemms", "optimizer_seconds", "p2p_seconds",
     "pipeline_seconds", "predict_range", "predict_step_time", "presets", "product_seconds",
     "spec_from_microbench", "tile_wave_efficiency", "tp_collective_seconds",

@@ -8,8 +8,9 @@ from scalestudy.perf.stepmodel import StepBreakdown
 
 def shape_columns(p: Point) -> dict:
     """A point's parallel shape and batch as table columns."""
-    return {"n": p.n, "dp": p.dp, "tp": p.tp, "pp": p.pp, "micro_batch": p.micro_batch,
-            "grad_accum": p.grad_accum, "global_batch": p.global_batch}
+    return {"n": p.n, "dp": p.dp, "tp": p.tp, "pp": p.pp, "cp": p.cp,
+            "micro_batch": p.micro_batch, "grad_accum": p.grad_accum,
+            "global_batch": p.global_batch}
 
 
 def breakdown_row(label: str, b: StepBreakdown, p: Point, extra: dict | None = None) -> dict:
