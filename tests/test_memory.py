@@ -290,7 +290,7 @@ def test_megatron_sc21_table1_layouts_fit_an_a100_80gb():
     """Narayanan et al. SC21 Table 1 (A100 80GB, sequence 2048, vocabulary 51,200, full
     recomputation, mixed precision): every row ran."""
     from scalestudy.config.point import Parallel, Platform, Point, Train
-    from scalestudy.perf.predict import reference
+    from scalestudy.perf.frontier import reference
 
     for r in reference("megatron_sc21").itertuples(index=False):
         model = Model(name="gpt", layers=int(r.layers), hidden=int(r.hidden), heads=int(r.heads),
