@@ -38,7 +38,10 @@ COLUMNS = ("table", "row", "device", "gpus", "framework", "arch", "params_b", "l
 #: iteration of a benchmark, and is kept but not modelled).
 #: ``convention_stated`` (``false``: the source does not say how it counts FLOPs, so its
 #: FLOPs-based figures are kept but not modelled).
-OPTIONAL = {"compile": "false", "steady_state": "true", "convention_stated": "true"}
+#: ``system``: the preset of the machine the row ran on, where it is not the one its device
+#: maps to (``SYSTEM_OF_DEVICE``).
+OPTIONAL = {"compile": "false", "steady_state": "true", "convention_stated": "true",
+            "system": ""}
 #: FLOPs conventions a row may state (``flops_convention``): Megatron's Eq. 3 without the
 #: recompute pass (``megatron``, 72·B·s·l·h²(…)) or with it (``megatron_recompute``, 96·…,
 #: what Megatron-LM's and Megatron-DeepSpeed's counters print under full recompute), PaLM's
@@ -147,7 +150,7 @@ def case(r) -> Case:
                 published=float(r["value"]), convention=str(r["flops_convention"]))
     if base["metric"] not in METRICS:
         return Case(**base, skip=f"metric {base['metric']!r} is not modelled")
-    system = system_of(r["device"])
+    system = str(r.get("system", "")).strip() or system_of(r["device"])
     if system is None:
         return Case(**base, skip=f"device {r['device']!r} has no system preset")
     if str(r["precision"]).lower() == "fp8":
@@ -193,6 +196,9 @@ def case(r) -> Case:
                                                     else RECOMPUTE)[str(r["recompute"]).lower()],
                           sequence_parallel=_flag(r["sequence_parallel"]) and tp > 1,
                           virtual_stages=vp if pp > 1 else 1,
+                          # DeepSpeed's PipelineModule partitions by parameters by default
+                          pp_partition=("parameters" if fw == "megatron-deepspeed" and pp > 1
+                                        else "uniform"),
                           pp_schedule="interleaved1f1b" if (pp > 1 and vp > 1) else "1f1b"),
         train=Train(precision="bf16", compile=_flag(r.get("compile", OPTIONAL["compile"]))),
         platform=Platform(device="cuda", hardware=str(r["device"]), devices_per_node=8),
