@@ -1,4 +1,4 @@
-localrules: aggregate, predict
+localrules: aggregate, predict, predict_before_run
 
 
 rule aggregate:
@@ -37,6 +37,8 @@ rule predict:
         runs=f"{OUT}/runs.csv",
         calibration=f"{OUT}/calibration.json",
         microbench=MICROBENCH_OUTPUTS,
+        before_run=([f"{OUT}/predict/predicted_before_run.csv"]
+                    if BEFORE_RUN_MAX_N is not None else []),
     output:
         predictions=f"{OUT}/predict/study_predictions.csv",
         residuals=f"{OUT}/predict/predict_vs_measured.csv",
