@@ -43,33 +43,6 @@ def train_inputs(w):
     return inputs
 
 
-rule predict_before_run:
-    """The larger points' step time predicted before they run: the performance model on this
-    host's measured blocks, calibrated on the measured points with N <= calibrate_on_max_n."""
-    input:
-        study=STUDY_FILE,
-        calibration=f"{OUT}/calibration.json",
-        microbench=MICROBENCH_OUTPUTS,
-        plan=f"{OUT}/plan.tsv",
-        study_json=f"{OUT}/study.json",
-        small=expand(f"{OUT}/runs/{{pid}}/status.json",
-                     pid=[pid for pid in FEASIBLE
-                          if BEFORE_RUN_MAX_N is not None and POINTS[pid].n <= BEFORE_RUN_MAX_N]),
-    output:
-        f"{OUT}/predict/predicted_before_run.csv",
-    log:
-        f"{OUT}/logs/predict_before_run.log",
-    conda:
-        ENV
-    params:
-        py=PY,
-        results=lambda w, input: os.path.dirname(os.path.dirname(input.plan)),
-        out=lambda w, output: os.path.dirname(output[0]),
-    shell:
-        "{params.py:q} -m scalestudy.perf.predict {input.study:q} --results {params.results:q}"
-        " --out {params.out:q} --before-run > {log:q} 2>&1"
-
-
 rule train:
     """One sweep point under torchrun. Always ends with status.json (ok, oom, timeout,
     crashed): a failed point is data, not a failed job."""
