@@ -243,3 +243,26 @@ def test_the_study_option_is_typed_and_checked():
         validate({**doc, "platform": {"device": "cuda"}})
     with pytest.raises(StudyError, match="calibrate_on_max_n"):
         validate({**doc, "predict": {"before_run": {}}})
+
+
+# --- the measurements' records (shape, not speed) ------------------------------------------
+
+
+def test_block_specs_bench_blocks_and_core_sharing_rows(points):
+    from scalestudy.config.point import Model
+    from scalestudy.measure import microbench
+
+    specs = microbench.block_specs(points.values())
+    assert sorted((s["micro_batch"], s["layout"]) for s in specs) == [
+        (2, "plain"), (4, "plain"), (4, "tp")]  # the default study's distinct blocks
+    tiny = Model(name="t", layers=2, hidden=16, heads=2, seq_len=8, vocab=32)
+    rows = microbench.bench_blocks([microbench.block_spec(tiny, 2, "plain"),
+                                    microbench.block_spec(tiny, 2, "tp")],
+                                   samples=2, warmup=1, min_time_s=0.0)
+    blocks = blocks_from_rows(rows)
+    assert set(blocks) == {block_key(tiny, 8, 2, "plain"), block_key(tiny, 8, 2, "tp")}
+    for v in blocks.values():
+        assert set(v) == {f"{b}_s" for b in microbench.BLOCKS} and min(v.values()) > 0
+    sharing = microbench.bench_core_sharing(procs=(1, 2), work_s=0.005, samples=1)
+    assert [r["procs"] for r in sharing] == [1, 2] and sharing[0]["factor"] == 1.0
+    assert all(r["seconds"] > 0 and r["load_1m"] >= 0 for r in sharing)
