@@ -31,23 +31,14 @@ rule calibrate:
         " --blocks-json {params.blocks} --core-sharing {params.procs} > {log:q} 2>&1"
 
 
-# predict.before_run: the points with N <= calibrate_on_max_n run first; once they are
-# measured the model, calibrated on them, predicts the others, which wait for this file.
-BEFORE_RUN_MAX_N = before_run_max_n(STUDY)
-
-
-def train_inputs(w):
-    inputs = [f"{OUT}/runs/{w.pid}/point.json"]
-    if BEFORE_RUN_MAX_N is not None and POINTS[w.pid].n > BEFORE_RUN_MAX_N:
-        inputs.append(f"{OUT}/predict/predicted_before_run.csv")
-    return inputs
-
-
 rule train:
     """One sweep point under torchrun. Always ends with status.json (ok, oom, timeout,
     crashed): a failed point is data, not a failed job."""
     input:
-        train_inputs,
+        # predict.before_run: a point above calibrate_on_max_n waits for the prediction
+        lambda w: [f"{OUT}/runs/{w.pid}/point.json"] + (
+            [f"{OUT}/predict/predicted_before_run.csv"]
+            if BEFORE_RUN_MAX_N is not None and POINTS[w.pid].n > BEFORE_RUN_MAX_N else []),
     output:
         f"{OUT}/runs/{{pid}}/status.json",
     log:

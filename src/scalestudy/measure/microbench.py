@@ -431,7 +431,7 @@ def block_specs(points) -> list[dict]:
     return out
 
 
-def bench_blocks(specs: list[dict], samples: int = 9, warmup: int = 3,
+def bench_blocks(specs: list[dict], samples: int = 7, warmup: int = 3,
                  min_time_s: float = 0.02) -> list[dict]:
     """The study's own model, timed piece by piece in this process at its micro-batch shape,
     as the trainer runs it (fp32 cross-entropy, foreach AdamW, the project's gradient
@@ -547,7 +547,7 @@ def _sharing_child(work, reps: int, barrier, queue) -> None:
     queue.put(time.perf_counter() - t0)
 
 
-def bench_core_sharing(procs=(1, 2, 4, 8), work_s: float = 0.3, samples: int = 3) -> list[dict]:
+def bench_core_sharing(procs=(1, 2, 4, 8), work_s: float = 0.15, samples: int = 3) -> list[dict]:
     """What sharing this host's cores costs: ``k`` forked processes (one thread each) run the
     same fixed work at once (a small transformer layer's forward and backward, repeated for
     ``work_s`` of one process alone), started together at a barrier. Rows ``procs, sample,
