@@ -34,8 +34,14 @@ Terms (seconds per step; ``docs/performance-model.md`` has the full table with s
 - ``optimizer_s`` — AdamW over the optimizer shard at memory bandwidth, plus clipping
   (``optimizer_seconds``).
 
-On a CPU host whose processes outnumber its cores every term is multiplied by ``procs /
-compute_units`` (``core_sharing_slowdown``). Not modelled: kernel-launch gaps on GPUs, load
+On a CPU host that measured the study's own model piece by piece (``Measured.blocks``, the
+calibrate job) each stage's micro-batch and optimizer are composed from those blocks
+(``composed_stage_seconds``, ``composed_layer_seconds``, ``composed_optimizer_seconds``): the
+arithmetic terms stay as modelled and the measured rest is ``overhead_s``
+(``split_measured_slot``). On a CPU host the computing phases are multiplied by the slowdown of
+the point's processes sharing the cores (``core_sharing_slowdown``: measured where the host's
+sharing was, ``Measured.core_sharing``, else ``procs / compute_units`` when they outnumber the
+cores); the breakdown says whether the point is ``oversubscribed``. Not modelled: kernel-launch gaps on GPUs, load
 imbalance between stages other than the embedding and head, network contention beyond the
 per-device NIC share, stragglers, the operating system's scheduling beyond the core-sharing
 slowdown. Where these matter the model under-predicts.
