@@ -146,6 +146,10 @@ def run_one(name: str, args, workdir: Path, done: dict | None = None) -> dict:
             study_dir = Path(harness_rec["workdir"]) / "results" / study["name"]
         rec = predict.measure(args.study, workdir / "predict", study_dir=study_dir,
                               timeout=args.timeout)
+        # the bench's own N = 1, 2, 4, 8 study: N = 4 and 8 predicted before they run
+        before = predict.measure_before_run(workdir / "predict-before-run", timeout=args.timeout)
+        rec["before_run"] = before["points"]
+        rec["figures"] += before["figures"]
         validation = predict.validate()  # one process: the model's arithmetic on real steps
         rec["validate"] = validation["rows"]
         rec["figures"] += validation["figures"]

@@ -86,8 +86,9 @@ def test_predict_ratios_and_figures_from_the_predict_job_output(tmp_path):
     targets = {f["figure"]: (f["op"], f["target"]) for f in rec["figures"] if f["target"]}
     assert sorted(targets.values()) == sorted([(">=", predict.MEDIAN_RANGE[0]),
                                                ("<=", predict.MEDIAN_RANGE[1]),
-                                               (">=", predict.RATIO_MIN),
-                                               ("<=", predict.RATIO_MAX)])
+                                               (">=", predict.RATIO_RANGE[0]),
+                                               ("<=", predict.RATIO_RANGE[1])])
+    assert predict.MEDIAN_RANGE == (0.9, 1.1) and predict.RATIO_RANGE == (0.7, 1.3)
     assert "| predict | predicted/measured step time: weak N=1 | 0.5 x |" in bench.table(
         rec["figures"])
 
@@ -110,6 +111,28 @@ def test_predict_reads_the_harness_sweep_of_the_same_call(tmp_path):
                         {"harness": {"study": str(study_file), "workdir": str(harness_dir)}})
     assert rec["reused_run"] and rec["study_dir"] == str(harness_dir / "results" / "tiny")
     assert rec["n_measured"] == 3 and not (tmp_path / "work" / "predict").exists()
+
+
+def test_predicted_before_run_figures():
+    vm = _vm_frame().assign(
+        predicted_before_run_s=[None, 0.09, None, 0.33], calibration_factor=[None, 1.1, None, 1.1],
+        calibrated_on=[None, "weak N=1", None, "strong N=1"],
+        predicted_at=[None, "2026-12-01T10:00:00+00:00", None, "2026-12-01T10:00:00+00:00"],
+        started_at=[None, "2026-12-01T10:01:00+00:00", None, None],
+        predicted_before_start=[None, True, None, None])
+    rec = predict.summarize_before_run(vm)
+    assert [(p["series"], p["n"]) for p in rec["points"]] == [("weak", 2), ("strong", 2)]
+    weak = rec["points"][0]
+    assert weak["error"] == pytest.approx(-0.1)  # 0.09 predicted, 0.1 measured
+    _well_formed(rec["figures"], "predict")
+    by = {f["figure"]: f for f in rec["figures"]}
+    err = by["predicted before run, |error|: weak N=2"]
+    assert err["value"] == pytest.approx(0.1) and err["target"] == predict.BEFORE_RUN_ERROR
+    assert err["met"] is True
+    assert by["predicted before run, written before the point started: weak N=2"]["met"] is True
+    # strong N=2 was not measured: no value, no verdict
+    assert by["predicted before run, |error|: strong N=2"]["value"] is None
+    assert by["predicted before run, written before the point started: strong N=2"]["met"] is None
 
 
 def test_predict_with_nothing_measured_reports_no_value():

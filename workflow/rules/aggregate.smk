@@ -1,4 +1,4 @@
-localrules: aggregate, predict
+localrules: aggregate, predict, predict_before_run
 
 
 rule aggregate:
@@ -37,6 +37,8 @@ rule predict:
         runs=f"{OUT}/runs.csv",
         calibration=f"{OUT}/calibration.json",
         microbench=MICROBENCH_OUTPUTS,
+        before_run=([f"{OUT}/predict/predicted_before_run.csv"]
+                    if BEFORE_RUN_MAX_N is not None else []),
     output:
         predictions=f"{OUT}/predict/study_predictions.csv",
         residuals=f"{OUT}/predict/predict_vs_measured.csv",
@@ -58,3 +60,30 @@ rule predict:
     shell:
         "{params.py:q} -m scalestudy.perf.predict {input.study:q} --results {params.results:q}"
         " --out {params.out:q} > {log:q} 2>&1"
+
+
+rule predict_before_run:
+    """The larger points' step time predicted before they run: the performance model on this
+    host's measured blocks, calibrated on the measured points with N <= calibrate_on_max_n."""
+    input:
+        study=STUDY_FILE,
+        calibration=f"{OUT}/calibration.json",
+        microbench=MICROBENCH_OUTPUTS,
+        plan=f"{OUT}/plan.tsv",
+        study_json=f"{OUT}/study.json",
+        small=expand(f"{OUT}/runs/{{pid}}/status.json",
+                     pid=[pid for pid in FEASIBLE
+                          if BEFORE_RUN_MAX_N is not None and POINTS[pid].n <= BEFORE_RUN_MAX_N]),
+    output:
+        f"{OUT}/predict/predicted_before_run.csv",
+    log:
+        f"{OUT}/logs/predict_before_run.log",
+    conda:
+        ENV
+    params:
+        py=PY,
+        results=lambda w, input: os.path.dirname(os.path.dirname(input.plan)),
+        out=lambda w, output: os.path.dirname(output[0]),
+    shell:
+        "{params.py:q} -m scalestudy.perf.predict {input.study:q} --results {params.results:q}"
+        " --out {params.out:q} --before-run > {log:q} 2>&1"

@@ -21,16 +21,24 @@ rule calibrate:
         # the framework overhead of this host (a CPU study's performance model): plain, and
         # under DTensor when the study has tensor-parallel points
         overhead="plain tp" if any(p.tp > 1 for p in POINTS.values() if p.feasible) else "plain",
+        # a CPU study's own model piece by piece, and what sharing the cores costs at the
+        # study's process counts (the performance model composes each point from these)
+        blocks=shlex.quote(json.dumps(block_specs(POINTS.values()))),
+        procs=" ".join(str(k) for k in sorted({p.n for p in POINTS.values() if p.feasible})),
     shell:
         "{params.py:q} -m scalestudy.measure.calibrate --device {params.device} --dtype {params.dtype}"
-        " --out {output:q} --shapes {params.shapes} --overhead {params.overhead} > {log:q} 2>&1"
+        " --out {output:q} --shapes {params.shapes} --overhead {params.overhead}"
+        " --blocks-json {params.blocks} --core-sharing {params.procs} > {log:q} 2>&1"
 
 
 rule train:
     """One sweep point under torchrun. Always ends with status.json (ok, oom, timeout,
     crashed): a failed point is data, not a failed job."""
     input:
-        f"{OUT}/runs/{{pid}}/point.json",
+        # predict.before_run: a point above calibrate_on_max_n waits for the prediction
+        lambda w: [f"{OUT}/runs/{w.pid}/point.json"] + (
+            [f"{OUT}/predict/predicted_before_run.csv"]
+            if BEFORE_RUN_MAX_N is not None and POINTS[w.pid].n > BEFORE_RUN_MAX_N else []),
     output:
         f"{OUT}/runs/{{pid}}/status.json",
     log:
@@ -39,10 +47,11 @@ rule train:
         ENV
     params:
         py=PY,
+        point=lambda w, input: input[0],
         run_dir=lambda w, input: os.path.dirname(input[0]),
     resources:
         timed_slot=1,
         # Slurm: nodes, tasks, cpus_per_task, mem_mb, runtime, gres, mpi (multi-node), ...
         **slurm.rule_resources(lambda w: slurm.point_resources(POINTS[w.pid])),
     shell:
-        "{params.py:q} -m scalestudy.run.runner {input:q} {params.run_dir:q} > {log:q} 2>&1"
+        "{params.py:q} -m scalestudy.run.runner {params.point:q} {params.run_dir:q} > {log:q} 2>&1"

@@ -339,6 +339,18 @@ def _check_semantics(study: dict, source: str) -> None:
         raise StudyError(f"{source}: platform.memory_limit_mb: only for platform.device cpu "
                          "(an address-space limit breaks GPU runtimes); remove it or set "
                          "device: cpu")
+    before = before_run_max_n(study)
+    if before is not None:
+        where = f"{source}: predict.before_run.calibrate_on_max_n"
+        if study["platform"]["device"] != "cpu":
+            raise StudyError(f"{where}: the study's own predict job runs on a CPU study only "
+                             "(platform.device cpu); remove it, or run scalestudy predict "
+                             "--hardware H")
+        ns = sorted({int(n) for s in study["series"] for n in s["gpus"]})
+        if not any(n <= before for n in ns) or not any(n > before for n in ns):
+            raise StudyError(f"{where}: {before} leaves no point to calibrate on or none to "
+                             f"predict (the series sweep N = {ns}); pick a value between "
+                             f"{ns[0]} and {ns[-1] - 1}")
     if study["platform"]["hardware"] is not None:
         from scalestudy.perf import hardware
 
@@ -561,6 +573,14 @@ def parse(text: str, source: str = "study"):
         text = str(e)
         raise StudyError(f"{source}: (file): a value could not be read ({type(e).__name__}: "
                          f"{_cut(text)}) (plain YAML values)") from None
+
+
+def before_run_max_n(study: dict) -> int | None:
+    """``predict.before_run.calibrate_on_max_n`` of a validated study: the points with N up
+    to it are measured first and calibrate the model that predicts the others before they
+    run; None when the study does not ask for it."""
+    before = (study.get("predict") or {}).get("before_run")
+    return int(before["calibrate_on_max_n"]) if before else None
 
 
 def load_study(path: str | Path, trust_site: bool = False) -> dict:

@@ -9,6 +9,13 @@ and the result is the median of the samples. On CPU one "device" is one training
 which runs with one thread (torchrun's ``OMP_NUM_THREADS=1``), so the default is one thread.
 Bounded by ``--max-seconds`` (default 5 s) after warm-up.
 
+On a CPU, ``--overhead`` adds the framework overhead of a degenerate model and the copy
+bandwidth; ``--blocks-json`` the study's own model timed piece by piece at its micro-batch
+shapes (``microbench.bench_blocks``: per layer, embedding, head and loss, optimizer; medians,
+with the 1-minute load average in ``blocks_load_1m``); ``--core-sharing K ...`` the slowdown
+of K processes sharing the cores (``microbench.bench_core_sharing``). The performance model
+composes a CPU study's steps from these (``scalestudy.perf.stepmodel``).
+
 ``--shapes MxNxK ...`` also times ``[M×K] @ [K×N]`` at each given shape (the study's own
 products, ``scalestudy.perf.stepmodel.gemm_shapes``), the same way with samples of ≳ 10 ms: small products
 reach a fraction of the ceiling, and the performance model needs their rate.
@@ -129,6 +136,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="on a CPU, also measure the framework's per-step overhead of these "
                         "layouts (microbench overhead: plain tensors, DTensor for tp) and the "
                         "copy bandwidth")
+    p.add_argument("--blocks-json", default=None,
+                   help="on a CPU, also time the study's own model piece by piece: a JSON list "
+                        "of microbench.block_spec entries (layer, embedding, head + loss, "
+                        "optimizer at each micro-batch)")
+    p.add_argument("--core-sharing", nargs="*", type=int, default=[],
+                   help="on a CPU, also measure the slowdown of these process counts sharing "
+                        "the host's cores (microbench.bench_core_sharing)")
     args = p.parse_args(argv)
     device = resolve_device_type(args.device)
     rec = measure(device, args.dtype, args.size, args.samples, max_seconds=args.max_seconds,
@@ -139,6 +153,18 @@ def main(argv: list[str] | None = None) -> int:
 
         rec["overhead"] = bench_overhead(layouts=tuple(args.overhead))
         rec["bandwidth"] = bench_bandwidth(device="cpu")
+    if args.blocks_json and device == "cpu":
+        import json
+        import os
+
+        from scalestudy.measure.microbench import bench_blocks
+
+        rec["blocks_load_1m"] = os.getloadavg()[0]
+        rec["blocks"] = bench_blocks(json.loads(args.blocks_json))
+    if args.core_sharing and device == "cpu":
+        from scalestudy.measure.microbench import bench_core_sharing
+
+        rec["core_sharing"] = bench_core_sharing(tuple(sorted({1, *args.core_sharing})))
     write_json(args.out, rec)
     print(f"{rec['device_name']} {args.dtype} {rec['m']}^3 matmul: {rec['flops_per_s'] / 1e12:.4g} TFLOP/s "
           f"(median of {len(rec['samples_flops_per_s'])}) -> {args.out}")

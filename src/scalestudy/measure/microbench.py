@@ -401,6 +401,198 @@ def _overhead_samples(GPT, cfg, layout: str, samples: int, warmup: int) -> list[
     return rows
 
 
+# --- the study's own building blocks (a CPU host's performance model) -----------------------
+
+#: The blocks ``bench_blocks`` times (seconds per call).
+BLOCKS = ("fwd_bwd", "layer", "embedding", "head", "optimizer", "optimizer_layer")
+
+
+def block_spec(model: Model, micro_batch: int, layout: str) -> dict:
+    """One entry of ``bench_blocks``'s ``specs`` (JSON-ready): the study's model (every field
+    of :class:`Model`), the micro-batch and the layout (``plain``, or ``tp``: DTensor)."""
+    from dataclasses import asdict
+
+    return {"model": {k: (v.value if hasattr(v, "value") else v)
+                      for k, v in asdict(model).items()},
+            "micro_batch": int(micro_batch), "layout": layout}
+
+
+def block_specs(points) -> list[dict]:
+    """The distinct ``block_spec`` of the feasible points (model, micro-batch, layout)."""
+    out, seen = [], set()
+    for p in points:
+        if not p.feasible:
+            continue
+        spec = block_spec(p.model, p.micro_batch, "tp" if p.tp > 1 else "plain")
+        key = json.dumps(spec, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            out.append(spec)
+    return out
+
+
+def bench_blocks(specs: list[dict], samples: int = 7, warmup: int = 3,
+                 min_time_s: float = 0.02) -> list[dict]:
+    """The study's own model, timed piece by piece in this process at its micro-batch shape,
+    as the trainer runs it (fp32 cross-entropy, foreach AdamW, the project's gradient
+    clipping), every piece on the same model (the study's layer count): ``fwd_bwd`` the
+    whole micro-batch (embedding, layers, final norm, head, loss; forward and backward);
+    ``layer`` one transformer layer's forward and backward alone; ``embedding`` the token
+    (and position) embeddings'; ``head`` the final norm, head and loss; ``optimizer``
+    clipping + AdamW step over all parameters; ``optimizer_layer`` the same over one layer's.
+    ``tp`` layout: the model under ``tensor_parallelize`` on a one-rank mesh, i.e. DTensor's
+    dispatch at full width (``stepmodel.composed_layer_seconds`` takes the sharded arithmetic
+    out). Rows ``key, layout, micro_batch, block, sample, seconds`` (``key``:
+    ``stepmodel.block_key``; each sample repeats the call for ``min_time_s``); the model
+    uses the median over samples (``stepmodel.blocks_from_rows``)."""
+    import tempfile
+
+    import torch.distributed as dist
+
+    from scalestudy.perf.stepmodel import block_key
+
+    rows: list[dict] = []
+    own_group = any(s["layout"] == "tp" for s in specs) and not dist.is_initialized()
+    with tempfile.TemporaryDirectory() as tmp:
+        if own_group:  # a one-rank group through a file store: no port, no peer
+            dist.init_process_group("gloo", store=dist.FileStore(f"{tmp}/store", 1),
+                                    rank=0, world_size=1)
+        mesh = None
+        try:
+            for spec in specs:
+                cfg = Model(**spec["model"])
+                b, layout = int(spec["micro_batch"]), spec["layout"]
+                if layout == "tp" and mesh is None:
+                    from torch.distributed.device_mesh import init_device_mesh
+
+                    mesh = init_device_mesh("cpu", (1,))
+                key = block_key(cfg, cfg.seq_len, b, layout)
+                for block, secs in _block_samples(cfg, b, layout, mesh, samples, warmup,
+                                                  min_time_s):
+                    rows += [{"key": key, "layout": layout, "micro_batch": b, "block": block,
+                              "sample": i, "seconds": t} for i, t in enumerate(secs)]
+        finally:
+            if own_group:
+                dist.destroy_process_group()
+    return rows
+
+
+def _block_samples(cfg: Model, b: int, layout: str, mesh, samples: int, warmup: int,
+                   min_time_s: float) -> list:
+    import torch
+
+    from scalestudy.distributed.clipping import clip_grad_norm_
+    from scalestudy.distributed.engine import loss_fn
+    from scalestudy.distributed.mesh import is_dtensor
+    from scalestudy.distributed.tensor_parallel import tensor_parallelize
+    from scalestudy.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    if layout == "tp":
+        tensor_parallelize(model, mesh, False, cfg.tied_embeddings)
+    elif layout != "plain":
+        raise ValueError(f"block layout {layout!r} is not supported; use plain or tp")
+    cpu = torch.device("cpu")
+
+    def adamw(params):
+        groups = [g for g in ([p for p in params if is_dtensor(p)],
+                              [p for p in params if not is_dtensor(p)]) if g]
+        return torch.optim.AdamW([{"params": g} for g in groups], lr=1e-4, foreach=True)
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    layer = next(iter(model.layers.values()))
+    lparams = [p for p in layer.parameters() if p.requires_grad]
+    opt, lopt = adamw(params), adamw(lparams)
+    tokens = torch.randint(cfg.vocab, (b, cfg.seq_len + 1))
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    h = torch.randn(b, cfg.seq_len, cfg.hidden, requires_grad=True)
+
+    def fwd_bwd():
+        loss_fn(model(x), y).backward()
+
+    def one_layer():
+        layer(h).sum().backward()
+
+    def embedding():
+        e = model.tok_embeddings(x)
+        if getattr(model, "pos_embeddings", None) is not None:
+            e = e + model.pos_embeddings(torch.arange(cfg.seq_len))
+        e.sum().backward()
+
+    def head():
+        loss_fn(model.output(model.norm(h)), y).backward()
+
+    def optimizer():
+        clip_grad_norm_(params, 1.0, cpu)
+        opt.step()
+
+    def optimizer_layer():
+        clip_grad_norm_(lparams, 1.0, cpu)
+        lopt.step()
+
+    out = []
+    for name, call in (("fwd_bwd", fwd_bwd), ("layer", one_layer), ("embedding", embedding),
+                       ("head", head), ("optimizer", optimizer),
+                       ("optimizer_layer", optimizer_layer)):
+        out.append((name, timed_samples(call, cpu, warmup, samples, min_time_s)))
+    return out
+
+
+def _sharing_child(work, reps: int, barrier, queue) -> None:
+    barrier.wait()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        work()
+    queue.put(time.perf_counter() - t0)
+
+
+def bench_core_sharing(procs=(1, 2, 4, 8), work_s: float = 0.15, samples: int = 3) -> list[dict]:
+    """What sharing this host's cores costs: ``k`` forked processes (one thread each) run the
+    same fixed work at once (a small transformer layer's forward and backward, repeated for
+    ``work_s`` of one process alone), started together at a barrier. Rows ``procs, sample,
+    seconds`` (the slowest process's wall time) and ``factor`` (that over the median
+    one-process time of the same call): the slowdown each process of a ``k``-process job
+    sees (``scalestudy.perf.stepmodel.core_sharing_slowdown``). The host's own other load is
+    in it, as it is in the study's runs; ``load_1m`` records it."""
+    import multiprocessing as mp
+
+    import torch
+
+    from scalestudy.models.gpt import Block
+
+    torch.manual_seed(0)
+    layer = Block(Model(layers=1, hidden=64, heads=4, seq_len=64, vocab=256))
+    x = torch.randn(4, 64, 64, requires_grad=True)
+
+    def work():
+        layer(x).sum().backward()
+
+    for _ in range(3):
+        work()
+    t0 = time.perf_counter()
+    for _ in range(5):
+        work()
+    reps = max(1, int(work_s / ((time.perf_counter() - t0) / 5)))
+    ctx = mp.get_context("fork")
+    raw: list[tuple[int, int, float]] = []
+    for i in range(samples):
+        for k in procs:
+            barrier, queue = ctx.Barrier(k), ctx.Queue()
+            kids = [ctx.Process(target=_sharing_child, args=(work, reps, barrier, queue))
+                    for _ in range(k)]
+            for c in kids:
+                c.start()
+            times = [queue.get(timeout=600) for _ in kids]
+            for c in kids:
+                c.join()
+            raw.append((k, i, max(times)))
+    one = statistics.median(t for k, _, t in raw if k == min(procs))
+    load = os.getloadavg()[0]
+    return [{"procs": k, "sample": i, "seconds": t, "factor": t / one, "load_1m": load}
+            for k, i, t in raw]
+
+
 # --- attention kernel and memory bandwidth --------------------------------------------------
 
 

@@ -31,7 +31,6 @@ row, in the fit or not, leave-one-table-out) and ``validation.png``.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -143,30 +142,45 @@ def figures(df, comp, out: Path) -> list[Path]:
     return paths
 
 
+def term_styles() -> dict:
+    """``{term: {"color", "hatch"}}``: one Okabe–Ito colour per breakdown term (the project's
+    palette, ``report.style.PALETTE``), the same in every figure; past the palette's length
+    the colours repeat with a hatch, so no two terms look alike."""
+    from scalestudy.report.style import PALETTE
+
+    return {k: {"color": PALETTE[i % len(PALETTE)],
+                "hatch": "" if i < len(PALETTE) else "//"}
+            for i, k in enumerate(TERM_LABELS)}
+
+
 def breakdown_figure(brk, path: Path, title: str = "Where the step goes") -> Path:
-    """A stacked bar per point: each term's share (%) of the (logged) step time."""
+    """A stacked bar per point: each term's share (%) of the (logged) step time, in the
+    project's figure style (``report.style``: palette, fonts, legend beside the axes)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from scalestudy.report import style as fstyle
+
     keys = [k for k in TERM_LABELS if k in brk and (brk[k] > 0).any()]
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(brk) + 3), 4.5))
-    bottom = [0.0] * len(brk)
-    cmap = plt.get_cmap("tab10")
-    x = list(range(len(brk)))
-    for k in keys:  # one colour per term, the same in every figure
-        vals = brk[f"pct_{k[:-2]}"].tolist()
-        ax.bar(x, vals, bottom=bottom, label=TERM_LABELS[k],
-               color=cmap(list(TERM_LABELS).index(k) % 10))
-        bottom = [a + b for a, b in zip(bottom, vals)]
-    ax.set_xticks(x, brk["point"], rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("% of step time")
-    ax.set_ylim(0, 100)
-    ax.set_title(title)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    fig.tight_layout()
-    return _save(fig, path)
+    styles = term_styles()
+    with fstyle.applied("default"):
+        w, h = fstyle.STYLES["default"]["size"]
+        fig, ax = plt.subplots(figsize=(max(w, 0.45 * len(brk) + 3), h))
+        bottom = [0.0] * len(brk)
+        x = list(range(len(brk)))
+        for k in keys:
+            vals = brk[f"pct_{k[:-2]}"].tolist()
+            ax.bar(x, vals, bottom=bottom, label=TERM_LABELS[k], color=styles[k]["color"],
+                   hatch=styles[k]["hatch"], edgecolor="white", linewidth=0.5)
+            bottom = [a + b for a, b in zip(bottom, vals)]
+        ax.set_xticks(x, brk["point"], rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel("% of step time")
+        ax.set_ylim(0, 100)
+        ax.set_title(title, fontsize=10)
+        fstyle.legend(fig, ax, "default")
+        return _save(fig, path)
 
 
 def study_predictions(points: list[Point], hw: stepmodel.HardwareSpec,
@@ -202,15 +216,62 @@ def study_predictions(points: list[Point], hw: stepmodel.HardwareSpec,
     return df
 
 
-def versus_measured(pred, runs):
+def versus_measured(pred, runs, before=None):
     """Predicted vs measured step time per config: ``measured_step_time_s`` (median over the
-    ok repeats of each run's median), ``residual = (predicted - measured) / measured``."""
+    ok repeats of each run's median), ``residual = (predicted - measured) / measured``.
+    ``before``: a ``predicted_before_run.csv`` frame (``before_run_calibration``): its
+    ``predicted_before_run_s`` and ``predicted_at`` join the larger points, with
+    ``before_run_residual`` (the same residual for the prediction made before the run)."""
     ok = runs[runs["status"] == "ok"]
     meas = ok.groupby("config_hash", as_index=False)["step_time_median_s"].median()
     meas = meas.rename(columns={"step_time_median_s": "measured_step_time_s"})
     out = pred.merge(meas, on="config_hash", how="left")
     out["residual"] = (out["step_time_s"] - out["measured_step_time_s"]) / out["measured_step_time_s"]
+    if before is not None and not before.empty:
+        cols = ["config_hash", "predicted_before_run_s", "calibration_factor", "calibrated_on",
+                "predicted_at"]
+        out = out.merge(before[[c for c in cols if c in before]], on="config_hash", how="left")
+        out["before_run_residual"] = ((out["predicted_before_run_s"] - out["measured_step_time_s"])
+                                      / out["measured_step_time_s"])
     return out
+
+
+def before_run_calibration(pred, runs, max_n: int, predicted_at: str = ""):
+    """The model calibrated on the measured points with ``n <= max_n`` and its prediction for
+    the others, made before they run: per series, the median measured / predicted step time
+    of its calibration points (a series without one takes the median over every calibration
+    point) times the model's prediction. Rows of the points with ``n > max_n``:
+    ``series, n, config_hash, step_time_s`` (the model), ``calibration_factor``,
+    ``calibrated_on`` (the points it came from), ``predicted_before_run_s``, ``predicted_at``
+    (UTC, ISO 8601). Raises ``ValueError`` when no calibration point has been measured."""
+    import statistics
+
+    import pandas as pd
+
+    ok = runs[runs["status"] == "ok"]
+    meas = ok.groupby("config_hash")["step_time_median_s"].median()
+    small = pred[(pred["n"] <= max_n) & pred["config_hash"].isin(meas.index)]
+    if small.empty:
+        raise ValueError(f"predict.before_run.calibrate_on_max_n={max_n}: no measured point with "
+                         "N <= it to calibrate on (did they run?)")
+    ratio = {r.config_hash: float(meas[r.config_hash]) / float(r.step_time_s)
+             for r in small.itertuples()}
+    overall = statistics.median(ratio.values())
+    rows = []
+    for r in pred[pred["n"] > max_n].itertuples():
+        mine = small[small["series"] == r.series]
+        if mine.empty:
+            factor, on = overall, "all series, N <= %d" % max_n
+        else:
+            factor = statistics.median(ratio[h] for h in mine["config_hash"])
+            on = f"{r.series} N=" + ",".join(str(int(n)) for n in sorted(mine["n"]))
+        rows.append({"series": r.series, "n": int(r.n), "config_hash": r.config_hash,
+                     "step_time_s": float(r.step_time_s), "calibration_factor": factor,
+                     "calibrated_on": on, "predicted_before_run_s": factor * float(r.step_time_s),
+                     "predicted_at": predicted_at})
+    return pd.DataFrame(rows, columns=["series", "n", "config_hash", "step_time_s",
+                                       "calibration_factor", "calibrated_on",
+                                       "predicted_before_run_s", "predicted_at"])
 
 
 def _save(fig, path: Path) -> Path:
@@ -221,29 +282,52 @@ def _save(fig, path: Path) -> Path:
 
 
 def residual_figure(df, path: Path) -> Path:
-    """Step time predicted (lines) and measured (markers) vs N per series, and the residual."""
+    """Step time vs N per series: the model (line), the measurement (filled markers) and,
+    where the study asked for it, the prediction made before the point ran (open markers);
+    below, the residuals (%) with the ±30% band. The project's figure style
+    (``report.style``: Okabe–Ito palette, a marker and line style per series)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, axr) = plt.subplots(2, 1, figsize=(6.5, 6), sharex=True,
-                                  gridspec_kw={"height_ratios": [2, 1]})
-    for series, g in df.sort_values("n").groupby("series"):
-        line, = ax.plot(g["n"], g["step_time_s"], "--", label=f"{series} predicted")
-        ax.plot(g["n"], g["measured_step_time_s"], "o", color=line.get_color(),
-                label=f"{series} measured")
-        axr.plot(g["n"], 100 * g["residual"], "o-", color=line.get_color())
-    ax.set_ylabel("step time (s)")
-    ax.set_yscale("log")
-    ax.legend(fontsize=7)
-    ax.set_title("Performance model vs measurement")
-    axr.axhline(0, color="grey", lw=0.8)
-    axr.set_ylabel("residual (%)")
-    axr.set_xlabel("N (devices)")
-    axr.set_xscale("log", base=2)
-    fig.tight_layout()
-    return _save(fig, path)
+    from scalestudy.report import style as fstyle
+
+    before = "predicted_before_run_s" in df and df["predicted_before_run_s"].notna().any()
+    styles = fstyle.series_styles(sorted(df["series"].unique()))
+    with fstyle.applied("default"):
+        fig, (ax, axr) = plt.subplots(2, 1, figsize=(6.4, 6.0), sharex=True,
+                                      gridspec_kw={"height_ratios": [2, 1]})
+        for series, g in df.sort_values("n").groupby("series"):
+            st = styles[series]
+            ax.plot(g["n"], g["step_time_s"], color=st["color"], linestyle=st["linestyle"],
+                    label=f"{series}: model")
+            ax.plot(g["n"], g["measured_step_time_s"], linestyle="none", marker=st["marker"],
+                    color=st["color"], label=f"{series}: measured")
+            axr.plot(g["n"], 100 * g["residual"], color=st["color"], marker=st["marker"],
+                     linestyle=st["linestyle"])
+            if before:
+                b = g[g["predicted_before_run_s"].notna()]
+                if not b.empty:
+                    ax.plot(b["n"], b["predicted_before_run_s"], linestyle="none",
+                            marker=st["marker"], markerfacecolor="none", markersize=10,
+                            color=st["color"], label=f"{series}: predicted before run")
+                    axr.plot(b["n"], 100 * b["before_run_residual"], linestyle="none",
+                             marker=st["marker"], markerfacecolor="none", markersize=10,
+                             color=st["color"])
+        ax.set_ylabel("step time (s)")
+        ax.set_yscale("log")
+        ax.set_title("Performance model vs measurement" + (
+            "\n(open markers: predicted before the point ran)" if before else ""), fontsize=10)
+        axr.axhspan(-30, 30, color="0.9", zorder=0)
+        axr.axhline(0, color="0.4", lw=0.8)
+        axr.set_ylabel("(predicted − measured)\n/ measured (%)")
+        axr.set_xlabel("devices N (log2)")
+        axr.set_xscale("log", base=2)
+        ns = sorted(int(n) for n in df["n"].unique())
+        axr.set_xticks(ns, [str(n) for n in ns])
+        fstyle.legend(fig, ax, "default")
+        return _save(fig, path)
 
 
 def host_measurements(study_dir: Path) -> stepmodel.Measured:
@@ -333,6 +417,62 @@ def validation_figure(rows, path: Path, style: str = "default") -> Path:
     return save(fig, path, style)[0]
 
 
+def started_before(vm, runs, study_dir: Path):
+    """``vm`` with ``started_at`` (the first start of each config's runs, UTC, from their
+    ``status.json``) and ``predicted_before_start`` (the prediction's ``predicted_at`` is
+    earlier: it was made before the point ran; NA where either is unknown)."""
+    import pandas as pd
+
+    starts = {}
+    for h, g in runs.groupby("config_hash"):
+        t = [x for x in (_started(study_dir, pid) for pid in g["point_id"]) if x]
+        starts[h] = min(t, key=pd.Timestamp) if t else None
+    out = vm.copy()
+    out["started_at"] = out["config_hash"].map(starts)
+    pa = pd.to_datetime(out.get("predicted_at"), utc=True, errors="coerce")
+    st = pd.to_datetime(out["started_at"], utc=True, errors="coerce")
+    out["predicted_before_start"] = (pa < st).where(pa.notna() & st.notna())
+    return out
+
+
+def _started(study_dir: Path, point_id) -> str | None:
+    """When a point's run started (``status.json`` ``started``, UTC), or None."""
+    from scalestudy.record.io import read_record
+
+    if not point_id or not isinstance(point_id, str):
+        return None
+    rec = read_record(study_dir / "runs" / point_id / "status.json")
+    return (rec or {}).get("started")
+
+
+def _predict_before_run(study: dict, pred, study_dir: Path, path: Path) -> int:
+    """``scalestudy predict STUDY --before-run``: write ``predicted_before_run.csv``."""
+    import datetime as dt
+
+    from scalestudy.analysis.aggregate import collect
+    from scalestudy.config.study import before_run_max_n
+
+    max_n = before_run_max_n(study)
+    if max_n is None:
+        print("scalestudy predict: --before-run needs predict: {before_run: "
+              "{calibrate_on_max_n: N}} in the study file", file=sys.stderr)
+        return 2
+    runs, _, _ = collect(study_dir)
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    try:
+        before = before_run_calibration(pred, runs, max_n, now)
+    except ValueError as e:
+        print(f"scalestudy predict: {e}", file=sys.stderr)
+        return 2
+    _write_csv(before, path)
+    for r in before.itertuples():
+        print(f"{r.series} N={r.n}: predicted before run {r.predicted_before_run_s * 1e3:.1f} ms "
+              f"(model {r.step_time_s * 1e3:.1f} ms x {r.calibration_factor:.2f}, "
+              f"calibrated on {r.calibrated_on})")
+    print(f"-> {path}")
+    return 0
+
+
 def _write_csv(df, path: Path) -> None:
     from scalestudy.record.io import atomic_path
 
@@ -357,6 +497,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--validate", action="store_true",
                     help="run the model over every shipped published table: per-table MAPE and "
                          "bias, per-row errors, a figure (validation.csv/.md/.png in --out)")
+    ap.add_argument("--before-run", action="store_true",
+                    help="with a study asking for predict.before_run: calibrate the model on "
+                         "its measured points with N <= calibrate_on_max_n and write the other "
+                         "points' prediction, before they run, to predict/predicted_before_run.csv")
     a = ap.parse_args(argv)
 
     import pandas as pd
@@ -406,6 +550,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         brk: list = []
         pred = study_predictions(plan_points(study), hw, measured, a.dp_overlap, breakdown=brk)
+        before_csv = out / "predicted_before_run.csv"
+        if a.before_run:
+            return _predict_before_run(study, pred, Path(a.results) / name, before_csv)
         _write_csv(pred, out / "study_predictions.csv")
         if brk:
             brk_df = pd.DataFrame(brk)
@@ -414,7 +561,11 @@ def main(argv: list[str] | None = None) -> int:
                              f"Where the step goes: {name} on {hw.name}")
         runs_path = Path(a.runs or f"{a.results}/{name}/runs.csv")
         if runs_path.exists() and not pred.empty:
-            vm = versus_measured(pred, pd.read_csv(runs_path))
+            before = pd.read_csv(before_csv) if before_csv.exists() else None
+            runs_df = pd.read_csv(runs_path)
+            vm = versus_measured(pred, runs_df, before)
+            if before is not None:
+                vm = started_before(vm, runs_df, Path(a.results) / name)
             _write_csv(vm, out / "predict_vs_measured.csv")
             residual_figure(vm, out / "predict_vs_measured.png")
             have = vm["residual"].notna()

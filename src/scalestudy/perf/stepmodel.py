@@ -34,8 +34,14 @@ Terms (seconds per step; ``docs/performance-model.md`` has the full table with s
 - ``optimizer_s`` — AdamW over the optimizer shard at memory bandwidth, plus clipping
   (``optimizer_seconds``).
 
-On a CPU host whose processes outnumber its cores every term is multiplied by ``procs /
-compute_units`` (``core_sharing_slowdown``). Not modelled: kernel-launch gaps on GPUs, load
+On a CPU host that measured the study's own model piece by piece (``Measured.blocks``, the
+calibrate job) each stage's micro-batch and optimizer are composed from those blocks
+(``composed_stage_seconds``, ``composed_layer_seconds``, ``composed_optimizer_seconds``): the
+arithmetic terms stay as modelled and the measured rest is ``overhead_s``
+(``split_measured_slot``). On a CPU host the computing phases are multiplied by the slowdown of
+the point's processes sharing the cores (``core_sharing_slowdown``: measured where the host's
+sharing was, ``Measured.core_sharing``, else ``procs / compute_units`` when they outnumber the
+cores); the breakdown says whether the point is ``oversubscribed``. Not modelled: kernel-launch gaps on GPUs, load
 imbalance between stages other than the embedding and head, network contention beyond the
 per-device NIC share, stragglers, the operating system's scheduling beyond the core-sharing
 slowdown. Where these matter the model under-predicts.
@@ -53,7 +59,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from scalestudy.config.point import Model, Point
-from scalestudy.config.vocab import AttentionKernel, Checkpointing, DPMode, DType, MLPKind
+from scalestudy.config.vocab import AttentionKernel, Checkpointing, DPMode, DType
 from scalestudy.perf import flops, kernels, memory, partition
 from scalestudy.perf.hardware import Framework, HardwareSpec, Link, presets
 
@@ -95,13 +101,27 @@ class Measured:
 
     ``matmul``: ``{dtype: [(m, n, k, flops_per_s), ...]}`` (medians over samples);
     ``collectives``: ``{(op, group_size): (alpha_s, beta_alg_Bps)}`` fitted by least squares
-    ``t = α + bytes/β`` over message sizes."""
+    ``t = α + bytes/β`` over message sizes; ``blocks``: ``{block_key: {name: seconds}}``, the
+    study's own model timed piece by piece (``microbench.bench_blocks``: ``fwd_bwd_s`` a
+    whole micro-batch forward + backward, ``layer_s`` one layer's, ``embedding_s``,
+    ``head_s`` (final norm, head, loss), ``optimizer_s`` (all parameters),
+    ``optimizer_layer_s`` (one layer's));
+    ``core_sharing``: ``{procs: factor}``, the measured slowdown of each of ``procs``
+    processes sharing the host's cores (``microbench.bench_core_sharing``)."""
 
     matmul: dict = field(default_factory=dict)
     collectives: dict = field(default_factory=dict)
     overhead: dict = field(default_factory=dict)
     attention: dict = field(default_factory=dict)
     mem_bw: float | None = None
+    blocks: dict = field(default_factory=dict)
+    core_sharing: dict = field(default_factory=dict)
+
+    def block(self, point: Point) -> dict | None:
+        """The measured blocks of ``point``'s model and micro-batch in its layout (``tp`` under
+        tensor parallelism), or None."""
+        layout = "tp" if point.tp > 1 else "plain"
+        return self.blocks.get(block_key(point.model, point.seq_len, point.micro_batch, layout))
 
     def attention_rate(self, dtype: str, s: float, head_dim: float) -> float | None:
         """Measured fused-attention FLOP/s (Megatron count) at the nearest (seq, head_dim)."""
@@ -156,7 +176,10 @@ class Measured:
                  for r in c.get("shapes") or []]
         host = cls.from_frames(overhead=c.get("overhead") or None,
                                bandwidth=c.get("bandwidth") or None, stat="best")
-        return cls(matmul={c["dtype"]: rows}, overhead=host.overhead, mem_bw=host.mem_bw)
+        own = cls.from_frames(blocks=c.get("blocks") or None,
+                              core_sharing=c.get("core_sharing") or None)
+        return cls(matmul={c["dtype"]: rows}, overhead=host.overhead, mem_bw=host.mem_bw,
+                   blocks=own.blocks, core_sharing=own.core_sharing)
 
     @classmethod
     def from_csv(cls, matmul_csv: str | None = None, collectives_csv: str | None = None,
@@ -168,10 +191,14 @@ class Measured:
 
     @classmethod
     def from_frames(cls, matmul=None, collectives=None, overhead=None, attention=None,
-                    bandwidth=None, stat: str = "median") -> "Measured":
+                    bandwidth=None, stat: str = "median", blocks=None,
+                    core_sharing=None) -> "Measured":
         """From microbench tables (DataFrames or lists of row dicts; ``None`` to skip).
         ``stat``: ``median`` over samples, or ``best`` (fastest sample: on a shared host
-        contention only adds time, so the best sample estimates the uncontended rate)."""
+        contention only adds time, so the best sample estimates the uncontended rate).
+        ``blocks`` and ``core_sharing`` always take the median: the study's steps are
+        reported as medians under the host's load, and these blocks stand for those steps
+        (``blocks_from_rows``, ``core_sharing_from_rows``)."""
         if stat not in ("median", "best"):
             raise ValueError(f"stat={stat!r} is not supported; use median or best")
         fast = "max" if stat == "best" else "median"  # for rates
@@ -219,7 +246,40 @@ class Measured:
         bw = None
         if bandwidth is not None:
             bw = float(pd.DataFrame(bandwidth)["bytes_per_s"].agg(fast))
-        return cls(matmul=mm, collectives=coll, overhead=ovh, attention=att, mem_bw=bw)
+        return cls(matmul=mm, collectives=coll, overhead=ovh, attention=att, mem_bw=bw,
+                   blocks=blocks_from_rows(blocks) if blocks is not None else {},
+                   core_sharing=(core_sharing_from_rows(core_sharing)
+                                 if core_sharing is not None else {}))
+
+
+def block_key(model: Model, seq_len: int, micro_batch: int, layout: str) -> str:
+    """The name of a measured block set: model name, shape, micro-batch and layout."""
+    return (f"{model.name}:l{model.layers}h{model.hidden}a{model.heads}v{model.vocab}"
+            f"s{seq_len}:b{micro_batch}:{layout}")
+
+
+def blocks_from_rows(rows) -> dict:
+    """``{key: {block: seconds}}`` from ``microbench.bench_blocks`` rows: the median over
+    samples of each block (``fwd_bwd``, ``layer``, ``embedding``, ``head``, ``optimizer``,
+    ``optimizer_layer``)."""
+    import statistics as st
+
+    by: dict = {}
+    for r in (rows.to_dict("records") if hasattr(rows, "to_dict") else rows):
+        by.setdefault(r["key"], {}).setdefault(r["block"], []).append(float(r["seconds"]))
+    return {key: {f"{b}_s": st.median(v) for b, v in blocks.items()}
+            for key, blocks in by.items() if "fwd_bwd" in blocks}
+
+
+def core_sharing_from_rows(rows) -> dict:
+    """``{procs: factor}`` from ``microbench.bench_core_sharing`` rows: the median factor per
+    process count (1 process: 1 by construction)."""
+    import statistics as st
+
+    by: dict = {}
+    for r in (rows.to_dict("records") if hasattr(rows, "to_dict") else rows):
+        by.setdefault(int(r["procs"]), []).append(float(r["factor"]))
+    return {k: st.median(v) for k, v in sorted(by.items())}
 
 
 def _bus_factor(op: str, p: int) -> float:
@@ -634,13 +694,94 @@ def launch_gap_seconds(c: "LayerCosts", layers: float, recomputed: float, last: 
     return hw.kernel_gap_s * (n + (HEAD_LAUNCHES if last else 0))
 
 
-def core_sharing_slowdown(point: Point, hw: HardwareSpec) -> float:
-    """``procs / compute_units`` (≥ 1) on a CPU host whose processes outnumber its cores:
-    every phase of the step runs on a time-shared core; 1 elsewhere."""
+def local_procs(point: Point, hw: HardwareSpec) -> int:
+    """Training processes of ``point`` on one host (node)."""
+    return int(point.procs_per_node or min(point.n, hw.devices_per_node))
+
+
+def oversubscribed(point: Point, hw: HardwareSpec) -> bool:
+    """Whether ``point`` runs more processes on a CPU host than it has cores
+    (``compute_units``)."""
+    return bool(hw.compute_units) and local_procs(point, hw) > hw.compute_units
+
+
+def sharing_factor(procs: int, factors: dict, cores: int) -> float:
+    """The slowdown (dimensionless) of each of ``procs`` processes sharing a host, from the
+    measured ``{procs: factor}`` (``microbench.bench_core_sharing``): linear between measured
+    counts; beyond the largest measured count ``k`` the cores are shared ``procs / k`` times
+    more (``factor(k) · procs / k``); below the smallest, its factor. Without measurements
+    ``max(1, procs / cores)``."""
+    if not factors:
+        return max(1.0, procs / cores)
+    ks = sorted(factors)
+    if procs >= ks[-1]:
+        return factors[ks[-1]] * procs / ks[-1]
+    if procs <= ks[0]:
+        return factors[ks[0]]
+    hi = next(k for k in ks if k >= procs)
+    lo = max(k for k in ks if k <= procs)
+    if hi == lo:
+        return factors[lo]
+    w = (procs - lo) / (hi - lo)
+    return factors[lo] + w * (factors[hi] - factors[lo])
+
+
+def core_sharing_slowdown(point: Point, hw: HardwareSpec,
+                          measured: Measured | None = None) -> float:
+    """How much slower each process computes on a CPU host (``compute_units`` cores) when
+    the point's processes share them: the measured factor at its process count when the
+    host's sharing was measured (``sharing_factor``), else ``procs / compute_units`` (≥ 1);
+    1 on a device that is not shared (a GPU)."""
     if not hw.compute_units:
         return 1.0
-    local = point.procs_per_node or min(point.n, hw.devices_per_node)
-    return max(1.0, local / hw.compute_units)
+    factors = measured.core_sharing if measured is not None else {}
+    return sharing_factor(local_procs(point, hw), factors, hw.compute_units)
+
+
+def composed_layer_seconds(measured_s: float, sharded_s: float, tp: int) -> float:
+    """Seconds of a measured block (a layer, or the head and loss) on one of ``tp`` ranks:
+    the block was timed in one process at full width (under DTensor for ``tp > 1``), so the
+    arithmetic the other ``tp - 1`` ranks take over, ``(tp - 1) · sharded_s`` (``sharded_s``:
+    the modelled seconds of the block's sharded products on one rank), comes off; never
+    below ``sharded_s``. ``measured_s`` unchanged for ``tp = 1``."""
+    if tp <= 1:
+        return measured_s
+    return max(measured_s - (tp - 1) * sharded_s, sharded_s)
+
+
+def composed_stage_seconds(full_s: float, layer_s: float, embedding_s: float, head_s: float,
+                           layers: float, stage_layers: float, first: bool, last: bool,
+                           recomputed: float = 0.0) -> float:
+    """One micro-batch's forward + backward on a pipeline stage from blocks measured on the
+    whole model (seconds): the whole micro-batch ``full_s`` less the layers other stages hold
+    (``(layers - stage_layers) · layer_s``), less the embedding on all but the first stage and
+    the final norm, head and loss (``head_s``) on all but the last; plus a third of a layer
+    (its forward again) per recomputed layer. Never below ``stage_layers · layer_s``. With one
+    stage: ``full_s`` itself."""
+    t = (full_s - (layers - stage_layers) * layer_s - (0.0 if first else embedding_s)
+         - (0.0 if last else head_s))
+    return max(t, stage_layers * layer_s) + recomputed / 3.0 * layer_s
+
+
+def composed_optimizer_seconds(optimizer_s: float, optimizer_layer_s: float, layers: float,
+                               stage_layers: float) -> float:
+    """Clipping + AdamW over a stage's parameters (seconds): the whole model's measured
+    ``optimizer_s`` less one layer's (``optimizer_layer_s``) per layer that other stages
+    hold; never below ``stage_layers · optimizer_layer_s``."""
+    return max(optimizer_s - (layers - stage_layers) * optimizer_layer_s,
+               stage_layers * optimizer_layer_s)
+
+
+def split_measured_slot(total_s: float, modelled: tuple) -> tuple[tuple, float]:
+    """``((gemm, attention, elementwise), overhead)`` of a measured slot of ``total_s``
+    seconds: the modelled arithmetic terms as they are and the rest (dispatch, autograd,
+    the ops the inventory leaves out) as framework overhead; where the modelled terms exceed
+    the measurement they are scaled down to it (overhead 0)."""
+    comp = sum(modelled)
+    if comp <= total_s or comp <= 0:
+        return tuple(modelled), total_s - comp
+    k = total_s / comp
+    return tuple(x * k for x in modelled), 0.0
 
 
 # --- the breakdown --------------------------------------------------------------------------
@@ -672,6 +813,8 @@ class StepBreakdown:
     micro_batch_slot_s: float = 0.0
     bottleneck_stage: int = 0
     core_sharing_slowdown: float = 1.0
+    oversubscribed: bool = False  # more processes than cores on a CPU host
+    composed_from_blocks: bool = False  # the micro-batch composed from measured blocks
     tokens_per_step: float = 0.0
     tokens_per_s: float = 0.0
     model_flops_per_step: float = 0.0
@@ -816,6 +959,21 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     t_ovh = overhead_seconds(ovh, "fwd_bwd", lps, tp)
     gaps = [launch_gap_seconds(c, lps, ckpts[r], r == pp - 1, hw) for r in range(pp)]
     tp_hidden = tp_overlap(fw, sp)
+    comp = [stage_terms(r) for r in range(pp)]
+    ovhs = [t_ovh] * pp
+    # A CPU host that measured the study's own blocks: each stage's micro-batch is composed
+    # from them (the arithmetic terms stay as modelled; the rest is the overhead).
+    blk = measured.block(point) if (measured is not None and hw.compute_units) else None
+    if blk is not None:
+        per_layer = c.gemm_fwd + c.gemm_bwd + c.attn_fwd + c.attn_bwd  # one rank, one layer
+        for r in range(pp):
+            full_width = composed_stage_seconds(
+                blk["fwd_bwd_s"], blk["layer_s"], blk["embedding_s"], blk["head_s"], l,
+                layers_of[r], r == 0, r == pp - 1, ckpts[r])
+            mine = (layers_of[r] + ckpts[r] / 3.0) * per_layer + (
+                c.head_fwd + c.head_bwd if r == pp - 1 else 0.0)
+            total = composed_layer_seconds(full_width, mine, tp)
+            comp[r], ovhs[r] = split_measured_slot(total, comp[r])
 
     def stage_tp(r: int) -> float:
         """4 exchanges per layer, 2 more per recomputed layer; the vocabulary-parallel
@@ -828,11 +986,15 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
              + ((c.tp_head + c.tp_exchange) if r == pp - 1 else 0.0))
         return t * (1.0 - tp_hidden)
 
-    comp = [stage_terms(r) for r in range(pp)]
     tps = [stage_tp(r) for r in range(pp)]
     p2ps = [p2p_seconds(point, r, hw, measured) for r in range(pp)]
     cps = [(layers_of[r] + ckpts[r] / 2) * t_cp for r in range(pp)]  # recompute: 1 all-gather
-    slots = [sum(comp[r]) + t_ovh + gaps[r] + tps[r] + p2ps[r] + cps[r] for r in range(pp)]
+    # core sharing slows the computing phases; measured collectives (timed with the
+    # study's process counts) already carry it, declared ones get it too
+    cs = core_sharing_slowdown(point, hw, measured)
+    ms = 1.0 if (measured is not None and measured.collectives and blk is not None) else cs
+    slots = [cs * (sum(comp[r]) + ovhs[r] + gaps[r]) + ms * (tps[r] + p2ps[r] + cps[r])
+             for r in range(pp)]
     worst = max(range(pp), key=lambda r: slots[r])
     t_pipe, t_bubble = pipeline_seconds(slots, m, v)
     t_comp = sum(comp[worst])
@@ -854,11 +1016,16 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     sharded = tp > 1 or pp > 1 or (dp > 1 and par.dp_mode in (DPMode.FSDP, DPMode.FSDP_GRAD_OP))
     clip = (collective_time("all_reduce", 4, n, hw.intra, measured)
             if point.train.grad_clip and sharded else 0.0)
-    t_opt = optimizer_seconds(opt_params, hw, overhead_seconds(ovh, "optimizer", lps, tp), clip,
-                              measured)
+    if blk is not None:  # measured on the model's own parameters
+        t_opt_comp = composed_optimizer_seconds(blk["optimizer_s"], blk["optimizer_layer_s"],
+                                                l, max(layers_of))
+    else:
+        t_opt_comp = optimizer_seconds(opt_params, hw, overhead_seconds(ovh, "optimizer", lps, tp),
+                                       0.0, measured)
+    t_opt = cs * t_opt_comp + ms * clip
 
-    slow = core_sharing_slowdown(point, hw)
-    step = slow * (t_pipe + t_dp_exposed + t_opt)
+    slow = cs
+    step = t_pipe + ms * t_dp_exposed + t_opt
     gemm, attn, elem = comp[worst]
     gb = int(point.global_batch)
     tokens = gb * s
@@ -873,18 +1040,20 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
         gemm_s=m * gemm * slow,
         attention_s=m * attn * slow,
         elementwise_s=m * elem * slow,
-        overhead_s=m * (t_ovh + gaps[worst]) * slow,
-        tp_comm_s=m * tps[worst] * slow,
-        pp_p2p_s=m * p2ps[worst] * slow,
-        pp_bubble_s=t_bubble * slow,
-        dp_comm_exposed_s=t_dp_exposed * slow,
-        optimizer_s=t_opt * slow,
-        cp_comm_s=m * cps[worst] * slow,
-        dp_comm_s=(t_dp_step + m * t_dp_mb) * slow,
+        overhead_s=m * (ovhs[worst] + gaps[worst]) * slow,
+        tp_comm_s=m * tps[worst] * ms,
+        pp_p2p_s=m * p2ps[worst] * ms,
+        pp_bubble_s=t_bubble,
+        dp_comm_exposed_s=t_dp_exposed * ms,
+        optimizer_s=t_opt,
+        cp_comm_s=m * cps[worst] * ms,
+        dp_comm_s=(t_dp_step + m * t_dp_mb) * ms,
         bubble_fraction=t_bubble / (m * slots[worst]),
-        micro_batch_slot_s=slots[worst] * slow,
+        micro_batch_slot_s=slots[worst],
         bottleneck_stage=worst,
         core_sharing_slowdown=slow,
+        oversubscribed=oversubscribed(point, hw),
+        composed_from_blocks=blk is not None,
         tokens_per_step=tokens,
         tokens_per_s=tokens / step,
         model_flops_per_step=mflops,
@@ -929,9 +1098,12 @@ def predict_range(point: Point, hw: HardwareSpec, measured: Measured | None = No
 
 __all__ = [
     "HardwareSpec", "Link", "Measured", "Prediction", "StepBreakdown", "attention_seconds",
-    "boundary_crosses_node", "collective_time", "core_sharing_slowdown", "cp_exchange_seconds",
-    "cp_local", "dp_comm_seconds", "dp_exposed_seconds", "dp_overlap_fraction",
-    "elementwise_bytes", "elementwise_seconds", "gemm_efficiency",
+    "block_key", "blocks_from_rows", "boundary_crosses_node", "collective_time",
+    "composed_layer_seconds", "composed_optimizer_seconds", "composed_stage_seconds",
+    "core_sharing_from_rows", "core_sharing_slowdown", "cp_exchange_seconds", "cp_local",
+    "dp_comm_seconds", "dp_exposed_seconds", "dp_overlap_fraction", "elementwise_bytes",
+    "elementwise_seconds", "gemm_efficiency", "local_procs", "oversubscribed",
+    "sharing_factor", "split_measured_slot",
     "gemm_seconds", "gemm_shapes", "layer_gemms", "optimizer_seconds", "p2p_seconds",
     "pipeline_seconds", "predict_range", "predict_step_time", "presets", "product_seconds",
     "spec_from_microbench", "tile_wave_efficiency", "tp_collective_seconds",

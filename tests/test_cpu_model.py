@@ -1,0 +1,268 @@
+"""The performance model on a CPU host (issue 18, items 5-6): blocks of the study's own model
+measured by the calibrate job, composed into each point's step; the measured cost of sharing
+the cores; the larger points predicted before they run from the model calibrated on the
+smaller ones. Every check is arithmetic done by hand: no timing is asserted here (the
+predicted/measured figures are ``make bench``'s, benchmarks/predict.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from scalestudy.config.study import StudyError, before_run_max_n, load_study, validate
+from scalestudy.perf import predict, stepmodel
+from scalestudy.perf.stepmodel import (Measured, block_key, blocks_from_rows,
+                                       composed_layer_seconds, composed_optimizer_seconds,
+                                       composed_stage_seconds, core_sharing_from_rows,
+                                       core_sharing_slowdown, oversubscribed, sharing_factor,
+                                       split_measured_slot)
+from scalestudy.plan.planner import plan_points
+
+DEFAULT = "workflow/config/default.yaml"
+
+
+@pytest.fixture(scope="module")
+def points():
+    """The default study's feasible points by (series, n)."""
+    return {(p.series, p.n): p for p in plan_points(load_study(DEFAULT)) if p.feasible}
+
+
+@pytest.fixture(scope="module")
+def hw():
+    return stepmodel.HardwareSpec.load("cpu-local")
+
+
+# --- pure terms ------------------------------------------------------------------------------
+
+
+def test_sharing_factor_interpolates_the_measured_slowdown():
+    assert sharing_factor(4, {}, 2) == 2.0 and sharing_factor(1, {}, 2) == 1.0  # procs/cores
+    f = {1: 1.0, 2: 1.2, 4: 2.6}
+    assert sharing_factor(2, f, 2) == 1.2
+    assert sharing_factor(3, f, 2) == pytest.approx(1.2 + 0.5 * 1.4)  # halfway 2 -> 4
+    assert sharing_factor(8, f, 2) == pytest.approx(2.6 * 8 / 4)  # beyond: cores shared more
+    assert sharing_factor(1, {2: 1.3}, 2) == 1.3  # below the smallest measured count
+
+
+def test_core_sharing_slowdown_and_oversubscription(points, hw):
+    p1, p4 = points[("weak-dp", 1)], points[("weak-dp", 4)]
+    m = Measured(core_sharing={1: 1.0, 2: 1.1, 4: 2.5})
+    assert core_sharing_slowdown(p4, hw) == 2.0  # 4 processes, 2 cores, nothing measured
+    assert core_sharing_slowdown(p4, hw, m) == 2.5 and core_sharing_slowdown(p1, hw, m) == 1.0
+    assert oversubscribed(p4, hw) and not oversubscribed(points[("weak-dp", 2)], hw)
+    gpu = stepmodel.HardwareSpec.load("dgx-a100")
+    assert core_sharing_slowdown(p4, gpu, m) == 1.0 and not oversubscribed(p4, gpu)
+
+
+def test_composed_stage_and_optimizer_seconds_by_hand():
+    # whole micro-batch 10 ms of 2 layers (3 ms each), embedding 1, head 2
+    assert composed_stage_seconds(10, 3, 1, 2, 2, 2, True, True) == 10  # one stage: itself
+    assert composed_stage_seconds(10, 3, 1, 2, 2, 1, True, False) == pytest.approx(10 - 3 - 2)
+    assert composed_stage_seconds(10, 3, 1, 2, 2, 1, False, True) == pytest.approx(10 - 3 - 1)
+    assert composed_stage_seconds(10, 3, 1, 2, 2, 2, True, True, 2) == pytest.approx(12)
+    assert composed_stage_seconds(4, 3, 1, 2, 2, 1, True, False) == 3  # never below its layers
+    assert composed_optimizer_seconds(5, 2, 2, 1) == 3
+    assert composed_optimizer_seconds(2, 1.5, 2, 1) == 1.5
+
+
+def test_composed_layer_seconds_takes_the_other_ranks_arithmetic_out():
+    assert composed_layer_seconds(10, 2, 1) == 10
+    assert composed_layer_seconds(10, 2, 2) == 8
+    assert composed_layer_seconds(10, 2, 4) == 4
+    assert composed_layer_seconds(3, 2, 4) == 2  # never below its own share
+
+
+def test_split_measured_slot():
+    (g, a, e), o = split_measured_slot(10.0, (2.0, 1.0, 1.0))
+    assert (g, a, e, o) == (2.0, 1.0, 1.0, 6.0)
+    (g, a, e), o = split_measured_slot(2.0, (2.0, 1.0, 1.0))
+    assert (g, a, e) == pytest.approx((1.0, 0.5, 0.5)) and o == 0.0
+
+
+def test_blocks_and_core_sharing_from_rows_take_medians():
+    rows = [{"key": "k", "block": b, "sample": i, "seconds": s * (1 + i)}
+            for b, s in (("fwd_bwd", 1e-3), ("layer", 4e-4), ("head", 1e-4)) for i in range(3)]
+    assert blocks_from_rows(rows) == {"k": pytest.approx(
+        {"fwd_bwd_s": 2e-3, "layer_s": 8e-4, "head_s": 2e-4})}
+    assert blocks_from_rows([r for r in rows if r["block"] != "fwd_bwd"]) == {}
+    sharing = [{"procs": k, "sample": i, "factor": f} for k, fs in ((1, (1.0, 1.0, 1.0)),
+                                                                    (4, (2.0, 3.0, 2.2)))
+               for i, f in enumerate(fs)]
+    assert core_sharing_from_rows(sharing) == {1: 1.0, 4: 2.2}
+
+
+# --- the composed step -----------------------------------------------------------------------
+
+BLOCKS = {"fwd_bwd_s": 8e-3, "layer_s": 3e-3, "embedding_s": 2e-4, "head_s": 1e-3,
+          "optimizer_s": 1.5e-3, "optimizer_layer_s": 6e-4}
+
+
+def _measured(points, sharing=None, collectives=None):
+    keys = {block_key(p.model, p.seq_len, p.micro_batch, "tp" if p.tp > 1 else "plain")
+            for p in points.values()}
+    return Measured(blocks={k: dict(BLOCKS) for k in keys}, core_sharing=sharing or {},
+                    collectives=collectives or {})
+
+
+def test_a_data_parallel_step_is_composed_from_the_blocks(points, hw):
+    coll = {("all_reduce", 2): (1e-3, 1e9), ("all_reduce", 4): (4e-3, 0.5e9)}
+    m = _measured(points, {1: 1.0, 2: 1.2, 4: 3.0}, coll)
+    b1 = stepmodel.predict_step_time(points[("weak-dp", 1)], hw, m)
+    assert b1.composed_from_blocks and b1.core_sharing_slowdown == 1.0
+    assert b1.step_time_s == pytest.approx(8e-3 + 1.5e-3)  # one micro-batch + the optimizer
+    # strong-dp N=1: 8 micro-batches of 2 sequences
+    s1 = stepmodel.predict_step_time(points[("strong-dp", 1)], hw, m)
+    assert s1.step_time_s == pytest.approx(8 * 8e-3 + 1.5e-3)
+    # weak-dp N=4: 4 processes on 2 cores compute 3x slower; the measured all-reduce of the
+    # fp32 gradients (timed with 4 processes on the host) is not slowed again
+    p4 = points[("weak-dp", 4)]
+    b4 = stepmodel.predict_step_time(p4, hw, m)
+    grads = 4 * stepmodel.memory.stage_params(p4.model, 1, 1, 0)
+    ar = 4e-3 + grads / 0.5e9
+    assert b4.oversubscribed and b4.core_sharing_slowdown == 3.0
+    assert b4.dp_comm_exposed_s == pytest.approx(ar)
+    assert b4.step_time_s == pytest.approx(3.0 * (8e-3 + 1.5e-3) + ar)
+    assert sum(b4.terms().values()) == pytest.approx(b4.step_time_s)
+    # the modelled arithmetic stays, the rest of the measured micro-batch is overhead
+    assert b4.gemm_s + b4.attention_s + b4.elementwise_s + b4.overhead_s == pytest.approx(3 * 8e-3)
+
+
+def test_a_pipeline_step_is_composed_per_stage(points, hw):
+    p = points[("strong-pp", 2)]  # 2 stages of 1 layer, 8 micro-batches
+    b = stepmodel.predict_step_time(p, hw, _measured(points, {1: 1.0, 2: 1.0}))
+    first = 8e-3 - 3e-3 - 1e-3  # no head
+    last = 8e-3 - 3e-3 - 2e-4  # no embedding
+    p2p = sum(stepmodel.p2p_seconds(p, r, hw, None) for r in (0,))  # declared link: 1 boundary
+    assert b.bottleneck_stage == 1
+    assert b.micro_batch_slot_s == pytest.approx(last + p2p)
+    assert b.pp_bubble_s == pytest.approx(first + p2p)
+    opt = 1.5e-3 - 6e-4  # one layer's parameters fewer
+    clip = b.optimizer_s - opt
+    assert clip >= 0
+    assert b.step_time_s == pytest.approx(8 * (last + p2p) + first + p2p + opt + clip)
+
+
+def test_tensor_parallel_blocks_lose_the_other_ranks_products(points, hw):
+    p = points[("weak-tp", 2)]
+    m = _measured(points, {1: 1.0, 2: 1.0})
+    b = stepmodel.predict_step_time(p, hw, m)
+    s, b_, dt = p.seq_len, p.micro_batch, "fp32"
+    layer = sum(sum(stepmodel.product_seconds(M, N, K, k, dt, hw, m)[:2]) for M, N, K, k in
+                stepmodel.layer_gemms(p.model, s, b_, 2, fused_qkv=hw.framework.fused_qkv)[:-1])
+    layer += sum(stepmodel.attention_seconds(p.model, s, b_, 2, dt, hw, m)[:2])
+    head = sum(stepmodel.product_seconds(*stepmodel.head_gemm(p.model, s, b_, 2), dt, hw, m)[:2])
+    mine = 2 * layer + head
+    compute = b.gemm_s + b.attention_s + b.elementwise_s + b.overhead_s
+    assert compute == pytest.approx(max(8e-3 - mine, mine))
+
+
+def test_without_blocks_the_preset_path_is_unchanged(points, hw):
+    b = stepmodel.predict_step_time(points[("weak-dp", 4)], hw)
+    assert not b.composed_from_blocks and b.core_sharing_slowdown == 2.0 and b.oversubscribed
+
+
+def test_calibration_json_carries_blocks_and_core_sharing(tmp_path, points):
+    p = points[("weak-dp", 1)]
+    key = block_key(p.model, p.seq_len, p.micro_batch, "plain")
+    cal = {"dtype": "fp32", "m": 512, "n": 512, "k": 512, "flops_per_s": 9e10,
+           "blocks": [{"key": key, "layout": "plain", "micro_batch": 4, "block": b,
+                       "sample": i, "seconds": v} for b, v in BLOCKS.items()
+                      for i in range(2)],
+           "core_sharing": [{"procs": k, "sample": 0, "seconds": f, "factor": f}
+                            for k, f in ((1, 1.0), (2, 1.4))]}
+    cal = {**cal, "blocks": [{**r, "block": r["block"][:-2]} for r in cal["blocks"]]}
+    (tmp_path / "calibration.json").write_text(json.dumps(cal))
+    m = Measured.from_calibration(tmp_path / "calibration.json")
+    assert m.blocks == {key: pytest.approx(BLOCKS)} and m.core_sharing == {1: 1.0, 2: 1.4}
+    assert m.block(p) == pytest.approx(BLOCKS)
+    assert m.block(points[("weak-tp", 2)]) is None  # no tp block measured
+
+
+# --- predicted before run --------------------------------------------------------------------
+
+
+def _pred_and_runs():
+    pred = pd.DataFrame({"series": ["a", "a", "a", "b", "b"], "n": [1, 2, 4, 2, 4],
+                         "config_hash": list("pqrst"),
+                         "step_time_s": [1.0, 2.0, 4.0, 1.0, 3.0]})
+    runs = pd.DataFrame({"config_hash": list("pqrst"), "point_id": list("PQRST"),
+                         "status": ["ok", "ok", "ok", "crashed", "ok"],
+                         "step_time_median_s": [1.5, 2.0, 5.0, 9.0, 2.0]})
+    return pred, runs
+
+
+def test_before_run_calibration_by_hand():
+    pred, runs = _pred_and_runs()
+    before = predict.before_run_calibration(pred, runs, 2, "2026-12-01T00:00:00+00:00")
+    by = before.set_index("config_hash")
+    assert list(by.index) == ["r", "t"]  # the points with N > 2
+    assert by.loc["r", "calibration_factor"] == pytest.approx(1.25)  # median(1.5, 1.0)
+    assert by.loc["r", "predicted_before_run_s"] == pytest.approx(5.0)
+    assert by.loc["r", "calibrated_on"] == "a N=1,2"
+    # series b's only small point crashed: the median over every calibration point
+    assert by.loc["t", "calibration_factor"] == pytest.approx(1.25)
+    assert by.loc["t", "calibrated_on"].startswith("all series")
+    with pytest.raises(ValueError, match="calibrate_on_max_n=0"):
+        predict.before_run_calibration(pred, runs, 0)
+
+
+def test_versus_measured_joins_the_prediction_made_before_the_run(tmp_path):
+    pred, runs = _pred_and_runs()
+    before = predict.before_run_calibration(pred, runs, 2, "2026-12-01T10:00:00+00:00")
+    vm = predict.versus_measured(pred, runs, before)
+    r = vm.set_index("config_hash").loc["r"]
+    assert r["before_run_residual"] == pytest.approx(0.0)  # 5.0 predicted, 5.0 measured
+    assert pd.isna(vm.set_index("config_hash").loc["p", "predicted_before_run_s"])
+    for pid, started in (("R", "2026-12-01T10:00:05+00:00"), ("T", "2026-12-01T09:59:00+00:00")):
+        (tmp_path / "runs" / pid).mkdir(parents=True)
+        (tmp_path / "runs" / pid / "status.json").write_text(json.dumps({"started": started}))
+    vm = predict.started_before(vm, runs, tmp_path).set_index("config_hash")
+    assert vm.loc["r", "predicted_before_start"] == True  # noqa: E712 (a pandas object)
+    assert vm.loc["t", "predicted_before_start"] == False  # noqa: E712
+    assert pd.isna(vm.loc["p", "predicted_before_start"])  # no prediction before its run
+    predict.residual_figure(vm.reset_index().assign(
+        oversubscribed=False), tmp_path / "f.png")
+    assert (tmp_path / "f.png").stat().st_size > 0
+
+
+def test_the_study_option_is_typed_and_checked():
+    raw = load_study(DEFAULT)
+    assert before_run_max_n(raw) is None
+    doc = {"name": "s", "models": {"m": {"layers": 2, "hidden": 64, "heads": 4,
+                                         "seq_len": 32, "vocab": 64}},
+           "platform": {"device": "cpu"},
+           "series": [{"name": "w", "mode": "weak", "model": "m", "gpus": [1, 2, 4],
+                       "micro_batch": 2}],
+           "predict": {"before_run": {"calibrate_on_max_n": 2}}}
+    assert before_run_max_n(validate(doc)) == 2
+    with pytest.raises(StudyError, match="predict.before_run.calibrate_on_max_n: 4 leaves"):
+        validate({**doc, "predict": {"before_run": {"calibrate_on_max_n": 4}}})
+    with pytest.raises(StudyError, match="CPU study only"):
+        validate({**doc, "platform": {"device": "cuda"}})
+    with pytest.raises(StudyError, match="calibrate_on_max_n"):
+        validate({**doc, "predict": {"before_run": {}}})
+
+
+# --- the measurements' records (shape, not speed) ------------------------------------------
+
+
+def test_block_specs_bench_blocks_and_core_sharing_rows(points):
+    from scalestudy.config.point import Model
+    from scalestudy.measure import microbench
+
+    specs = microbench.block_specs(points.values())
+    assert sorted((s["micro_batch"], s["layout"]) for s in specs) == [
+        (2, "plain"), (4, "plain"), (4, "tp")]  # the default study's distinct blocks
+    tiny = Model(name="t", layers=2, hidden=16, heads=2, seq_len=8, vocab=32)
+    rows = microbench.bench_blocks([microbench.block_spec(tiny, 2, "plain"),
+                                    microbench.block_spec(tiny, 2, "tp")],
+                                   samples=2, warmup=1, min_time_s=0.0)
+    blocks = blocks_from_rows(rows)
+    assert set(blocks) == {block_key(tiny, 8, 2, "plain"), block_key(tiny, 8, 2, "tp")}
+    for v in blocks.values():
+        assert set(v) == {f"{b}_s" for b in microbench.BLOCKS} and min(v.values()) > 0
+    sharing = microbench.bench_core_sharing(procs=(1, 2), work_s=0.005, samples=1)
+    assert [r["procs"] for r in sharing] == [1, 2] and sharing[0]["factor"] == 1.0
+    assert all(r["seconds"] > 0 and r["load_1m"] >= 0 for r in sharing)
