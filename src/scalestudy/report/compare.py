@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from scalestudy.analysis import stats
-from scalestudy.record.io import read_record
+from scalestudy.record.read import read_env, read_point
 
 #: Fields of the model that define it (``point.json``'s ``model``).
 MODEL_FIELDS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "mlp",
@@ -91,15 +91,15 @@ def load(path: Path, index: int) -> Study:
         for r in g.itertuples(index=False):
             d = path / "runs" / str(r.point_id)
             if series not in models:
-                point = read_record(d / "point.json") or {}
+                point = read_point(d, str(r.point_id))[0] or {}
                 if point.get("model"):
                     models[series] = {k: point["model"].get(k) for k in ("name",) + MODEL_FIELDS}
             if r.status != "ok":
                 continue
-            t = aggregate.steady_times(aggregate.read_steps(d / "steps.jsonl")).tolist()
+            t = ctx["times"].get(str(r.point_id)) or []  # read and checked by aggregate
             if t:
                 groups.append(t)
-            env = read_record(d / "env.json") or {}
+            env = read_env(d)[0]  # a damaged env.json labels nothing
             if env:
                 envs.append(env)
         if groups:
