@@ -118,3 +118,33 @@ def read_record(path: str | os.PathLike) -> dict | None:
         return read_json(path)
     except (OSError, ValueError):
         return None
+
+
+def escaping_links(study_dir: str | os.PathLike) -> list[tuple[Path, str]]:
+    """Symlinks inside ``study_dir`` whose target lies outside it: ``(link, target)``."""
+    root = Path(study_dir)
+    if not root.is_dir():
+        return []
+    real = root.resolve()
+    out = []
+    for top, dirs, files in os.walk(root, followlinks=False):
+        for name in dirs + files:
+            p = Path(top, name)
+            if p.is_symlink():
+                target = os.path.realpath(p)
+                if not Path(target).is_relative_to(real):
+                    out.append((p, target))
+    return out
+
+
+def refuse_escaping_links(study_dir: str | os.PathLike) -> None:
+    """RecordError (one line) when a symlink in the study folder leads outside it."""
+    from scalestudy.record.read import RecordError
+
+    bad = escaping_links(study_dir)
+    if bad:
+        link, target = bad[0]
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise RecordError(f"{link} is a symlink to {target}, outside {study_dir}{more}: "
+                          "scalestudy writes only inside the results folder; remove the link "
+                          "(or make it a real folder) and rerun")
