@@ -137,6 +137,7 @@ def read_run(plan_row: dict, run_dir, calibration: dict | None, convention: str 
         summary = summary or {}
         status, why = rread.read_status(run_dir)
         damaged += [why] if why else []
+        damaged += [w for w in [rread.read_env(run_dir)[1]] if w]
 
     feasible = rread.feasible(plan_row)
     conv = convention or point.get("flops_convention") or FlopsConvention.MEGATRON

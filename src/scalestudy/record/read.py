@@ -199,6 +199,9 @@ def _str(x) -> bool:
 
 #: Keys every line must have.
 REQUIRED = ("step", "step_time_s", "loss", "tokens")
+#: The physical range of one optimizer step's wall time (s): above a nanosecond (no step of
+#: any model is faster; 1e-300 would give an efficiency of 1e297) and below 10^7 s (115 days).
+STEP_TIME_RANGE_S = (1e-9, 1e7)
 
 
 def parse_steps(text: str, source: str = "steps.jsonl") -> tuple[list[dict], str | None]:
@@ -225,6 +228,10 @@ def parse_steps(text: str, source: str = "steps.jsonl") -> tuple[list[dict], str
         if not positive(rec["step_time_s"]):
             return records, (f"{source} line {i}: step_time_s {_show(rec['step_time_s'])} is "
                              "not a positive number")
+        lo, hi = STEP_TIME_RANGE_S
+        if not lo < rec["step_time_s"] < hi:
+            return records, (f"{source} line {i}: step_time_s {_show(rec['step_time_s'])} is "
+                             f"outside the physical range ({lo:g} s, {hi:g} s)")
         if not positive(rec["tokens"]):
             return records, f"{source} line {i}: tokens {_show(rec['tokens'])} is not a positive number"
         loss = rec["loss"]

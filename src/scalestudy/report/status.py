@@ -40,7 +40,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from statistics import median
 
-from scalestudy.record.read import (RecordError, one_line, printable, read_plan, read_point, read_status,
+from scalestudy.record.read import (RecordError, one_line, printable, read_env, read_plan,
+                                    read_point, read_status, read_summary,
                                     read_steps, read_study, read_tail)
 from scalestudy.record.states import FAILED, RunState
 
@@ -197,6 +198,8 @@ def read_points(study_dir: Path, rows: list[dict], timeout_s: float, now: float
             if ps.state == RunState.OK:
                 point, why = read_point(d, pid, r.get("config_hash") or None)
                 steps = None
+                why = why or read_summary(d, pid, r.get("config_hash") or None)[1] \
+                    or read_env(d)[1]  # the records aggregate reads, checked alike
                 if not why:
                     steps, why = read_steps(d / "steps.jsonl",
                                             ((point or {}).get("train") or {}).get("steps"))
