@@ -211,44 +211,52 @@ def parse_steps(text: str, source: str = "steps.jsonl") -> tuple[list[dict], str
     a number or null, a ``warmup`` that is not a bool, step numbers not consecutive (each the
     previous one + 1: no gap, no repeat)."""
     records: list[dict] = []
+    return records, _check_lines(text, source, records.append)
+
+
+def _check_lines(text: str, source: str, keep) -> str | None:
+    """Check every line of a ``steps.jsonl`` text, handing each sound record to ``keep``;
+    the first problem, or None."""
+    last = None
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except (ValueError, RecursionError):
-            return records, f"{source} line {i}: not JSON ({line[:60]!r})"
+            return f"{source} line {i}: not JSON ({line[:60]!r})"
         if not isinstance(rec, dict):
-            return records, f"{source} line {i}: not a JSON object"
+            return f"{source} line {i}: not a JSON object"
         missing = [k for k in REQUIRED if k not in rec]
         if missing:
-            return records, f"{source} line {i}: no {', '.join(missing)}"
+            return f"{source} line {i}: no {', '.join(missing)}"
         if not is_int(rec["step"]) or rec["step"] < 0:
-            return records, f"{source} line {i}: step {_show(rec['step'])} is not an integer >= 0"
+            return f"{source} line {i}: step {_show(rec['step'])} is not an integer >= 0"
         if not positive(rec["step_time_s"]):
-            return records, (f"{source} line {i}: step_time_s {_show(rec['step_time_s'])} is "
+            return (f"{source} line {i}: step_time_s {_show(rec['step_time_s'])} is "
                              "not a positive number")
         lo, hi = STEP_TIME_RANGE_S
         if not lo < rec["step_time_s"] < hi:
-            return records, (f"{source} line {i}: step_time_s {_show(rec['step_time_s'])} is "
+            return (f"{source} line {i}: step_time_s {_show(rec['step_time_s'])} is "
                              f"outside the physical range ({lo:g} s, {hi:g} s)")
         if not positive(rec["tokens"]):
-            return records, f"{source} line {i}: tokens {_show(rec['tokens'])} is not a positive number"
+            return f"{source} line {i}: tokens {_show(rec['tokens'])} is not a positive number"
         loss = rec["loss"]
         if loss is not None and (not isinstance(loss, (int, float)) or isinstance(loss, bool)):
-            return records, f"{source} line {i}: loss {_show(loss)} is not a number or null"
+            return f"{source} line {i}: loss {_show(loss)} is not a number or null"
         if "warmup" in rec and not isinstance(rec["warmup"], bool):
-            return records, f"{source} line {i}: warmup {_show(rec['warmup'])} is not true/false"
+            return f"{source} line {i}: warmup {_show(rec['warmup'])} is not true/false"
         peak = rec.get("peak_memory_bytes")
         if peak is not None and not _nonneg(peak):
-            return records, (f"{source} line {i}: peak_memory_bytes {_show(peak)} is not a "
+            return (f"{source} line {i}: peak_memory_bytes {_show(peak)} is not a "
                              "number >= 0")
-        if records and rec["step"] != records[-1]["step"] + 1:
-            what = "repeats" if rec["step"] <= records[-1]["step"] else "skips after"
-            return records, (f"{source} line {i}: step {rec['step']} {what} step "
-                             f"{records[-1]['step']} (one line per step, in order)")
-        records.append(rec)
-    return records, None
+        if last is not None and rec["step"] != last + 1:
+            what = "repeats" if rec["step"] <= last else "skips after"
+            return (f"{source} line {i}: step {rec['step']} {what} step {last} (one line "
+                    "per step, in order)")
+        last = rec["step"]
+        keep(rec)
+    return None
 
 
 @dataclass
@@ -274,16 +282,22 @@ def read_steps(path: str | os.PathLike, expect_steps: int | None = None
         return None, str(e)
     if text is None:
         return None, f"no {name}"
-    records, problem = parse_steps(text, name)
+    times: list[float] = []
+    warmup: list[bool] = []
+
+    def keep(r: dict) -> None:  # only what the tables need: 1M steps stay small
+        times.append(float(r["step_time_s"]))
+        warmup.append(bool(r.get("warmup", False)))
+    problem = _check_lines(text, name, keep)
+    del text
     if problem:
         return None, problem
-    if not records:
+    if not times:
         return None, f"{name}: no steps"
-    if expect_steps is not None and len(records) != expect_steps:
-        return None, (f"{name}: {len(records)} steps, the point trains {expect_steps} "
+    if expect_steps is not None and len(times) != expect_steps:
+        return None, (f"{name}: {len(times)} steps, the point trains {expect_steps} "
                       "(cut short or padded)")
-    return Steps([float(r["step_time_s"]) for r in records],
-                 [bool(r.get("warmup", False)) for r in records]), None
+    return Steps(times, warmup), None
 
 
 # --- status.json -----------------------------------------------------------------------------
