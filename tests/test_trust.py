@@ -28,6 +28,7 @@ from scalestudy.run import guard, runner
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 from test_aggregate import make_study  # noqa: E402
+from test_faults import fake_launch  # noqa: E402,F401 - the fixture: torchrun replaced by python -c
 
 
 # --- the umask -------------------------------------------------------------------------------
@@ -132,15 +133,6 @@ FILL = ("import sys\n"
         "        sys.stdout.flush()\n"
         "except OSError as e:\n"
         "    sys.exit(1)\n")
-
-
-@pytest.fixture
-def fake_launch(monkeypatch):
-    def use(code: str):
-        monkeypatch.setattr(runner.launch, "launch_argv",
-                            lambda point, run_dir: [sys.executable, "-c", code, str(run_dir)])
-        monkeypatch.setattr(runner.launch, "launch_env", lambda point, environ: {})
-    return use
 
 
 def test_a_full_disk_is_a_crashed_point_with_its_reason(tmp_path, fake_launch):
