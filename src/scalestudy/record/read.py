@@ -61,8 +61,8 @@ def read_bytes(path: str | os.PathLike, max_bytes: int | None = None) -> bytes |
     """The bytes of the regular file ``path``, None when it does not exist. Raises
     :class:`RecordError` for a FIFO, device, socket or folder (never opened for reading, so
     a FIFO cannot hang the reader), a file larger than ``max_bytes`` or an OS error."""
-    path = Path(path)
-    name = path.name
+    path = os.fspath(path)  # (strings, not Path: this runs for every record of every run)
+    name = os.path.basename(path)
     cap = max_bytes or MAX_BYTES.get(name, MAX_JSON_BYTES)
     try:
         st = os.stat(path)
@@ -109,7 +109,7 @@ def read_text(path: str | os.PathLike, max_bytes: int | None = None) -> str | No
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise RecordError(f"{Path(path).name}: not UTF-8 text (byte {e.start})") from None
+        raise RecordError(f"{os.path.basename(os.fspath(path))}: not UTF-8 text (byte {e.start})") from None
 
 
 def read_tail(path: str | os.PathLike, n_bytes: int = 1 << 20) -> str:
@@ -138,17 +138,20 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not a number JSON allows")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)  # (one, not one per record)
+
+
 def read_object(path: str | os.PathLike) -> dict | None:
     """The JSON object in ``path`` (None: no file); :class:`RecordError` when it is not
     one (empty, cut, not UTF-8, NaN/Infinity literals, another JSON type)."""
     text = read_text(path)
     if text is None:
         return None
-    name = Path(path).name
+    name = os.path.basename(os.fspath(path))
     if not text.strip():
         raise RecordError(f"{name}: empty")
     try:
-        data = json.loads(text, parse_constant=_reject_constant)
+        data = _DECODER.decode(text)
     except (ValueError, RecursionError) as e:
         raise RecordError(f"{name}: not JSON ({str(e).splitlines()[0][:80]})") from None
     if not isinstance(data, dict):
@@ -275,7 +278,7 @@ def read_steps(path: str | os.PathLike, expect_steps: int | None = None
                ) -> tuple[Steps | None, str | None]:
     """``(steps, None)`` or ``(None, reason)``; ``expect_steps``: the point's ``train.steps``
     (the file must hold exactly that many lines)."""
-    name = Path(path).name
+    name = os.path.basename(os.fspath(path))
     try:
         text = read_text(path)
     except RecordError as e:
@@ -325,7 +328,7 @@ def read_status(run_dir: str | os.PathLike) -> tuple[dict | None, str | None]:
     """``(status, None)``; ``(None, None)`` when there is no ``status.json`` (not run);
     ``(None, reason)`` when it is damaged (the run is ``invalid``, and ``scalestudy run``
     reruns it: :func:`damaged_status`)."""
-    path = Path(run_dir) / "status.json"
+    path = os.path.join(os.fspath(run_dir), "status.json")
     try:
         data = read_object(path)
         return (None, None) if data is None else (check_status(data), None)
@@ -381,7 +384,7 @@ def read_summary(run_dir: str | os.PathLike, point_id: str | None = None,
     """``(summary, None)``, ``(None, None)`` when absent, ``(None, reason)`` when damaged or
     another point's (``point_id`` / ``config_hash`` given and different)."""
     try:
-        s = read_object(Path(run_dir) / "summary.json")
+        s = read_object(os.path.join(os.fspath(run_dir), "summary.json"))
         if s is None:
             return None, None
         check_summary(s)
@@ -430,7 +433,7 @@ def read_point(run_dir: str | os.PathLike, point_id: str | None = None,
     """``(point.json object, None)``, ``(None, None)`` when absent, ``(None, reason)`` when
     damaged or foreign (another point id or config hash than the plan's)."""
     try:
-        p = read_object(Path(run_dir) / "point.json")
+        p = read_object(os.path.join(os.fspath(run_dir), "point.json"))
         if p is None:
             return None, None
         check_point(p)
@@ -458,7 +461,7 @@ def check_env(e: dict, name: str = "env.json") -> dict:
 
 def read_env(run_dir: str | os.PathLike) -> tuple[dict | None, str | None]:
     try:
-        e = read_object(Path(run_dir) / "env.json")
+        e = read_object(os.path.join(os.fspath(run_dir), "env.json"))
         return (None, None) if e is None else (check_env(e), None)
     except RecordError as e:
         return None, str(e)
@@ -471,7 +474,7 @@ def read_calibration(study_dir: str | os.PathLike) -> tuple[dict | None, str | N
     """The measured matmul ceiling record: ``flops_per_s`` finite and > 0, ``dtype`` and
     ``device_type`` text. ``(None, reason)`` when damaged (no ceiling is used)."""
     try:
-        c = read_object(Path(study_dir) / "calibration.json")
+        c = read_object(os.path.join(os.fspath(study_dir), "calibration.json"))
         if c is None:
             return None, None
         name = "calibration.json"
@@ -486,7 +489,7 @@ def read_calibration(study_dir: str | os.PathLike) -> tuple[dict | None, str | N
 def read_study(study_dir: str | os.PathLike) -> dict | None:
     """The resolved ``study.json`` (None when absent); RecordError when it is damaged or of
     wrong types in the fields the tables read."""
-    s = read_object(Path(study_dir) / "study.json")
+    s = read_object(os.path.join(os.fspath(study_dir), "study.json"))
     if s is None:
         return None
     name = "study.json"
@@ -523,7 +526,7 @@ def read_plan(study_dir: str | os.PathLike) -> list[dict] | None:
     """Rows of ``plan.tsv`` as text fields (None: no plan); RecordError (one line) for a file
     that is empty, not UTF-8, cut (a row with another number of fields than the header),
     holds a point twice or a count that is not a whole number."""
-    path = Path(study_dir) / "plan.tsv"
+    path = os.path.join(os.fspath(study_dir), "plan.tsv")
     text = read_text(path)
     if text is None:
         return None
