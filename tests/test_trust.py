@@ -258,6 +258,7 @@ def test_settings_that_change_the_measurement_are_hashed_the_others_not():
     assert _hash(site={"env": {"OMP_NUM_THREADS": "4"}}) != base
     assert _hash(site={"env": {"OMP_NUM_THREADS": "4"}}) != _hash(site={"env": {"OMP_NUM_THREADS": "8"}})
     assert _hash(site={"cpus_per_proc": 4}) != base
+    assert _hash(site={"cpus_per_proc": 1}) == base  # a CPU site's default: the same point
     assert _hash(site={"torchrun_extra": "--numa-binding=node"}) != base
     assert _hash(memory_limit_mb=2000) != base
     # unhashed: timeouts, partition and other allocation choices

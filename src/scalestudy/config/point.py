@@ -600,16 +600,17 @@ UNHASHED = ("study", "series", "repeat", "baseline_n", "feasible", "reason", "me
             "flops_convention", "references", "retries", "config_hash", "point_id")
 
 
-def measured_site(site: Mapping) -> dict:
+def measured_site(site: Mapping, cpu: bool = False) -> dict:
     """The :data:`HASHED_SITE` settings of a ``platform.site`` that are set; a secret-looking
     environment variable contributes its name only (its value, redacted in records, never
-    enters the hash)."""
+    enters the hash). ``cpu``: a CPU point, whose unset ``cpus_per_proc`` means 1 (so 1 is
+    the same point as unset)."""
     from scalestudy.config.sitepolicy import is_secret
 
     out = {}
     for k in HASHED_SITE:
         v = site.get(k) if isinstance(site, AbcMapping) else None
-        if v in (None, "", [], {}, False):
+        if v in (None, "", [], {}, False) or (cpu and k == "cpus_per_proc" and v == 1):
             continue
         if k == "env" and isinstance(v, AbcMapping):
             v = {str(n): ("<secret>" if is_secret(n) else str(x)) for n, x in v.items()}
@@ -629,7 +630,7 @@ def config_hash(point: Point) -> str:
     doc["platform"] = {k: v for k, v in doc["platform"].items() if k not in UNHASHED_PLATFORM}
     if doc["platform"].get("memory_limit_mb") is None:  # (ids of points without one unchanged)
         doc["platform"].pop("memory_limit_mb", None)
-    measured = measured_site(site)
+    measured = measured_site(site, cpu=doc["platform"].get("device") == "cpu")
     if measured:  # (a point without such settings keeps its id)
         doc["platform"]["site"] = measured
     doc["workload"] = {k: v for k, v in doc["workload"].items() if k not in UNHASHED_WORKLOAD}
