@@ -6,7 +6,7 @@ STUDY  ?= workflow/config/default.yaml
 # The pin matters: an unpinned torch pulls a multi-GB CUDA build; 2.13.0 is a CPU build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: setup run test bench lint clean
+.PHONY: setup setup-foreign run test bench lint clean
 
 setup: $(VENV)/.installed
 
@@ -16,6 +16,15 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e ".[test]"
 	touch $@
+
+# The foreign trainers tests/test_foreign.py sweeps live (the `foreign` extra: torchtitan,
+# DeepSpeed), installed with the torch pin so pip can never swap the CPU torch for another
+# build (it fails instead), then checked; DeepSpeed's CPU communication op is compiled here,
+# once, not inside a timed test.
+setup-foreign: setup
+	$(PY) -m pip install -q -e ".[foreign]" "$(TORCH)"
+	$(PY) -c "import importlib.metadata as m, sys; v = m.version('torch'); sys.exit(0 if v.split('+')[0] == '$(subst torch==,,$(TORCH))' else f'torch {v} is not the pin $(TORCH)')"
+	DS_ACCELERATOR=cpu $(PY) -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
 
 run: setup
 	$(VENV)/bin/scalestudy run "$(STUDY)"

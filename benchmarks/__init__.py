@@ -12,6 +12,8 @@ never enforced: timings are not asserted in the tests.
 - ``gpu``     -- MFU, tokens/s and peak memory of a ~1B GPT on one GPU (``--smoke``: tiny, CPU).
 - ``predict`` -- the performance model against the study's measured step times: per-point
   predicted/measured ratios and their median (the study's ``predict`` job's output).
+- ``foreign`` -- the built-in trainer vs torchtitan (same Llama shape, batch, FSDP2, N):
+  tokens/s ratio of alternating runs, its spread.
 """
 
 from __future__ import annotations

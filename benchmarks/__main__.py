@@ -1,13 +1,16 @@
 """``python -m benchmarks`` (``make bench``): the performance figures, each next to its target.
 
-    python -m benchmarks [trainer] [harness] [scale] [gpu] [predict] [--out results/bench]
-                         [--quick] [--points 10000] [--smoke] [--gpu-configs eager,eager-ac,compile]
+    python -m benchmarks [trainer] [harness] [scale] [gpu] [predict] [foreign]
+                         [--out results/bench] [--quick] [--points 10000] [--smoke]
+                         [--gpu-configs eager,eager-ac,compile] [--pairs 3]
 
 Run from the repository root (the benchmarks are not part of the installed package). Without
 names it runs trainer, harness and scale, gpu (on a GPU host the ~1B model; without a GPU a
 CPU smoke run of the same path with a tiny model, labelled as such) and predict (the
 performance model against the study's measured step times; it reads the harness benchmark's
-sweep when both run in one call, else it runs the study itself).
+sweep when both run in one call, else it runs the study itself), and foreign (the built-in
+trainer vs torchtitan on the same Llama shape, batch, FSDP and world size; skipped with the
+reason where torchtitan is not installed: ``make setup-foreign``).
 Writes to ``--out`` (atomically): ``<name>.json`` (the full record of each benchmark),
 ``figures.csv`` (tidy: one row per figure with target, verdict, host and load average) and
 ``figures.md`` (the printed table). Timings are never asserted in tests; this is where they
@@ -30,7 +33,7 @@ from pathlib import Path
 
 from scalestudy.record.io import write_json, write_text
 
-NAMES = ("trainer", "harness", "scale", "gpu", "predict")
+NAMES = ("trainer", "harness", "scale", "gpu", "predict", "foreign")
 FIELDS = ("benchmark", "figure", "value", "unit", "target", "op", "met", "note", "host",
           "cpu", "load_1min_start", "load_1min_end", "measured_at")
 
@@ -147,6 +150,21 @@ def run_one(name: str, args, workdir: Path, done: dict | None = None) -> dict:
         rec["validate"] = validation["rows"]
         rec["figures"] += validation["figures"]
         return rec
+    if name == "foreign":
+        import importlib.util
+
+        from benchmarks import figure as _figure
+        from benchmarks import foreign
+
+        missing = [m for m in ("torchtitan", "triton") if importlib.util.find_spec(m) is None]
+        if missing:
+            return {"skipped": f"{', '.join(missing)} not installed (make setup-foreign)",
+                    "figures": [_figure("foreign", "built-in trainer / torchtitan tokens/s",
+                                        None, "x", foreign.TARGET, ">=",
+                                        f"not measured: {', '.join(missing)} not installed "
+                                        "(make setup-foreign)")]}
+        pairs = args.pairs or (1 if args.quick else 3)
+        return foreign.measure(workdir / "foreign", pairs=pairs)
     raise ValueError(f"unknown benchmark {name!r}; use one of {', '.join(NAMES)}")
 
 
@@ -174,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gpu: comma-separated of eager, eager-ac, compile, compile-ac")
     p.add_argument("--micro-batch", type=int, default=None, help="gpu: sequences per step")
     p.add_argument("--steps", type=int, default=None, help="gpu: optimizer steps (5 warm-up)")
+    p.add_argument("--pairs", type=int, default=None,
+                   help="foreign: alternating pairs of runs (default 3; --quick 1)")
     p.add_argument("--budget", type=float, default=None,
                    help="gpu: seconds for all configurations (later ones are skipped)")
     return p

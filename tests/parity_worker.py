@@ -52,6 +52,10 @@ TIED_SWIGLU = dataclasses.replace(CFG, tied_embeddings=True, mlp="swiglu")
 # SwiGLU, no biases, untied head
 LLAMA = Model(arch="llama", vocab=64, seq_len=16, layers=2, hidden=32, heads=4, kv_heads=2)
 LLAMA4 = dataclasses.replace(LLAMA, layers=4)
+# uneven pipeline stages (parallel.pp_partition): 3 and 5 layers
+CFG3 = dataclasses.replace(CFG, layers=3)
+CFG5 = dataclasses.replace(CFG, layers=5)
+LLAMA3 = dataclasses.replace(LLAMA, layers=3)
 
 # name -> point. World size = pp*dp*tp.
 LAYOUTS: dict[str, Point] = {
@@ -72,6 +76,9 @@ LAYOUTS: dict[str, Point] = {
     "llama-tp2-sp": L(LLAMA, tp=2, sequence_parallel=True),
     "llama-dp2-fsdp-acfull": L(LLAMA, dp=2, dp_mode="fsdp", activation_checkpointing="full"),
     "llama-pp2-1f1b": L(LLAMA, pp=2),
+    "llama3-pp2-1f1b-uneven": L(LLAMA3, pp=2, pp_partition=(1, 2)),
+    "pp2v2-interleaved-uneven": L(CFG5, pp=2, pp_schedule="interleaved1f1b", virtual_stages=2,
+                                  pp_partition=(2, 1, 1, 1)),
     # world 4
     "dp2xtp2-ddp": L(CFG, dp=2, tp=2),
     "dp2xtp2-zero1-sp": L(CFG, dp=2, tp=2, dp_mode="zero1", sequence_parallel=True),
@@ -85,6 +92,8 @@ LAYOUTS: dict[str, Point] = {
     "dp4-fsdp": L(CFG, dp=4, dp_mode="fsdp"),
     "tp4": L(CFG, tp=4),
     "pp4-1f1b": L(CFG4, pp=4, pp_schedule="1f1b"),
+    "dp2xpp2-gpipe-parameters": L(CFG3, dp=2, pp=2, pp_schedule="gpipe",
+                                  pp_partition="parameters"),
     "llama-dp2xtp2-zero1-acattn": L(LLAMA, dp=2, tp=2, dp_mode="zero1",
                                     activation_checkpointing="selective_attention"),
     "llama-dp2xpp2v2-ddp-interleaved": L(LLAMA4, dp=2, pp=2, pp_schedule="interleaved1f1b",

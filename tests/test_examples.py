@@ -18,6 +18,7 @@ from scalestudy.cli import snakemake_argv
 ROOT = Path(__file__).resolve().parents[1]
 FSDP_STUDY = ROOT / "examples" / "fsdp_llama" / "study.yaml"
 BYO_STUDY = ROOT / "examples" / "megatron_torchtitan" / "study.yaml"
+TITAN_V03_STUDY = ROOT / "examples" / "torchtitan_v03" / "study.yaml"
 
 
 @pytest.mark.workflow
@@ -96,3 +97,36 @@ def test_megatron_torchtitan_example_plans(tmp_path):
             assert (flag("--parallelism.data_parallel_shard_degree"),
                     flag("--training.global_batch_size"), flag("--activation_checkpoint.mode")) \
                 == (str(p.dp), "64", "full")
+
+
+def test_torchtitan_v03_example_plans(tmp_path):
+    """torchtitan >= 0.3 takes other options than 0.2.x (a config registry: --module/--config;
+    --dataloader.dataset; --hf_assets_path): `scalestudy plan` works, every point fills the
+    0.3 options with its own layout and batch, and no 0.2.x-only option is left (0.3.0
+    refuses them: "Unrecognized options")."""
+    r = subprocess.run([sys.executable, "-m", "scalestudy.cli", "plan", str(TITAN_V03_STUDY)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "3 runs planned, 3 feasible" in r.stdout
+    head = TITAN_V03_STUDY.read_text().split("name:")[0]
+    assert "torchtitan 0.3.0" in head and "examples/megatron_torchtitan" in head
+
+    from scalestudy.config.study import load_study
+    from scalestudy.plan.planner import plan_points
+    from scalestudy.run.workload import command_argv
+
+    for p in plan_points(load_study(TITAN_V03_STUDY)):
+        argv = command_argv(p, tmp_path, python="python")
+
+        def flag(name):
+            return argv[argv.index(name) + 1]
+
+        assert (flag("--module"), flag("--config"), flag("--training.global_batch_size"),
+                flag("--parallelism.data_parallel_shard_degree"), flag("--training.steps")) \
+            == ("llama3", "llama3_8b", "64", str(p.dp), "30")
+        assert not {"--job.config_file", "--training.dataset", "--model.hf_assets_path",
+                    "--activation_checkpoint.mode"} & set(argv)
+    # the 0.2.x example states its versions and points to this one
+    byo_head = BYO_STUDY.read_text().split("name:")[0]
+    assert "torchtitan v0.2.x" in byo_head and "Megatron-LM core_v0.12.0" in byo_head
+    assert "examples/torchtitan_v03/study.yaml" in byo_head

@@ -22,11 +22,12 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scalestudy.config.point import Parallel, Point, PointError  # noqa: E402
+from scalestudy.config.point import Model, Parallel, Point, PointError  # noqa: E402
 from scalestudy.config.study import validate  # noqa: E402
 from scalestudy.config.vocab import DPMode, PPSchedule  # noqa: E402
 from scalestudy.distributed.engine import Engine  # noqa: E402
 from scalestudy.distributed.pipeline import split_layers  # noqa: E402
+from scalestudy.perf import partition  # noqa: E402
 from scalestudy.plan import constraints  # noqa: E402
 from scalestudy.plan.planner import plan_points  # noqa: E402
 from scalestudy.train.data import SyntheticTokens  # noqa: E402
@@ -39,11 +40,72 @@ def test_unknown_vocabulary_is_refused_by_the_typed_point():
         Parallel(pp_schedule="zb")
 
 
-def test_split_layers_is_even_and_covers_all():
-    assert split_layers(4, 2) == [[0, 1], [2, 3]]
-    assert sum(split_layers(6, 3), []) == list(range(6))
+def _pp_point(layers: int, pp: int, partition="uniform", v: int = 1, **kw) -> Point:
+    model = Model(vocab=16, seq_len=8, hidden=8, heads=2, layers=layers)
+    schedule = "interleaved1f1b" if v > 1 else "1f1b"
+    return Point.for_layout(model, pp=pp, grad_accum=pp, pp_partition=partition,
+                            virtual_stages=v, pp_schedule=schedule, device="cpu", **kw)
+
+
+def test_split_layers_covers_all_by_the_partition():
+    assert split_layers(_pp_point(4, 2)) == [[0, 1], [2, 3]]
+    assert sum(split_layers(_pp_point(6, 3)), []) == list(range(6))
+    assert split_layers(_pp_point(5, 2, (1, 4))) == [[0], [1, 2, 3, 4]]
+    # by parameters: the embeddings and the head weigh on the first and the last stage
+    assert partition.stage_layers(_pp_point(5, 2, "parameters")) in ((2, 3), (3, 2))
+    assert sum(split_layers(_pp_point(7, 2, "parameters", v=2)), []) == list(range(7))
     with pytest.raises(ValueError, match="equal stages"):
-        split_layers(5, 2)
+        split_layers(_pp_point(5, 2))
+
+
+def test_published_partitions_by_parameters():
+    """BLOOM-176B (bigscience tr11-176B-ml README: [embed | 5], 6 x 10, [5 | embed]) and
+    Llama 3 405B (Dubey et al. 2024 §3.3.2: one layer fewer on the first and the last
+    stage)."""
+    bloom = Model(name="bloom", layers=70, hidden=14336, heads=112, seq_len=2048, vocab=250880,
+                  tied_embeddings=True)
+    p = Point.for_layout(bloom, dp=8, tp=4, pp=12, grad_accum=12, pp_partition="parameters",
+                         device="cuda")
+    assert partition.stage_layers(p) == (5,) + (6,) * 10 + (5,)
+    llama = Model(name="l405", arch="llama", layers=126, hidden=16384, heads=128, kv_heads=8,
+                  ffn_hidden=53248, seq_len=8192, vocab=128256)
+    p = Point.for_layout(llama, dp=64, tp=8, pp=16, grad_accum=32, pp_partition="parameters",
+                         device="cuda")
+    assert partition.stage_layers(p) == (7,) + (8,) * 14 + (7,)
+    assert partition.rank_layers(p)[0] == 7
+    assert constraints.stages(p) is None
+
+
+def test_balanced_partition_minimises_the_heaviest_part():
+    import itertools as it
+
+    rng = random.Random(1)
+    for _ in range(200):
+        w = [rng.randint(1, 9) for _ in range(rng.randint(2, 9))]
+        k = rng.randint(1, len(w))
+        got = partition.balanced(w, k)
+        assert len(got) == k and sum(got) == len(w) and min(got) >= 1
+        heaviest = max(sum(w[a:b]) for a, b in zip(_cuts(got), _cuts(got)[1:]))
+        best = min(max(sum(w[a:b]) for a, b in zip((0, *c), (*c, len(w))))
+                   for c in it.combinations(range(1, len(w)), k - 1))
+        assert heaviest == best, (w, k, got)
+
+
+def _cuts(counts):
+    out = [0]
+    for c in counts:
+        out.append(out[-1] + c)
+    return out
+
+
+def test_partition_errors_name_the_field():
+    with pytest.raises(PointError, match=r"parallel\.pp_partition"):
+        Parallel(pp_partition=(3, 0))
+    with pytest.raises(PointError, match=r"parallel\.pp_partition: 'even'"):
+        Parallel(pp_partition="even")
+    assert "pp_partition has 3 stages" in constraints.violation(_pp_point(4, 2, (1, 1, 2)))
+    assert "holds 5 layers" in constraints.violation(_pp_point(4, 2, (2, 3)))
+    assert "fewer than" in constraints.violation(_pp_point(3, 4, "parameters"))
 
 
 # --- the planner and the engine agree -------------------------------------------------------

@@ -190,3 +190,103 @@ def test_zero1_with_tp_rejects_tied_embeddings():
     pts = plan_points(study(s, models=tied))
     assert [p.feasible for p in pts] == [True, False]  # dp=1 is fine, dp=2 is not
     assert "tied_embeddings=false" in pts[1].reason
+
+
+# --- the layouts published runs used: uneven pipeline stages, context parallelism ----------
+
+#: The memory of an "80GB" card as its driver reports it (nvidia-smi: A100-SXM4-80GB 81920
+#: MiB, H100 80GB HBM3 81559 MiB), in GB (1e9 bytes).
+MEMORY_GB = {"A100-SXM4": 81920 * 2**20 / 1e9, "H100-SXM5": 81559 * 2**20 / 1e9}
+
+
+def _published_study(name, model, series, parallel, hardware):
+    return validate({
+        "name": name, "models": {"m": model},
+        "platform": {"device": "cuda", "hardware": hardware, "devices_per_node": 8,
+                     "max_nodes": 4096, "memory_per_device_gb": MEMORY_GB[hardware]},
+        "train": {"precision": "bf16"}, "parallel": parallel,
+        "series": [dict(series, name=name, model="m")],
+    })
+
+
+def test_bloom_70_layers_on_12_stages_plan_with_their_partition():
+    """BLOOM-176B (arXiv:2211.05100 §3.4; bigscience tr11-176B-ml): 384 A100 80GB, TP 4,
+    PP 12, DP 8, ZeRO-1, micro-batch 2, global batch 2048, full checkpointing; Megatron-
+    DeepSpeed's partition puts the embedding with 5 blocks on the first and the last rank."""
+    # BLOOM ties its embeddings across the first and the last stage (Megatron-DeepSpeed
+    # all-reduces their gradients); the builtin trainer cannot, and the memory is the same
+    # (the last stage holds its own copy either way)
+    model = {"layers": 70, "hidden": 14336, "heads": 112, "seq_len": 2048, "vocab": 250880,
+             "tied_embeddings": False, "attention": "math"}
+    series = {"mode": "strong", "gpus": [384], "tp": 4, "pp": 12, "micro_batch": 2,
+              "global_batch": 2048}
+    par = {"dp_mode": "zero1", "activation_checkpointing": "full"}
+    uniform = plan_points_any(_published_study("bloom", model, series, par, "A100-SXM4"))
+    assert not uniform[0].feasible and "do not split into pp*virtual_stages=12" in \
+        uniform[0].reason
+    for part in ("parameters", [5] + [6] * 10 + [5]):
+        (p,) = plan_points(_published_study("bloom", model, series,
+                                            dict(par, pp_partition=part), "A100-SXM4"))
+        assert p.feasible, p.reason
+        assert p.dp == 8 and p.grad_accum == 128
+
+
+def test_llama3_405b_126_layers_on_16_stages_plan_with_their_partition():
+    """Llama 3 405B (arXiv:2407.21783 Table 4: TP 8, CP 1, PP 16, DP 64, sequence 8192,
+    32 sequences per DP rank; §3.3.2: one layer fewer on the first and the last stage, no
+    activation checkpointing at 8K, FSDP without resharding after the forward pass)."""
+    model = {"arch": "llama", "layers": 126, "hidden": 16384, "heads": 128, "kv_heads": 8,
+             "ffn_hidden": 53248, "seq_len": 8192, "vocab": 128256}
+    series = {"mode": "weak", "gpus": [8192], "tp": 8, "pp": 16, "micro_batch": 1,
+              "grad_accum": 32}
+    par = {"dp_mode": "fsdp_grad_op", "sequence_parallel": True,
+           "pp_partition": [7] + [8] * 14 + [7]}
+    (p,) = plan_points(_published_study("llama3", model, series, par, "H100-SXM5"))
+    assert p.feasible, p.reason
+    assert p.parallel.pp_partition == (7,) + (8,) * 14 + (7,)
+    # the 131,072-token phase: CP 16 (DP 8), one sequence per micro-batch
+    long = dict(model, seq_len=131072)
+    cp = {"mode": "weak", "gpus": [16384], "tp": 8, "pp": 16, "cp": 16, "micro_batch": 1,
+          "grad_accum": 16}
+    (q,) = plan_points(_published_study("llama3-128k", long, cp, par, "H100-SXM5"))
+    assert q.feasible, q.reason
+    assert (q.dp, q.cp) == (8, 16) and "-cp16" in q.point_id
+    # without context parallelism the long sequences do not fit
+    (r,) = plan_points_any(_published_study("llama3-128k", long, dict(cp, cp=1, gpus=[1024]),
+                                            par, "H100-SXM5"))
+    assert not r.feasible and "does not fit" in r.reason
+
+
+def test_cp_series_sweep_like_tp():
+    s = study({"name": "c", "mode": "weak", "model": "m", "gpus": [4, 8], "micro_batch": 1,
+               "cp": [1, 2]}, platform={"device": "cuda", "devices_per_node": 4,
+                                        "max_nodes": 2})
+    pts = plan_points(s)
+    assert sorted({p.series for p in pts}) == ["c-cp1", "c-cp2"]
+    two = [p for p in pts if p.series == "c-cp2"]
+    assert [(p.n, p.dp, p.cp) for p in two] == [(4, 2, 2), (8, 4, 2)]
+    assert all(p.feasible for p in pts)
+    # cp=1 keeps the id and hash a point had before cp existed
+    (one,) = [p for p in pts if p.series == "c-cp1" and p.n == 4]
+    assert "_dp4-tp1-pp1_mb" in one.point_id
+    table = plan_table(pts).splitlines()
+    assert "cp" in table[0].split("\t")
+    # on CPU: refused with torch's reason
+    cpu = plan_points_any(study({"name": "c", "mode": "weak", "model": "m", "gpus": [2],
+                                 "micro_batch": 1, "cp": 2}, platform={"device": "cpu"}))
+    assert not cpu[0].feasible and "needs device cuda" in cpu[0].reason
+    odd = plan_points_any(study({"name": "c", "mode": "weak", "model": "m", "gpus": [2],
+                                 "micro_batch": 1, "cp": 2},
+                                models={"m": dict(BASE["models"]["m"], seq_len=30)},
+                                platform={"device": "cuda"}))
+    assert "2*cp=4 to divide seq_len=30" in odd[0].reason
+
+
+def plan_points_any(s):
+    """The points of a one-series study even when none is feasible."""
+    from scalestudy.plan.planner import series_points
+
+    try:
+        return plan_points(s)
+    except StudyError:
+        return series_points(s, s["series"][0])

@@ -247,7 +247,7 @@ def test_runner_reads_a_megatron_log_like_a_builtin_record(tmp_path):
     row, times, _ = run_row({"point_id": run.name, "tokens_per_step": 64, "n": 2,
                              "precision": "fp32", "feasible": True}, run, None, "megatron")
     assert row["status"] == "ok" and len(times) == 3 and set(row) == set(RUN_COLUMNS) - {
-        "study", "series", "mode", "model", "config_hash", "repeat", "dp", "tp", "pp", "nodes",
+        "study", "series", "mode", "model", "config_hash", "repeat", "dp", "tp", "pp", "cp", "nodes",
         "micro_batch", "grad_accum", "global_batch", "seq_len", "tokens_per_device_step",
         "dp_mode", "pp_schedule", "activation_checkpointing", "baseline_n", "mem_estimate_gb",
         "workload"}

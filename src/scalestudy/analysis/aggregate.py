@@ -40,7 +40,7 @@ from scalestudy.record.states import RunState
 
 RUN_COLUMNS = [
     "study", "series", "mode", "model", "point_id", "config_hash", "repeat",
-    "n", "dp", "tp", "pp", "nodes", "micro_batch", "grad_accum", "global_batch", "seq_len",
+    "n", "dp", "tp", "pp", "cp", "nodes", "micro_batch", "grad_accum", "global_batch", "seq_len",
     "tokens_per_step", "tokens_per_device_step", "dp_mode", "pp_schedule",
     "activation_checkpointing", "precision", "baseline_n",
     "status", "reason",
@@ -51,14 +51,14 @@ RUN_COLUMNS = [
     "model_tflops_per_device", "hardware_tflops_per_device",
     "device_type", "device_name", "hardware", "peak_tflops", "peak_source", "mfu", "hfu",
     "measured_ceiling_tflops", "util_vs_measured_ceiling",
-    "peak_memory_gb", "memory_kind", "mem_estimate_gb", "loss_first", "loss_last",
+    "peak_memory_gb", "memory_kind", "memory_note", "mem_estimate_gb", "loss_first", "loss_last",
     "n_params", "exit_code", "wall_s", "workload",
     # energy (train/energy.py): empty where no counter was readable, energy_note says why
     "joules_per_token", "avg_power_w", "energy_source", "energy_note",
 ]
 
 EFFICIENCY_COLUMNS = [
-    "series", "mode", "model", "n", "dp", "tp", "pp", "global_batch", "tokens_per_step",
+    "series", "mode", "model", "n", "dp", "tp", "pp", "cp", "global_batch", "tokens_per_step",
     "baseline_n", "n_repeats", "n_ok", "step_time_s", "step_time_ci_lo_s", "step_time_ci_hi_s",
     "tokens_per_s_per_device", "tokens_per_s_per_device_ci_lo", "tokens_per_s_per_device_ci_hi",
     "efficiency", "efficiency_ci_lo", "efficiency_ci_hi",
@@ -193,6 +193,7 @@ def read_run(plan_row: dict, run_dir, calibration: dict | None, convention: str 
 
     mem = _num(summary.get("peak_memory_bytes"))
     row.update(peak_memory_gb=mem / 1e9, memory_kind=summary.get("memory_kind"),
+               memory_note=summary.get("memory_note"),
                loss_first=summary.get("loss_first"), loss_last=summary.get("loss_last"),
                n_params=summary.get("n_params"))
     row.update(energy_columns(summary) if state == RunState.OK else {})
@@ -310,8 +311,8 @@ def efficiency_rows(runs: pd.DataFrame, times: dict[str, list[float]],
     (reused when a point has a single successful repeat); ``cis``: ``stats.percentile_ci`` of
     those distributions where already computed (s)."""
     named = _named_baselines(study)
-    cols = ["series", "mode", "model", "n", "dp", "tp", "pp", "global_batch", "tokens_per_step",
-            "baseline_n", "point_id", "status", "reason", "mfu", "hfu", "util_vs_measured_ceiling"]
+    cols = ["series", "mode", "model", "n", "dp", "tp", "pp", "cp", "global_batch",
+            "tokens_per_step", "baseline_n", "point_id", "status", "reason", "mfu", "hfu", "util_vs_measured_ceiling"]
     by_series: dict[str, dict[int, list[dict]]] = {}
     for rec in _records(runs, cols):
         by_series.setdefault(rec["series"], {}).setdefault(int(rec["n"]), []).append(rec)
@@ -345,7 +346,7 @@ def efficiency_rows(runs: pd.DataFrame, times: dict[str, list[float]],
 
             per_n.append({
                 "series": series, "mode": mode, "model": first["model"], "n": n,
-                "dp": first["dp"], "tp": first["tp"], "pp": first["pp"],
+                "dp": first["dp"], "tp": first["tp"], "pp": first["pp"], "cp": first["cp"],
                 "global_batch": first["global_batch"], "tokens_per_step": first["tokens_per_step"],
                 "n_repeats": len(recs), "n_ok": len(groups),
                 "step_time_s": median, "step_time_ci_lo_s": ci[0] if ci else np.nan,

@@ -1,7 +1,7 @@
 """The typed sweep point: what one training run is, read by every stage.
 
 A :class:`Point` is a model, a parallel layout, training settings and a platform, plus the
-batch arithmetic that ties them together (N = dp·tp·pp; global batch = micro_batch ·
+batch arithmetic that ties them together (N = dp·cp·tp·pp; global batch = micro_batch ·
 grad_accum · dp sequences). The planner makes them (:meth:`Point.build`), the trainer, the
 memory and performance models, ``predict``, ``tune`` and the benchmarks read them, and
 ``point.json`` is their JSON form (:meth:`Point.to_json` / :meth:`Point.from_json`,
@@ -35,7 +35,8 @@ from scalestudy.config import limits
 
 from scalestudy.config.vocab import (
     TRAIN_PRECISIONS, Arch, AttentionKernel, Checkpointing, Device, DPMode, DType,
-    FlopsConvention, FlopsSource, MetricsFormat, MLPKind, PPSchedule, ScalingMode, WorkloadKind,
+    FlopsConvention, FlopsSource, MetricsFormat, MLPKind, PPPartition, PPSchedule, ScalingMode,
+    WorkloadKind,
 )
 
 #: Version of the ``point.json`` layout; a file with another version is refused.
@@ -78,6 +79,7 @@ _KINDS = {
 #: Lower and upper bounds of counts (None: no bound on that side).
 _RANGES = {
     "n": (1, limits.MAX_DEVICES), "tp": (1, limits.MAX_DEVICES), "pp": (1, limits.MAX_DEVICES),
+    "cp": (1, limits.MAX_DEVICES),
     "micro_batch": (1, None), "nodes": (1, None),
     "procs_per_node": (1, limits.MAX_DEVICES_PER_NODE),
     "devices_per_node": (1, limits.MAX_DEVICES_PER_NODE), "max_nodes": (1, None),
@@ -238,18 +240,32 @@ class Model:
 
 @dataclass(frozen=True)
 class Parallel:
-    """Parallelism options besides the (dp, tp, pp) shape."""
+    """Parallelism options besides the (dp, cp, tp, pp) shape. ``pp_partition``: how the
+    layers split into the pp·virtual_stages pipeline stages: ``uniform`` (equal stages),
+    ``parameters`` (balanced by parameter count, embeddings and head included, as DeepSpeed's
+    ``PipelineModule(partition_method="parameters")``) or the layers of every stage in stage
+    order (e.g. Llama 3 405B: 7, 8 x 14, 7)."""
 
     dp_mode: DPMode = DPMode.DDP
     pp_schedule: PPSchedule = PPSchedule.ONE_F_ONE_B
     virtual_stages: int = 1  # pipeline stages per pp rank (interleaved schedule)
     sequence_parallel: bool = False
     activation_checkpointing: Checkpointing = Checkpointing.NONE
+    pp_partition: PPPartition | tuple[int, ...] = PPPartition.UNIFORM
 
     def __post_init__(self):
         _coerce(self, "dp_mode", DPMode)
         _coerce(self, "pp_schedule", PPSchedule)
         _coerce(self, "activation_checkpointing", Checkpointing)
+        part = self.pp_partition
+        if isinstance(part, (list, tuple)):
+            if not part or not all(_is_int(k) and k >= 1 for k in part):
+                raise PointError(f"parallel.pp_partition: {_short(part)} is not allowed (a "
+                                 "list of layers per stage, each an integer >= 1, or uniform / "
+                                 "parameters)")
+            object.__setattr__(self, "pp_partition", tuple(int(k) for k in part))
+        else:
+            _coerce(self, "pp_partition", PPPartition)
         _check(self)
 
 
@@ -395,6 +411,7 @@ class Point:
     global_batch: int | float  # sequences per optimizer step
     nodes: int = 1
     procs_per_node: int = 1
+    cp: int = 1  # context parallelism: ranks sharing one sequence (ring attention)
     parallel: Parallel = field(default_factory=Parallel)
     train: Train = field(default_factory=Train)
     platform: Platform = field(default_factory=Platform)
@@ -457,6 +474,12 @@ class Point:
         return int(self.micro_batch * self.grad_accum)
 
     @property
+    def dp_cp(self) -> int | float:
+        """Ranks holding the same parameters, dp · cp: gradients are averaged over them and
+        ``dp_mode`` shards over them (torchtitan's ``dp_shard_cp`` mesh)."""
+        return self.dp * self.cp
+
+    @property
     def stages(self) -> int:
         """Pipeline stages in total (pp · virtual stages)."""
         return self.pp * self.parallel.virtual_stages
@@ -475,14 +498,16 @@ class Point:
 
     # -- construction -----------------------------------------------------------------------
     @classmethod
-    def build(cls, model: Model, *, n: int, tp: int = 1, pp: int = 1, micro_batch: int = 1,
-              grad_accum: int | None = None, global_batch: int | None = None,
-              devices_per_node: int | None = None, **rest) -> "Point":
-        """A point on ``n`` devices: dp = n/(tp·pp); with ``global_batch`` given,
+    def build(cls, model: Model, *, n: int, tp: int = 1, pp: int = 1, cp: int = 1,
+              micro_batch: int = 1, grad_accum: int | None = None,
+              global_batch: int | None = None, devices_per_node: int | None = None,
+              **rest) -> "Point":
+        """A point on ``n`` devices: dp = n/(cp·tp·pp) (the ``cp`` ranks of a sequence share
+        its rows); with ``global_batch`` given,
         grad_accum = global_batch/(micro_batch·dp) (strong scaling), else global_batch =
         micro_batch·grad_accum·dp (weak scaling; grad_accum defaults to 1). Fractions are
         kept for the constraints to report. ``rest``: the other fields of :class:`Point`."""
-        dp = _whole(n / (tp * pp))
+        dp = _whole(n / (cp * tp * pp))
         if global_batch is not None:
             ga = _whole(global_batch / (micro_batch * dp))
             gb = global_batch
@@ -492,12 +517,12 @@ class Point:
         platform = rest.get("platform") or Platform()
         per_node = devices_per_node or platform.devices_per_node
         nodes = max(1, -(-n // per_node))
-        return cls(model=model, n=n, dp=dp, tp=tp, pp=pp, micro_batch=micro_batch,
+        return cls(model=model, n=n, dp=dp, tp=tp, pp=pp, cp=cp, micro_batch=micro_batch,
                    grad_accum=ga, global_batch=gb, nodes=nodes, procs_per_node=-(-n // nodes),
                    **rest)
 
     @classmethod
-    def for_layout(cls, model: Model, *, dp: int = 1, tp: int = 1, pp: int = 1,
+    def for_layout(cls, model: Model, *, dp: int = 1, tp: int = 1, pp: int = 1, cp: int = 1,
                    micro_batch: int = 1, grad_accum: int = 1, **options) -> "Point":
         """A point from its parallel shape; ``options`` are fields of :class:`Parallel`,
         :class:`Train` or :class:`Platform` by name (``dp_mode="fsdp"``, ``precision=...``)
@@ -511,7 +536,8 @@ class Point:
             (parts[owner] if owner else top)[key] = value
         if isinstance(top.get("workload"), Mapping):
             top["workload"] = Workload(**top["workload"])
-        return cls.build(model, n=dp * tp * pp, tp=tp, pp=pp, micro_batch=micro_batch,
+        return cls.build(model, n=dp * cp * tp * pp, tp=tp, pp=pp, cp=cp,
+                         micro_batch=micro_batch,
                          grad_accum=grad_accum, parallel=Parallel(**parts["parallel"]),
                          train=Train(**parts["train"]), platform=Platform(**parts["platform"]),
                          **top)
@@ -595,6 +621,11 @@ def _whole(x: float) -> int | float:
 
 # --- identity -------------------------------------------------------------------------------
 
+#: Fields added after points were first hashed: hashed only when they differ from their
+#: default, so a point planned before they existed keeps its hash and id (and its results).
+HASHED_WHEN_SET = {"cp": 1}
+HASHED_WHEN_SET_PARALLEL = {"pp_partition": PPPartition.UNIFORM.value}
+
 #: Fields that label or judge a point without changing what is measured: not hashed.
 UNHASHED = ("study", "series", "repeat", "baseline_n", "feasible", "reason", "mem_estimate_gb",
             "flops_convention", "references", "retries", "config_hash", "point_id")
@@ -633,6 +664,12 @@ def config_hash(point: Point) -> str:
     measured = measured_site(site, cpu=doc["platform"].get("device") == "cpu")
     if measured:  # (a point without such settings keeps its id)
         doc["platform"]["site"] = measured
+    for key, default in HASHED_WHEN_SET.items():
+        if doc.get(key) == default:
+            del doc[key]
+    for key, default in HASHED_WHEN_SET_PARALLEL.items():
+        if doc["parallel"].get(key) == default:
+            del doc["parallel"][key]
     doc["workload"] = {k: v for k, v in doc["workload"].items() if k not in UNHASHED_WORKLOAD}
     blob = json.dumps(doc, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()
@@ -645,11 +682,13 @@ def _fmt(x) -> str:
 def point_id(point: Point, repeat: int | None = None) -> str:
     """The readable id, also the run folder's name:
     ``<series>_n<N>_dp<dp>-tp<tp>-pp<pp>_mb<mb>-ga<ga>-gb<gb>_<hash prefix>_r<repeat>``
-    (``repeat``: the point's own unless given)."""
+    (``-cp<cp>`` after the pp with context parallelism; ``repeat``: the point's own unless
+    given)."""
     if not point.config_hash:
         raise PointError("point_id: the point has no config_hash yet")
     repeat = point.repeat if repeat is None else repeat
-    return (f"{point.series}_n{point.n}_dp{_fmt(point.dp)}-tp{point.tp}-pp{point.pp}"
+    cp = f"-cp{point.cp}" if point.cp > 1 else ""
+    return (f"{point.series}_n{point.n}_dp{_fmt(point.dp)}-tp{point.tp}-pp{point.pp}{cp}"
             f"_mb{point.micro_batch}-ga{_fmt(point.grad_accum)}-gb{_fmt(point.global_batch)}"
             f"_{point.config_hash[:ID_HASH_CHARS]}_r{repeat}")
 

@@ -33,6 +33,14 @@ class PPSchedule(StrEnum):
     INTERLEAVED_1F1B = "interleaved1f1b"
 
 
+class PPPartition(StrEnum):
+    """How the layers are split into pipeline stages (an explicit list of layers per stage is
+    the third way, ``parallel.pp_partition: [7, 8, ..., 8, 7]``)."""
+
+    UNIFORM = "uniform"  # equal stages (the layers must divide)
+    PARAMETERS = "parameters"  # balanced by parameters, embeddings and head included
+
+
 class Checkpointing(StrEnum):
     """Activation checkpointing (what is recomputed in the backward pass)."""
 
@@ -147,6 +155,7 @@ SCHEMA_ENUMS: dict[str, tuple[str, ...]] = {
     "scaling_mode": tuple(ScalingMode),
     "dp_mode": tuple(DPMode),
     "pp_schedule": tuple(PPSchedule),
+    "pp_partition_method": tuple(PPPartition),
     "activation_checkpointing": tuple(Checkpointing),
     "precision": TRAIN_PRECISIONS,
     "dtype": tuple(DType),

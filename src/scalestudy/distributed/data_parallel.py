@@ -25,14 +25,14 @@ from scalestudy.config.vocab import DPMode, DType
 def uses_fsdp2(point: Point) -> bool:
     """Whether the DP wrapper is of the FSDP2 family (``fully_shard`` or ``replicate``)."""
     mode = point.parallel.dp_mode
-    return point.dp > 1 and (mode in (DPMode.FSDP, DPMode.FSDP_GRAD_OP) or (
+    return point.dp_cp > 1 and (mode in (DPMode.FSDP, DPMode.FSDP_GRAD_OP) or (
         mode == DPMode.DDP and (point.tp > 1 or point.pp > 1)))
 
 
 def apply_data_parallel(model: nn.Module, point: Point, dp_mesh: DeviceMesh,
                         device: torch.device) -> nn.Module:
     """``model`` wrapped for data parallelism over ``dp_mesh`` (unchanged when dp == 1)."""
-    if point.dp == 1:
+    if point.dp_cp == 1:
         return model
     mode = point.parallel.dp_mode
     if uses_fsdp2(point):
@@ -71,7 +71,7 @@ def make_optimizer(params: list, point: Point, dp_mesh: DeviceMesh, device: torc
     param_groups = [{"params": g} for g in groups if g]
     kw = dict(lr=point.train.lr, betas=tuple(betas), weight_decay=point.train.weight_decay)
     kw["fused" if device.type == "cuda" else "foreach"] = True
-    if point.parallel.dp_mode == DPMode.ZERO1 and point.dp > 1:
+    if point.parallel.dp_mode == DPMode.ZERO1 and point.dp_cp > 1:
         from torch.distributed.optim import ZeroRedundancyOptimizer
         return ZeroRedundancyOptimizer(param_groups, optimizer_class=torch.optim.AdamW,
                                        process_group=dp_mesh.get_group(), **kw)

@@ -24,9 +24,10 @@ from scalestudy.distributed import pipeline
 from scalestudy.distributed.checkpointing import apply_checkpointing
 from scalestudy.distributed.clipping import clip_grad_norm_
 from scalestudy.distributed.data_parallel import apply_data_parallel, make_optimizer, uses_fsdp2
-from scalestudy.distributed.mesh import build_mesh, is_dtensor
+from scalestudy.distributed.mesh import build_mesh, grad_mesh, is_dtensor
 from scalestudy.distributed.tensor_parallel import tensor_parallelize
 from scalestudy.models import build_model
+from scalestudy.perf import partition
 from scalestudy.plan import constraints
 
 # Models up to this many parameters are built on CPU with the seed (bitwise identical start
@@ -39,6 +40,13 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
 
+def position_buffers(model: nn.Module) -> list[torch.Tensor]:
+    """The buffers indexed by sequence position (dimension 0) that context parallelism shards
+    with the tokens: the learned positions' ids (GPT), the rotary table (Llama)."""
+    return [b for name, b in model.named_buffers()
+            if name.rsplit(".", 1)[-1] in ("positions", "rope")]
+
+
 def _clean_name(name: str) -> str:
     for junk in ("_checkpoint_wrapped_module.", "_orig_mod.", "module."):
         name = name.replace(junk, "")
@@ -47,21 +55,29 @@ def _clean_name(name: str) -> str:
 
 class Engine:
     """Builds ``point``'s model on this rank and trains it step by step. Needs an initialised
-    default process group of pp·dp·tp ranks; builds its own (pp, dp, tp) mesh."""
+    default process group of pp·dp·cp·tp ranks; builds its own (pp, dp[, cp], tp) mesh.
+
+    Context parallelism (cp > 1): the ``cp`` ranks of a data-parallel rank take the same rows;
+    ``torch.distributed.tensor.experimental.context_parallel`` shards the tokens, the targets
+    and the position buffers (learned positions' ids, the rotary table) along the sequence
+    into ``2·cp`` load-balanced chunks and replaces SDPA by its ring attention for the step;
+    gradients are averaged over dp and cp together, and the step's loss over the cp ranks."""
 
     def __init__(self, point: Point, device: torch.device):
         constraints.check(point)  # the planner's rules: the same verdict, the same sentence
         mesh = build_mesh(point, device.type)
         self.point, self.mesh, self.device = point, mesh, device
         self.dp_mesh, self.tp_mesh, self.pp_mesh = mesh["dp"], mesh["tp"], mesh["pp"]
+        self.cp_mesh = mesh["cp"] if point.cp > 1 else None
+        self.grad_mesh = grad_mesh(mesh, point)
         self.dp_rank = self.dp_mesh.get_local_rank()
         self.pp_rank = self.pp_mesh.get_local_rank()
         self.autocast = point.train.precision == DType.BF16 and not uses_fsdp2(point)
 
         full = self._build_full_model()
-        self.stage_ids = pipeline.stage_ids(point, self.pp_rank) if point.pp > 1 else [0]
+        self.stage_ids = partition.rank_stages(point, self.pp_rank) if point.pp > 1 else [0]
         if point.pp > 1:
-            split = pipeline.split_layers(point.model.layers, point.stages)
+            split = pipeline.split_layers(point)
             chunks = [pipeline.prune_stage(full if len(self.stage_ids) == 1 else copy.deepcopy(full),
                                            split[s], s == 0, s == point.stages - 1)
                       for s in self.stage_ids]
@@ -73,7 +89,7 @@ class Engine:
         self.named_params = [(_clean_name(n), p) for m in self.chunks
                              for n, p in m.named_parameters()]
         self.params = [p for _, p in self.named_params]
-        self.optimizer = make_optimizer(self.params, point, self.dp_mesh, device)
+        self.optimizer = make_optimizer(self.params, point, self.grad_mesh, device)
         self.schedule, self.stages = None, []
         if point.pp > 1:
             ga = int(point.grad_accum)
@@ -112,7 +128,7 @@ class Engine:
                 model.init_weights()
         else:
             model.to(self.device)
-        return apply_data_parallel(model, p, self.dp_mesh, self.device)
+        return apply_data_parallel(model, p, self.grad_mesh, self.device)
 
     # ---------------------------------------------------------------- training
     def _autocast(self):
@@ -129,17 +145,34 @@ class Engine:
             raise ValueError(f"train_step got {tokens.shape[0]} rows, the point needs "
                              f"micro_batch*grad_accum={rows}")
         tokens = tokens.to(self.device, non_blocking=True)
-        inputs, targets = tokens[:, :-1], tokens[:, 1:]
-        if self.schedule is not None:
-            loss = self._pp_step(inputs, targets)
-        else:
-            loss = self._plain_step(inputs, targets)
+        inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        with self._context_parallel(inputs, targets):
+            if self.schedule is not None:
+                loss = self._pp_step(inputs, targets)
+            else:
+                loss = self._plain_step(inputs, targets)
+        if self.cp_mesh is not None and loss is not None:  # each cp rank's mean of its tokens
+            dist.all_reduce(loss, group=self.cp_mesh.get_group())
+            loss = loss / self.point.cp
         if self.point.train.grad_clip is not None:
             clip_grad_norm_(self.params, self.point.train.grad_clip, self.device,
                             self.pp_mesh.get_group() if self.point.pp > 1 else None)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss
+
+    def _context_parallel(self, inputs: torch.Tensor, targets: torch.Tensor):
+        """torch's context parallelism over the cp mesh for one step (cp > 1): shards
+        ``inputs``, ``targets`` (dimension 1) and this rank's position buffers (dimension 0) in
+        place, restoring the buffers afterwards."""
+        if self.cp_mesh is None:
+            return contextlib.nullcontext()
+        from torch.distributed.tensor.experimental import context_parallel
+
+        buffers = [inputs, targets] + [b for m in self.chunks for b in position_buffers(m)]
+        return context_parallel(self.cp_mesh, buffers=buffers,
+                                buffer_seq_dims=[1, 1] + [0] * (len(buffers) - 2),
+                                no_restore_buffers={inputs, targets})
 
     def _plain_step(self, inputs, targets) -> torch.Tensor:
         """Gradient accumulation over ``grad_accum`` micro-batches; the DP wrappers skip their

@@ -1,8 +1,9 @@
 """Pipeline parallelism with ``torch.distributed.pipelining``.
 
 Each stage is the same model class with the pieces it does not own deleted (the torchtitan
-convention): the layers are split into pp · virtual_stages equal stages (the constraints
-require an even split), stage ``k`` of a looped schedule lives on pp rank ``k % pp``. The
+convention): the layers are split into pp · virtual_stages stages by the point's
+``parallel.pp_partition`` (``scalestudy.perf.partition``: equal, balanced by parameters, or
+stated), stage ``k`` of a looped schedule lives on pp rank ``k % pp``. The
 point's ``grad_accum`` micro-batches of ``micro_batch`` rows are the pipeline's
 micro-batches; schedules ``ScheduleGPipe``, ``Schedule1F1B``, ``ScheduleInterleaved1F1B``.
 """
@@ -16,19 +17,12 @@ from torch import nn
 
 from scalestudy.config.point import Point
 from scalestudy.config.vocab import PPSchedule
+from scalestudy.perf import partition
 
 
-def split_layers(layers: int, stages: int) -> list[list[int]]:
-    """Global layer indices of each of ``stages`` equal pipeline stages."""
-    if layers % stages:
-        raise ValueError(f"layers={layers} do not split into {stages} equal stages")
-    k = layers // stages
-    return [list(range(s * k, (s + 1) * k)) for s in range(stages)]
-
-
-def stage_ids(point: Point, pp_rank: int) -> list[int]:
-    """The stages pipeline rank ``pp_rank`` runs: ``pp_rank + k·pp`` for each virtual stage."""
-    return [pp_rank + k * point.pp for k in range(point.parallel.virtual_stages)]
+def split_layers(point: Point) -> list[list[int]]:
+    """Global layer indices of each pipeline stage of ``point`` (its partition)."""
+    return partition.layer_ids(partition.stage_layers(point))
 
 
 def prune_stage(model: nn.Module, layer_ids: list[int], first: bool, last: bool) -> nn.Module:

@@ -72,11 +72,12 @@ def memory_gb(device_name_or_key: str | None) -> float | None:
 
 def peaks_table():
     """The devices as a table: ``device, unit, mfu_dtypes, peak_tflops_dense (bf16),
-    memory_gb, source`` (a pandas DataFrame, for documentation and checks)."""
+    memory_gb, source`` (the peak of the first MFU dtype: bf16, or fp16 on Volta; a pandas
+    DataFrame, for documentation and checks)."""
     import pandas as pd
 
     return pd.DataFrame([{"device": k, "unit": d["unit"], "mfu_dtypes": "/".join(d["mfu_dtypes"]),
-                          "peak_tflops_dense": d["peak_tflops"]["bf16"],
+                          "peak_tflops_dense": d["peak_tflops"][d["mfu_dtypes"][0]],
                           "memory_gb": d["memory_gb"], "source": d["source"]}
                          for k, d in devices().items()])
 
@@ -102,6 +103,43 @@ def usable_cpus() -> int:
 
 
 # --- systems (the performance model's presets) ----------------------------------------------
+
+FIT = "perf_fit.yaml"
+
+
+@lru_cache(maxsize=1)
+def fitted() -> dict:
+    """The fitted constants of ``data/perf_fit.yaml`` (written by ``python -m
+    scalestudy.perf.fit``): ``{"constants": {name: {value, low, high, source}}, "fit": {...}}``;
+    empty when the file is absent."""
+    import yaml
+
+    f = resources.files("scalestudy").joinpath("data", FIT)
+    return yaml.safe_load(f.read_text()) if f.is_file() else {}
+
+
+def power_factor(limit_w: float | None, tdp_w: float | None, exponent: float) -> float:
+    """``(limit / TDP) ** exponent``: the compute rate of a GPU capped at ``limit_w`` relative
+    to the rate at its TDP (``hardware.yaml`` ``gpu.power_exponent``); 1 without a cap."""
+    if not limit_w or not tdp_w or limit_w >= tdp_w:
+        return 1.0
+    return (float(limit_w) / float(tdp_w)) ** exponent
+
+
+def gpu_constants() -> dict:
+    """The constants every GPU system shares (``gpu:`` of ``hardware.yaml``), with the fitted
+    ones (``perf_fit.yaml``) in place of their ``fitted`` markers: ``{name: Assumption}``."""
+    shared = dict(table().get("gpu") or {})
+    consts = (fitted().get("constants") or {})
+    out = {}
+    for k, v in shared.items():
+        if v == "fitted":
+            v = consts.get(k, 1.0)
+        out[k] = Assumption.parse(v, slow="high" if k == "kernel_gap_s" else "low")
+    out.setdefault("sustained", Assumption(1.0, 1.0, 1.0))
+    out.setdefault("power_exponent", Assumption(0.0, 0.0, 0.0))
+    out.setdefault("kernel_gap_s", Assumption(0.0, 0.0, 0.0, slow="high"))
+    return out
 
 
 @dataclass(frozen=True)
@@ -179,7 +217,8 @@ class Framework:
     separate ones (scalestudy's model). ``dp_overlap`` / ``dp_overlap_pp``: the gradient
     reduction hides behind the backward of the last micro-batch, without / with pipeline
     parallelism; ``dp_exposes_one_chunk``: even when hidden, one chunk stays exposed (a layer;
-    with PP, a virtual stage). ``tp_overlap``: hidden fraction of the TP collectives (only
+    with PP, a virtual stage); ``dp_gather_overlap``: the distributed optimizer's parameter
+    all-gather runs under the next step's first forward (with the same overlap). ``tp_overlap``: hidden fraction of the TP collectives (only
     with sequence parallelism when ``tp_overlap_needs_sp``). ``pp_transfers_per_neighbour``:
     serial transfers one micro-batch costs a stage per neighbouring stage (activation out +
     gradient back: 2 when each is a blocking call, 1 when the two directions go together).
@@ -187,13 +226,17 @@ class Framework:
     interleaving when ``pp_overlap_needs_interleaving``). ``pp_partitioned``: each TP rank
     sends 1/tp of the activation and the receiver all-gathers it over TP.
     ``vocab_parallel_loss``: the loss runs on the vocabulary-sharded logits (three all-reduces
-    of ``b·s`` values, Megatron) instead of gathering them (scalestudy's trainer)."""
+    of ``b·s`` values, Megatron) instead of gathering them (scalestudy's trainer).
+    ``fusion``: how its memory-bound kernels are fused (``scalestudy.perf.kernels``: eager,
+    fused, compiled); ``dropout``: its models run dropout (attention probabilities and hidden
+    states, p > 0: Megatron-LM's defaults until 2022)."""
 
     name: str = "torch"
     fused_qkv: bool = False
     dp_overlap: float = 1.0
     dp_overlap_pp: float = 0.0
     dp_exposes_one_chunk: bool = False
+    dp_gather_overlap: bool = False
     tp_overlap: float = 0.0
     tp_overlap_needs_sp: bool = True
     pp_transfers_per_neighbour: int = 2
@@ -201,6 +244,8 @@ class Framework:
     pp_overlap_needs_interleaving: bool = True
     pp_partitioned: bool = False
     vocab_parallel_loss: bool = False
+    fusion: str = "eager"
+    dropout: bool = False
     source: str = ""
 
     @classmethod
@@ -211,12 +256,15 @@ class Framework:
             if f in d:
                 a = Assumption.parse(d[f])
                 kw[f], assume[f] = a.value, a
-        for f in ("fused_qkv", "dp_exposes_one_chunk", "tp_overlap_needs_sp",
-                  "pp_overlap_needs_interleaving", "pp_partitioned", "vocab_parallel_loss"):
+        for f in ("fused_qkv", "dp_exposes_one_chunk", "dp_gather_overlap", "tp_overlap_needs_sp",
+                  "pp_overlap_needs_interleaving", "pp_partitioned", "vocab_parallel_loss",
+                  "dropout"):
             if f in d:
                 kw[f] = bool(d[f])
         if "pp_transfers_per_neighbour" in d:
             kw["pp_transfers_per_neighbour"] = int(d["pp_transfers_per_neighbour"])
+        if "fusion" in d:
+            kw["fusion"] = str(d["fusion"])
         unknown = set(d) - {"description", "source"} - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"framework {name!r}: unknown keys {sorted(unknown)}")
@@ -238,7 +286,8 @@ def load_framework(name: str) -> tuple[Framework, dict]:
 
 #: The assumptions a system may declare, and which field of HardwareSpec each sets.
 SPEC_ASSUMPTIONS = ("gemm_efficiency", "gemm_quantisation", "attention_efficiency",
-                    "mem_bw_efficiency", "intra_bandwidth", "inter_bandwidth")
+                    "mem_bw_efficiency", "intra_bandwidth", "inter_bandwidth", "sustained",
+                    "kernel_gap_s")
 FRAMEWORK_ASSUMPTIONS = ("dp_overlap", "dp_overlap_pp", "tp_overlap", "pp_overlap")
 
 
@@ -248,7 +297,15 @@ class HardwareSpec:
     bytes/s, sizes in bytes. Uncertain inputs hold their central value here; their stated
     ranges are in ``assumptions`` (``with_assumption`` / ``scenarios`` move them).
 
-    ``matmul_efficiency``: the fraction of peak large GEMMs reach; ``gemm_tile`` (M×N of a
+    ``matmul_efficiency``: the fraction of peak large GEMMs reach on one device at their best
+    shape (the same kind of figure for every GPU); ``sustained``: the fraction of that ceiling
+    (and of the attention kernel's rate) a training run sustains with every device busy (one
+    constant for every GPU system, ``data/perf_fit.yaml``; 1 on a measured CPU host);
+    ``kernel_gap_s``: the idle time between two dependent kernels on a GPU stream (seconds per
+    launch); ``power_factor``: the clock a fully loaded device holds over the boost clock its
+    peak assumes (the device's documented ``sustained_clock``, 1 where none is documented),
+    times the rate at the system's power limit over the rate at TDP (``power_limit_w``,
+    ``gpu.power_exponent``); ``gemm_tile`` (M×N of a
     thread-block tile) and ``multiprocessors`` (SMs / CUs) add tile and wave quantisation to
     smaller products (``gemm_quantisation``: the fraction of that loss applied, 1 = all);
     ``attention_efficiency``: the fused attention kernel's rate as a fraction of peak (None:
@@ -272,6 +329,9 @@ class HardwareSpec:
     gemm_quantisation: float = 1.0
     attention_efficiency: float | None = None
     mem_bw_efficiency: float = 1.0
+    sustained: float = 1.0
+    kernel_gap_s: float = 0.0
+    power_factor: float = 1.0
     framework: Framework = field(default_factory=Framework)
     assumptions: dict = field(default_factory=dict)
 
@@ -379,6 +439,13 @@ class HardwareSpec:
             mem_bw_efficiency=take("mem_bw_efficiency", d.get("mem_bw_efficiency", 1.0)),
             framework=fw,
         )
+        if dev:  # a GPU of the devices table: the constants every GPU system shares
+            shared = gpu_constants()
+            spec = replace(spec, sustained=take("sustained", shared["sustained"]),
+                           kernel_gap_s=take("kernel_gap_s", shared["kernel_gap_s"], slow="high"),
+                           power_factor=float(dev.get("sustained_clock", 1.0)) * power_factor(
+                               d.get("power_limit_w"), dev.get("tdp_w"),
+                               shared["power_exponent"].value))
         return replace(spec, assumptions={**assume, **fw_assume})
 
     @classmethod

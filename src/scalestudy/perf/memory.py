@@ -32,24 +32,35 @@ gathered weights stay resident between forward and backward on top of the persis
 the prefetched next one. Gradients: the shard plus the unsharded gradient of the largest
 unit and its reduce-scatter input.) Tensor parallelism divides the layers' matrices, the vocabulary-parallel
 embedding and the output head by ``tp``; norms and the row-parallel biases are replicated.
-Pipeline parallelism gives each stage ``layers / pp`` layers, the embeddings to the first and
-the final norm + output head to the last (with tied embeddings and pp > 1 the last stage
-holds its own copy of the table, as Megatron does).
+Pipeline parallelism gives each rank the layers of its stages under the point's
+``parallel.pp_partition`` (``scalestudy.perf.partition``: ``layers / pp`` when uniform), the
+embeddings to the first and the final norm + output head to the last (with tied embeddings
+and pp > 1 the last stage holds its own copy of the table, as Megatron does); every rank is
+evaluated at its own layers and the most loaded one is reported. Context parallelism keeps the
+parameters whole and shards ``dp_mode``'s state over dp·cp (the ranks that average
+gradients).
 
 Activations per layer and micro-batch follow Korthikanti et al. 2022 ("Reducing Activation
 Recomputation in Large Transformer Models", §4), in 16-bit units:
 ``s·b·h·(34 + 5·a·s/h)`` bytes without parallelism, where 34 = 4 (two LayerNorm inputs)
-+ 11 (attention) + 19 (MLP: ``3 + 4f/h`` for a GELU MLP of width ``f``; ``3 + 8f/h`` for
-SwiGLU, which keeps two ``f``-wide products more). Grouped-query attention keeps K and V
-(2 units each) at ``kv_heads/heads`` of their size: attention is ``11 - 4·(1 - kv/a)``
-units (the rotary embedding keeps nothing: its tables are constants; RMSNorm keeps its
++ 11 (attention) + 19 (MLP: ``3 + 4f/h`` for a GELU MLP of width ``f``). Two of the 34 are
+the 1-byte dropout masks after the attention and the MLP (``s·b·h`` each); the models here
+have no dropout (neither has Llama 3), so a layer keeps ``32``: attention 10, MLP ``2 +
+4f/h``; SwiGLU keeps its two input products and the down projection's input, ``2 + 6f/h``
+(``scalestudy.models.gpt.SwiGLU`` recomputes ``silu`` in the backward pass, as Megatron-LM's
+fused ``bias_swiglu``; autograd would keep ``silu`` and the product too, ``2 + 8f/h``).
+Grouped-query attention keeps K and V (2 units each) at ``kv_heads/heads`` of their size:
+attention is ``10 - 4·(1 - kv/a)`` units (the rotary embedding keeps nothing: its tables are constants; RMSNorm keeps its
 input like LayerNorm). Its weights shrink the same way: ``wk`` and ``wv`` are ``h × kv_dim``
 (``scalestudy.perf.flops.layer_params``). The ``5·a·s/h`` term is the ``s × s``
 score/softmax/dropout storage of unfused attention; a fused kernel (FlashAttention, PyTorch
 SDPA flash / memory-efficient / CPU-flash) keeps only ``O(s)`` statistics and the term
 vanishes (``model.attention``: ``fused`` (default) or ``math``). With tensor parallelism
-``tp = t``: ``s·b·h·(10 + 24/t + 5·a·s/(h·t))``; with sequence parallelism everything is
-divided by ``t``. Checkpointing, as ``scalestudy.distributed.engine`` runs it: ``full`` keeps only each
+``tp = t``: ``s·b·h·(10 + (u - 10)/t + 5·a·s/(h·t))`` for ``u`` units (``10 + 24/t``
+in Korthikanti's dropout form: the norms' and the projections' inputs, 10 units, stay whole);
+with sequence parallelism everything is divided by ``t``; with context parallelism ``cp``
+every rank holds ``s/cp`` tokens of each sequence (Dubey et al. 2024 §3.3.2; its ring or
+all-gathered K and V are transient). Checkpointing, as ``scalestudy.distributed.engine`` runs it: ``full`` keeps only each
 layer's input, ``2·s·b·h`` (``/t`` with SP), plus the full activations of the one layer
 being recomputed; ``selective`` (torchtitan's layer-selective) does that for every other
 layer (global index 0, 2, 4, ...) and keeps everything of the others;
@@ -64,8 +75,16 @@ GPipe: ``m``; 1F1B: ``min(p - r, m)``; interleaved 1F1B (Megatron's warm-up,
 for stage 0 that is ``L·(1 + (p-1)/(p·v))`` layers' worth (Korthikanti §4.2.3).
 
 Not counted: framework workspace (cuBLAS/NCCL buffers, allocator fragmentation, the CUDA
-context), optimizer temporaries, and collective staging buffers. ``fits`` leaves headroom for
-them.
+context), optimizer temporaries, collective staging buffers (context parallelism's gathered K
+and V of one layer), Megatron's distribution of checkpointed inputs over the TP ranks
+(``--distribute-checkpointed-activations``; the estimate errs high there). ``fits`` leaves
+headroom for them (the planner: 10% of the device's memory).
+
+Checked against published layouts (``data/published_layouts.csv``, ``tests/test_memory.py``):
+OPT-175B (992 A100 80GB), BLOOM-176B (384 A100 80GB, 5/6 x 10/5 layers on 12 stages), Llama 3
+405B at 8K tokens (8,192 and 16,384 H100 80GB, no checkpointing, 7/8 x 14/7 layers on 16
+stages) and at 128K with CP 16, Korthikanti et al.'s 175B with sequence parallelism and
+selective recomputation all fit; their 175B without recomputation does not, as they report.
 """
 
 from __future__ import annotations
@@ -73,6 +92,7 @@ from __future__ import annotations
 from scalestudy.config.point import Model, Point
 from scalestudy.config.vocab import (AttentionKernel, Checkpointing, DPMode, DType, MLPKind,
                                      PPSchedule, member)
+from scalestudy.perf import partition
 from scalestudy.perf.flops import layer_params, norm_params, position_params
 
 GiB = 2**30
@@ -86,11 +106,14 @@ def is_16bit(precision: str) -> bool:
     return member(DType, precision, "train.precision") != DType.FP32
 
 
-def stage_params(model: Model, tp: int, pp: int, stage: int) -> float:
-    """Parameters held by one device of pipeline stage ``stage`` (0-based) under ``tp``."""
+def stage_params(model: Model, tp: int, pp: int, stage: int,
+                 layers: float | None = None) -> float:
+    """Parameters held by one device of pipeline rank ``stage`` (0-based) under ``tp``:
+    ``layers`` transformer layers (None: ``model.layers / pp``), the embeddings on the first
+    rank, the final norm and the head on the last."""
     h, V, l = model.hidden, model.vocab, model.layers
     lp = layer_params(model, tp)
-    n = (l / pp) * (lp["sharded"] + lp["replicated"])
+    n = (l / pp if layers is None else layers) * (lp["sharded"] + lp["replicated"])
     if stage == 0:
         n += V * h / tp + position_params(model)
     if stage == pp - 1:
@@ -115,22 +138,27 @@ def in_flight(schedule: str, pp: int, micro_batches: int, stage: int, virtual: i
     return min(chunks, m * virtual) / virtual
 
 
-def checkpointed_layers(layers: int, pp: int, stage: int, virtual: int, ckpt: str) -> int:
+def checkpointed_layers(layers: int, pp: int, stage: int, virtual: int, ckpt: str,
+                        counts: tuple | list | None = None) -> int:
     """How many of pipeline rank ``stage``'s layers are fully checkpointed: all under
     ``full``; under ``selective`` those with an even global index (rank ``stage`` holds
-    model chunks ``stage, stage + pp, ...`` of ``layers / (pp·virtual)`` layers each)."""
+    model chunks ``stage, stage + pp, ...``; ``counts``: the layers of every chunk in stage
+    order, ``scalestudy.perf.partition.stage_layers``; None: ``layers / (pp·virtual)``
+    each)."""
     ckpt = member(Checkpointing, ckpt, "parallel.activation_checkpointing")
+    if counts is None:
+        counts = (layers // (pp * virtual),) * (pp * virtual)
+    chunks = [stage + c * pp for c in range(virtual)]
     if ckpt == Checkpointing.FULL:
-        return layers // pp
+        return sum(counts[k] for k in chunks)
     if ckpt != Checkpointing.SELECTIVE:
         return 0
-    k = layers // (pp * virtual)
 
     def evens_below(x: int) -> int:  # even integers in [0, x): counted, not enumerated
         return (x + 1) // 2
 
-    return sum(evens_below((c * pp + stage + 1) * k) - evens_below((c * pp + stage) * k)
-               for c in range(virtual))
+    starts = [sum(counts[:k]) for k in chunks]
+    return sum(evens_below(a + counts[k]) - evens_below(a) for a, k in zip(starts, chunks))
 
 
 def layer_activation_bytes(point: Point, tp: int | None = None,
@@ -138,12 +166,12 @@ def layer_activation_bytes(point: Point, tp: int | None = None,
     """Bytes one micro-batch leaves stored in one transformer layer (module doc formulas),
     before checkpointing is applied. ``attention`` overrides the model's kernel."""
     model, par = point.model, point.parallel
-    s, b, h, a = model.seq_len, point.micro_batch, model.hidden, model.heads
+    s, b, h, a = model.seq_len / point.cp, point.micro_batch, model.hidden, model.heads
     t = point.tp if tp is None else tp
-    mlp_units = 3 + (8 if model.mlp == MLPKind.SWIGLU else 4) * model.ffn / h
-    # attention's 11: K and V (2 units each) shrink to kv_heads/heads under GQA
-    attn_units = 11 - 4 * (1 - model.n_kv_heads / a)
-    units = 4 + attn_units + mlp_units  # 34 for GELU 4h
+    mlp_units = 2 + (6 if model.mlp == MLPKind.SWIGLU else 4) * model.ffn / h
+    # attention's 10: K and V (2 units each) shrink to kv_heads/heads under GQA
+    attn_units = 10 - 4 * (1 - model.n_kv_heads / a)
+    units = 4 + attn_units + mlp_units  # 32 for GELU 4h (Korthikanti's 34 less two masks)
     fused = (attention or model.attention) == AttentionKernel.FUSED
     score = 0.0 if fused else 5.0 * a * s / h
     if par.sequence_parallel and t > 1:
@@ -165,15 +193,18 @@ def estimate(point: Point) -> dict:
     if reason:
         raise ValueError(f"memory estimate: {reason}")
     model, par = point.model, point.parallel
-    tp, pp, dp = point.tp, point.pp, int(point.dp)
+    tp, pp, cp = point.tp, point.pp, point.cp
+    dp = int(point.dp) * cp  # the parameters' replicas: dp_mode shards over dp·cp
     dp_mode, ckpt = par.dp_mode, par.activation_checkpointing
     virtual = par.virtual_stages if pp > 1 else 1
     layers = model.layers
     half = is_16bit(point.train.precision)
     wb = 2 if half else 4  # compute weights / grads / activations
     ob = 8 + (4 if half else 0)  # AdamW moments (+ fp32 master)
-    s, b, h, V = model.seq_len, point.micro_batch, model.hidden, model.vocab
+    s, b, h, V = model.seq_len // cp, point.micro_batch, model.hidden, model.vocab
     m = max(1, int(point.grad_accum))
+    counts = partition.stage_layers(point)
+    rank_layers = partition.rank_layers(point)
 
     lp = layer_params(model, tp)
     one_layer = lp["sharded"] + lp["replicated"]
@@ -187,10 +218,11 @@ def estimate(point: Point) -> dict:
 
     stages = []
     for r in range(pp):
-        n = stage_params(model, tp, pp, r)
+        lr = rank_layers[r]
+        n = stage_params(model, tp, pp, r, lr)
         shard = n / dp
         # FSDP units: each layer, and the root (what the stage holds besides its layers)
-        root = n - (layers / pp) * one_layer
+        root = n - lr * one_layer
         unit = max(one_layer, root)
         if dp_mode == DPMode.FSDP:
             weights = wb * min(n, shard + root + 2 * one_layer)
@@ -206,8 +238,8 @@ def estimate(point: Point) -> dict:
         opt = ob * (n if dp_mode == DPMode.DDP else shard)
         comm = wb * n if (replicated_grads and dp > 1) else 0.0
         flight = in_flight(par.pp_schedule, pp, m, r, virtual)
-        n_ck = checkpointed_layers(layers, pp, r, virtual, ckpt)
-        act = flight * (n_ck * ckpt_layer + (layers / pp - n_ck) * kept)
+        n_ck = checkpointed_layers(layers, pp, r, virtual, ckpt, counts)
+        act = flight * (n_ck * ckpt_layer + (lr - n_ck) * kept)
         if n_ck:
             act += per_layer_act  # the layer being recomputed
         if r == 0:

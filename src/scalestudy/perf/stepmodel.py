@@ -46,6 +46,7 @@ ranges of its assumptions) and returns the central breakdown with the envelope.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -53,7 +54,7 @@ from typing import ClassVar
 
 from scalestudy.config.point import Model, Point
 from scalestudy.config.vocab import AttentionKernel, Checkpointing, DPMode, DType, MLPKind
-from scalestudy.perf import flops, memory
+from scalestudy.perf import flops, kernels, memory, partition
 from scalestudy.perf.hardware import Framework, HardwareSpec, Link, presets
 
 ACT_BYTES = {True: 2, False: 4}
@@ -289,7 +290,8 @@ def gemm_shapes(points) -> list[tuple[int, int, int]]:
     return sorted(shapes)
 
 
-def tile_wave_efficiency(M: float, N: float, tile: tuple | None, units: int | None) -> float:
+def tile_wave_efficiency(M: float, N: float, tile: tuple | None, units: int | None,
+                         batch: float = 1) -> float:
     """Useful fraction of the work a GEMM's output tiles schedule (dimensionless, ≤ 1).
 
     Tile quantisation: the ``M × N`` output is covered by ``⌈M/Tm⌉·⌈N/Tn⌉`` tiles of
@@ -297,35 +299,42 @@ def tile_wave_efficiency(M: float, N: float, tile: tuple | None, units: int | No
     quantisation: ``T`` tiles run in ``⌈T/units⌉`` waves over the ``units`` SMs / CUs, so
     ``T / (⌈T/units⌉·units)`` of the last wave's slots are busy (NVIDIA/cutlass issue #335:
     "You need ceil(210/108)=2 waves"; NVIDIA Matrix Multiplication Background guide §3.1-3.2).
-    1 when the system declares no tile (a CPU host)."""
+    A batched product (``batch`` independent products in one launch, as cuBLAS's strided
+    batched GEMM runs the attention's per-head products) schedules ``batch · T`` tiles in its
+    waves. 1 when the system declares no tile (a CPU host)."""
     if not tile:
         return 1.0
     tm, tn = tile
     gm, gn = math.ceil(M / tm), math.ceil(N / tn)
     q = (M * N) / (gm * tm * gn * tn)
     if units:
-        tiles = gm * gn
+        tiles = gm * gn * max(1, math.ceil(batch))
         q *= tiles / (math.ceil(tiles / units) * units)
     return q
 
 
-def gemm_efficiency(M: float, N: float, K: float, hw: HardwareSpec) -> float:
-    """Fraction of the dtype's peak that one ``M×K · K×N`` product reaches on ``hw``:
-    the large-GEMM ceiling ``hw.matmul_efficiency`` (``gemm.efficiency`` in hardware.yaml,
-    cited there) times the tile/wave quantisation of its output (``tile_wave_efficiency``),
-    of which the fraction ``hw.gemm_quantisation`` applies (1: the declared tile always; 0:
-    libraries find a tile without loss). ``K`` enters through the roofline of
-    ``gemm_seconds``."""
-    q = tile_wave_efficiency(M, N, hw.gemm_tile, hw.multiprocessors)
-    return hw.matmul_efficiency * (1.0 - hw.gemm_quantisation * (1.0 - q))
+def gemm_efficiency(M: float, N: float, K: float, hw: HardwareSpec, batch: float = 1) -> float:
+    """Fraction of the dtype's peak that one ``M×K · K×N`` product (or a batch of ``batch``
+    of them in one launch) reaches on ``hw``: the sustained GEMM ceiling
+    ``hw.matmul_efficiency · hw.sustained`` (the device's best-shape ceiling × the fraction a
+    training run sustains, ``HardwareSpec``) times the tile/wave quantisation of its output
+    (``tile_wave_efficiency``), of which the fraction ``hw.gemm_quantisation`` applies (1: the
+    declared tile always; 0: libraries find a tile without loss). ``K`` enters through the
+    roofline of ``gemm_seconds``."""
+    q = tile_wave_efficiency(M, N, hw.gemm_tile, hw.multiprocessors, batch)
+    return (hw.matmul_efficiency * hw.sustained * hw.power_factor
+            * (1.0 - hw.gemm_quantisation * (1.0 - q)))
 
 
-def gemm_seconds(M: float, N: float, K: float, count: float, dtype: str, hw: HardwareSpec) -> float:
+def gemm_seconds(M: float, N: float, K: float, count: float, dtype: str, hw: HardwareSpec,
+                 batched: bool = False) -> float:
     """Seconds for ``count`` products ``M×K · K×N`` at the declared rate: ``2·M·N·K / (peak ·
     gemm_efficiency)``, or, when moving its operands and output (``(M·K + K·N + M·N)`` elements
     at 2 bytes, 4 in fp32) at ``mem_bw · mem_bw_efficiency`` takes longer, that (the
-    roofline; only where the system declares a GEMM tile, i.e. a GPU)."""
-    t = 2.0 * M * N * K / (hw.peak(dtype) * gemm_efficiency(M, N, K, hw))
+    roofline; only where the system declares a GEMM tile, i.e. a GPU). ``batched``: the
+    ``count`` products are one batched launch, quantised together."""
+    eff = gemm_efficiency(M, N, K, hw, count if batched else 1)
+    t = 2.0 * M * N * K / (hw.peak(dtype) * eff)
     if hw.gemm_tile:
         eb = 4 if dtype == DType.FP32 else 2
         t = max(t, eb * (M * K + K * N + M * N) / (hw.mem_bw * hw.mem_bw_efficiency))
@@ -333,7 +342,8 @@ def gemm_seconds(M: float, N: float, K: float, count: float, dtype: str, hw: Har
 
 
 def product_seconds(M: float, N: float, K: float, count: float, dtype: str, hw: HardwareSpec,
-                    measured: Measured | None = None) -> tuple[float, float, bool]:
+                    measured: Measured | None = None,
+                    batched: bool = False) -> tuple[float, float, bool]:
     """``(forward_s, backward_s, measured?)`` of ``count`` products ``M×K · K×N`` in training.
 
     Measured: ``2·M·N·K·count`` FLOPs at the rate measured for the nearest shape
@@ -344,8 +354,9 @@ def product_seconds(M: float, N: float, K: float, count: float, dtype: str, hw: 
     if r:
         fwd = 2.0 * M * N * K * count / r
         return fwd, 2.0 * fwd, True
-    fwd = gemm_seconds(M, N, K, count, dtype, hw)
-    bwd = gemm_seconds(M, K, N, count, dtype, hw) + gemm_seconds(K, N, M, count, dtype, hw)
+    fwd = gemm_seconds(M, N, K, count, dtype, hw, batched)
+    bwd = (gemm_seconds(M, K, N, count, dtype, hw, batched)
+           + gemm_seconds(K, N, M, count, dtype, hw, batched))
     return fwd, bwd, False
 
 
@@ -372,29 +383,34 @@ def attention_seconds(model: Model, s: int, b: int, tp: int, dtype: str, hw: Har
         return fwd, 2.0 * fwd, True
     if model.attention == AttentionKernel.FUSED and hw.attention_efficiency:
         fwd_flops = FA_CAUSAL_FRACTION * 4.0 * b * s * s * model.hidden / tp
-        rate = hw.attention_efficiency * hw.peak(dtype)
+        rate = hw.attention_efficiency * hw.sustained * hw.power_factor * hw.peak(dtype)
         return fwd_flops / rate, FA_BACKWARD_FACTOR * fwd_flops / rate, False
-    fwd, bwd, _ = product_seconds(M, N, K, count, dtype, hw)
-    return fwd, bwd, False
+    # math attention: the scores' products are batched over heads and sequences (one
+    # strided-batched launch each), plus the softmax over the s x s scores (memory-bound)
+    fwd, bwd, _ = product_seconds(M, N, K, count, dtype, hw, batched=True)
+    heads = count / 2  # (b·a/tp) score matrices of s x s
+    ab = ACT_BYTES[DType(dtype) != DType.FP32]
+    e_fwd, e_bwd = kernels.softmax_elements(hw.framework.fusion, hw.framework.dropout)
+    soft_fwd = elementwise_seconds(e_fwd * heads * s * s * ab, hw, measured)
+    soft_bwd = elementwise_seconds(e_bwd * heads * s * s * ab, hw, measured)
+    return fwd + soft_fwd, bwd + soft_bwd, False
 
 
 def elementwise_bytes(model: Model, s: int, b: int, act_bytes: int, tp: int = 1,
-                      sp: bool = False) -> float:
-    """Memory traffic of one layer's non-matmul operations, forward + backward, on one TP
-    rank (bytes): per token the forward reads and writes two LayerNorms (2h each), two
-    residual adds (3h each), the attention output relayout (2h) and the activation function
-    (GELU: 2f; SwiGLU: 5f); the backward moves about twice as much (3 × the forward in all).
-    The hidden-wide part is split over TP only with sequence parallelism."""
-    h, f = model.hidden, model.ffn
-    act = (5 if model.mlp == MLPKind.SWIGLU else 2) * f / tp
-    hwide = 12 * h / (tp if sp else 1)
-    return 3.0 * (hwide + act) * s * b * act_bytes
+                      sp: bool = False, fusion: str = "eager", dropout: bool = False) -> float:
+    """Memory traffic of one layer's memory-bound kernels, forward + backward, on one TP rank
+    (bytes): the inventory of ``scalestudy.perf.kernels`` for the model's architecture and the
+    framework's fusion level (GPT: two LayerNorms, two residual adds, the attention output
+    relayout and GELU, ``12h + 2f`` elements per token forward; Llama adds RMSNorm's fp32
+    steps, rotary embeddings and SwiGLU), the backward twice the forward."""
+    return kernels.layer_traffic(model, fusion, tp, sp, dropout) * s * b * act_bytes
 
 
-def loss_bytes(s: int, b: int, vocab: int, tp: int = 1) -> float:
-    """Memory traffic of the fp32 log-softmax / cross-entropy over the logits and its
-    backward: 5 passes over ``b·s·V/tp`` fp32 values (bytes)."""
-    return 5.0 * b * s * vocab / tp * 4
+def loss_bytes(s: int, b: int, vocab: int, tp: int = 1, fusion: str = "fused",
+               act_bytes: int = 4) -> float:
+    """Memory traffic of the log-softmax / cross-entropy over ``b·s·V/tp`` logits and its
+    backward (bytes; ``kernels.loss_bytes_per_logit``)."""
+    return kernels.loss_bytes_per_logit(fusion, act_bytes) * b * s * vocab / tp
 
 
 def elementwise_seconds(nbytes: float, hw: HardwareSpec, measured: Measured | None = None) -> float:
@@ -420,6 +436,36 @@ def tp_collective_seconds(act_bytes: float, tp: int, hw: HardwareSpec, sp: bool 
         return (collective_time("all_gather", act_bytes, tp, hw.intra, measured)
                 + collective_time("reduce_scatter", act_bytes, tp, hw.intra, measured))
     return collective_time("all_reduce", act_bytes, tp, hw.intra, measured)
+
+
+def cp_exchange_seconds(model: Model, s: int, b: int, tp: int, cp: int, act_bytes: int,
+                        hw: HardwareSpec, measured: Measured | None = None,
+                        devices_per_node: int | None = None) -> float:
+    """Seconds of one layer's context-parallel K/V exchange for one micro-batch (forward +
+    backward), exposed: the cp ranks all-gather K and V (``2·b·s·kv_dim/tp`` elements in all)
+    before the forward attention, again before the backward one, and reduce-scatter their
+    gradients (Dubey et al. 2024 §3.3.2: Llama 3 all-gathers K and V, "exposed in the critical
+    path"; torch's ``context_parallel`` rotates the same volume). On the intra-node link while
+    ``cp·tp`` ranks fit a node (cp is the next dimension out from tp), else the inter-node
+    one. FLOPs are unchanged by cp: every rank computes its ``s/cp`` queries against all keys."""
+    if cp <= 1:
+        return 0.0
+    nbytes = 2 * b * s * model.kv_dim / tp * act_bytes
+    per_node = devices_per_node or hw.devices_per_node
+    link = hw.intra if (cp * tp <= per_node or hw.inter is None) else hw.inter
+    return (2 * collective_time("all_gather", nbytes, cp, link, measured)
+            + collective_time("reduce_scatter", nbytes, cp, link, measured))
+
+
+def cp_local(costs: "LayerCosts", cp: int) -> "LayerCosts":
+    """One cp rank's share of a micro-batch's costs: ``s/cp`` tokens of every sequence, so
+    every per-token cost (products, the load-balanced causal attention, memory-bound
+    kernels, TP exchanges, the head and its loss) divided by ``cp`` (the shorter products'
+    efficiency is not re-evaluated)."""
+    if cp <= 1:
+        return costs
+    return dataclasses.replace(costs, **{f.name: getattr(costs, f.name) / cp
+                                         for f in fields(costs) if f.name != "measured"})
 
 
 def tp_overlap(fw: Framework, sp: bool) -> float:
@@ -495,14 +541,18 @@ def dp_comm_seconds(point: Point, params: float, hw: HardwareSpec,
     all-gather of the updated weights (same volume, Rajbhandari et al. 2020); ``fsdp_grad_op``:
     reduce-scatter per step and an all-gather per micro-batch; ``fsdp``: two all-gathers per
     micro-batch (forward and backward). Ring costs (``collective_time``) on the inter-node
-    link when ``tp·dp`` exceeds a node."""
+    link when ``tp·dp`` exceeds a node, at ``dp_members_per_node`` × the per-device NIC share:
+    a ring that visits a group's members on one node in a row leaves the node once, so the
+    ``devices_per_node / g`` groups of a node share its NICs."""
     dp = int(point.dp)
     if dp <= 1:
         return 0.0, 0.0, "intra"
     ab = ACT_BYTES[DType(point.train.precision) != DType.FP32]
     nbytes = params * ab
     inter = point.tp * dp > hw.devices_per_node and hw.inter is not None
-    link = hw.inter if inter else hw.intra
+    link = hw.intra
+    if inter:
+        link = hw.inter.scaled(hw.inter.bandwidth * dp_members_per_node(point, hw.devices_per_node))
     meas = None if inter else measured
     adj = point.tp == 1
     mode = point.parallel.dp_mode
@@ -514,6 +564,12 @@ def dp_comm_seconds(point: Point, params: float, hw: HardwareSpec,
         return rs + ag, 0.0, ("inter" if inter else "intra")
     gathers = 2 if mode == DPMode.FSDP else 1
     return rs, gathers * ag, ("inter" if inter else "intra")
+
+
+def dp_members_per_node(point: Point, devices_per_node: int) -> int:
+    """Members of one data-parallel group on one node (ranks laid out tp fastest, then dp):
+    ``devices_per_node / tp``, at most ``dp`` and at least 1."""
+    return max(1, min(int(point.dp), devices_per_node // point.tp))
 
 
 def dp_overlap_fraction(point: Point, hw: HardwareSpec, override: float | None = None) -> float:
@@ -561,6 +617,23 @@ def overhead_seconds(overhead: dict, phase: str, layers: float, tp: int) -> floa
             + overhead.get(f"{pre}{phase}_per_layer_s", 0.0) * layers)
 
 
+#: Launches of the output head and its loss per micro-batch: the head's product forward and
+#: its two backward products, and the loss kernels (upcast, log-softmax, its backward, cast).
+HEAD_LAUNCHES = 3 + 4
+
+
+def launch_gap_seconds(c: "LayerCosts", layers: float, recomputed: float, last: bool,
+                       hw: HardwareSpec) -> float:
+    """GPU stream idle time of one micro-batch on a stage (seconds): every kernel launch
+    (forward and backward of ``layers`` layers, the forward again of ``recomputed`` ones, the
+    head and loss on the last stage) costs ``hw.kernel_gap_s``; 0 where none is declared (a
+    CPU host, whose dispatch is measured as ``overhead``)."""
+    if not hw.kernel_gap_s:
+        return 0.0
+    n = layers * (c.launches_fwd + c.launches_bwd) + recomputed * c.launches_fwd
+    return hw.kernel_gap_s * (n + (HEAD_LAUNCHES if last else 0))
+
+
 def core_sharing_slowdown(point: Point, hw: HardwareSpec) -> float:
     """``procs / compute_units`` (≥ 1) on a CPU host whose processes outnumber its cores:
     every phase of the step runs on a time-shared core; 1 elsewhere."""
@@ -581,7 +654,7 @@ class StepBreakdown:
     #: the terms, in the order a stacked bar shows them
     TERMS: ClassVar[tuple[str, ...]] = (
         "gemm_s", "attention_s", "elementwise_s", "overhead_s", "tp_comm_s", "pp_p2p_s",
-        "pp_bubble_s", "dp_comm_exposed_s", "optimizer_s")
+        "pp_bubble_s", "dp_comm_exposed_s", "optimizer_s", "cp_comm_s")
 
     step_time_s: float
     gemm_s: float
@@ -593,6 +666,7 @@ class StepBreakdown:
     pp_bubble_s: float
     dp_comm_exposed_s: float
     optimizer_s: float
+    cp_comm_s: float = 0.0  # context parallelism's K/V exchange (exposed)
     dp_comm_s: float = 0.0  # the DP traffic before overlap
     bubble_fraction: float = 0.0  # bubble / (m slots of the bottleneck stage)
     micro_batch_slot_s: float = 0.0
@@ -653,6 +727,14 @@ class LayerCosts:
     tp_embedding: float
     tp_head: float
     measured: bool
+    launches_fwd: float = 0.0
+    launches_bwd: float = 0.0
+
+
+def fusion_of(point: Point, fw: Framework) -> str:
+    """The fusion level a point's memory-bound kernels run at: the framework's, or
+    ``compiled`` when an eager framework compiles the model (``train.compile``)."""
+    return "compiled" if (fw.fusion == "eager" and point.train.compile) else fw.fusion
 
 
 def _layer_costs(point: Point, hw: HardwareSpec, measured: Measured | None) -> LayerCosts:
@@ -661,12 +743,17 @@ def _layer_costs(point: Point, hw: HardwareSpec, measured: Measured | None) -> L
     sp = point.parallel.sequence_parallel and tp > 1
     dtype = DType(point.train.precision)
     ab = ACT_BYTES[dtype != DType.FP32]
+    fusion = fusion_of(point, hw.framework)
     g_fwd = g_bwd = 0.0
     sources = set()
-    for M, N, K, count in layer_gemms(model, s, b, tp, fused_qkv=hw.framework.fused_qkv)[:-1]:
+    dense = layer_gemms(model, s, b, tp, fused_qkv=hw.framework.fused_qkv)[:-1]
+    for M, N, K, count in dense:
         f_, b_, meas = product_seconds(M, N, K, count, dtype, hw, measured)
         g_fwd, g_bwd = g_fwd + f_, g_bwd + b_
         sources.add(meas)
+    elem_launches = sum(n for _, _, n in kernels.layer_kernels(model, fusion, tp, sp,
+                                                               hw.framework.dropout))
+    gemm_launches = sum(c for *_, c in dense)
     a_fwd, a_bwd, meas = attention_seconds(model, s, b, tp, dtype, hw, measured)
     sources.add(meas)
     h_fwd, h_bwd, meas = product_seconds(*head_gemm(model, s, b, tp), dtype, hw, measured)
@@ -675,14 +762,17 @@ def _layer_costs(point: Point, hw: HardwareSpec, measured: Measured | None) -> L
     per = tp_collective_seconds(act, tp, hw, sp, measured)
     return LayerCosts(
         gemm_fwd=g_fwd, gemm_bwd=g_bwd, attn_fwd=a_fwd, attn_bwd=a_bwd,
-        elementwise=elementwise_seconds(elementwise_bytes(model, s, b, ab, tp, sp), hw, measured),
+        elementwise=elementwise_seconds(
+            elementwise_bytes(model, s, b, ab, tp, sp, fusion, hw.framework.dropout), hw, measured),
         tp_exchange=per, head_fwd=h_fwd, head_bwd=h_bwd,
-        loss=elementwise_seconds(loss_bytes(s, b, model.vocab, tp), hw, measured),
+        loss=elementwise_seconds(loss_bytes(s, b, model.vocab, tp, fusion, ab), hw, measured),
         tp_embedding=collective_time("all_reduce", act, tp, hw.intra, measured),
         tp_head=(3 * collective_time("all_reduce", b * s * 4, tp, hw.intra, measured)
                  if hw.framework.vocab_parallel_loss else
                  collective_time("all_gather", b * s * model.vocab * ab, tp, hw.intra, measured)),
-        measured=True in sources)
+        measured=True in sources,
+        launches_fwd=gemm_launches + 1 + elem_launches,
+        launches_bwd=2 * gemm_launches + 1 + kernels.BACKWARD_LAUNCHES * elem_launches)
 
 
 def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None = None,
@@ -703,23 +793,28 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     if tp > hw.devices_per_node:
         raise ValueError(f"tp={tp} exceeds devices_per_node={hw.devices_per_node} of hardware {hw.name!r}")
     lps = l / pp
-    c = _layer_costs(point, hw, measured)
+    layers_of = partition.rank_layers(point)  # per pipeline rank (uneven partitions)
+    c = cp_local(_layer_costs(point, hw, measured), point.cp)
     att_re = c.attn_fwd if ckpt == Checkpointing.SELECTIVE_ATTENTION else 0.0
-    ckpts = [memory.checkpointed_layers(l, pp, r, v, ckpt) for r in range(pp)]
+    ckpts = [memory.checkpointed_layers(l, pp, r, v, ckpt, partition.stage_layers(point))
+             for r in range(pp)]
+    t_cp = cp_exchange_seconds(model, s, b, tp, point.cp, ACT_BYTES[dtype != DType.FP32], hw,
+                               measured, point.platform.devices_per_node)
 
     def stage_terms(r: int) -> tuple[float, float, float]:
         """(gemm, attention, elementwise) seconds of one micro-batch on stage r: every layer
         forward + backward, the recomputed layers' forward again, the head on the last."""
-        last = r == pp - 1
-        gemm = lps * (c.gemm_fwd + c.gemm_bwd) + ckpts[r] * c.gemm_fwd
-        attn = lps * (c.attn_fwd + c.attn_bwd + att_re) + ckpts[r] * c.attn_fwd
-        elem = lps * c.elementwise + ckpts[r] * c.elementwise / 3
+        last, lr = r == pp - 1, layers_of[r]
+        gemm = lr * (c.gemm_fwd + c.gemm_bwd) + ckpts[r] * c.gemm_fwd
+        attn = lr * (c.attn_fwd + c.attn_bwd + att_re) + ckpts[r] * c.attn_fwd
+        elem = lr * c.elementwise + ckpts[r] * c.elementwise / 3
         if last:
             gemm, elem = gemm + c.head_fwd + c.head_bwd, elem + c.loss
         return gemm, attn, elem
 
     ovh = hw.overhead if measured is None or not measured.overhead else measured.overhead
     t_ovh = overhead_seconds(ovh, "fwd_bwd", lps, tp)
+    gaps = [launch_gap_seconds(c, lps, ckpts[r], r == pp - 1, hw) for r in range(pp)]
     tp_hidden = tp_overlap(fw, sp)
 
     def stage_tp(r: int) -> float:
@@ -729,25 +824,30 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
         the framework's overlap."""
         if tp == 1:
             return 0.0
-        t = ((4 * lps + 2 * ckpts[r]) * c.tp_exchange + (c.tp_embedding if r == 0 else 0.0)
+        t = ((4 * layers_of[r] + 2 * ckpts[r]) * c.tp_exchange + (c.tp_embedding if r == 0 else 0.0)
              + ((c.tp_head + c.tp_exchange) if r == pp - 1 else 0.0))
         return t * (1.0 - tp_hidden)
 
     comp = [stage_terms(r) for r in range(pp)]
     tps = [stage_tp(r) for r in range(pp)]
     p2ps = [p2p_seconds(point, r, hw, measured) for r in range(pp)]
-    slots = [sum(comp[r]) + t_ovh + tps[r] + p2ps[r] for r in range(pp)]
+    cps = [(layers_of[r] + ckpts[r] / 2) * t_cp for r in range(pp)]  # recompute: 1 all-gather
+    slots = [sum(comp[r]) + t_ovh + gaps[r] + tps[r] + p2ps[r] + cps[r] for r in range(pp)]
     worst = max(range(pp), key=lambda r: slots[r])
     t_pipe, t_bubble = pipeline_seconds(slots, m, v)
     t_comp = sum(comp[worst])
     t_bwd_mb = t_comp * 2 / 3  # backward of one micro-batch (no recompute share)
 
     # data parallelism: the stage with the most parameters reduces last
-    params = max(memory.stage_params(model, tp, pp, r) for r in range(pp))
+    params = max(memory.stage_params(model, tp, pp, r, layers_of[r]) for r in range(pp))
     t_dp_step, t_dp_mb, dp_link = dp_comm_seconds(point, params, hw, measured)
     ov = dp_overlap_fraction(point, hw, dp_overlap)
     chunks = (lps if pp == 1 else v) if fw.dp_exposes_one_chunk else None
-    t_dp_exposed = dp_exposed_seconds(t_dp_step, t_dp_mb, m, ov, t_bwd_mb, t_comp, chunks)
+    # the distributed optimizer's parameter all-gather (half of zero1's per-step traffic) may
+    # run under the next step's first forward instead (Megatron-Core --overlap-param-gather)
+    gather = t_dp_step / 2 if (fw.dp_gather_overlap and par.dp_mode == DPMode.ZERO1) else 0.0
+    t_dp_exposed = (dp_exposed_seconds(t_dp_step - gather, t_dp_mb, m, ov, t_bwd_mb, t_comp, chunks)
+                    + dp_exposed_seconds(gather, 0.0, m, ov, t_comp / 3, t_comp, chunks))
 
     # optimizer on its shard; clipping reduces the squared norm of sharded gradients
     opt_params = params / (dp if par.dp_mode != DPMode.DDP else 1)
@@ -765,19 +865,21 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     mflops = flops.model_flops_per_step(model, gb)
     hflops = flops.hardware_flops_per_step(model, gb, "megatron", ckpt)
     peak = hw.peak(dtype)
-    matmul_flops = lps * flops.layer_forward_flops(model, b) / tp + 2.0 * s * b * h * V / tp
+    matmul_flops = (lps * flops.layer_forward_flops(model, b) / tp
+                    + 2.0 * s * b * h * V / tp) / point.cp  # a cp rank's share
     multi = any(boundary_crosses_node(point, r, hw.devices_per_node) for r in range(pp - 1))
     return StepBreakdown(
         step_time_s=step,
         gemm_s=m * gemm * slow,
         attention_s=m * attn * slow,
         elementwise_s=m * elem * slow,
-        overhead_s=m * t_ovh * slow,
+        overhead_s=m * (t_ovh + gaps[worst]) * slow,
         tp_comm_s=m * tps[worst] * slow,
         pp_p2p_s=m * p2ps[worst] * slow,
         pp_bubble_s=t_bubble * slow,
         dp_comm_exposed_s=t_dp_exposed * slow,
         optimizer_s=t_opt * slow,
+        cp_comm_s=m * cps[worst] * slow,
         dp_comm_s=(t_dp_step + m * t_dp_mb) * slow,
         bubble_fraction=t_bubble / (m * slots[worst]),
         micro_batch_slot_s=slots[worst] * slow,
@@ -798,34 +900,6 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
         hardware=hw.name,
         framework=fw.name,
     )
-
-
-def evaluation_seconds(point: Point, hw: HardwareSpec, measured: Measured | None = None) -> float:
-    """Seconds of one forward-only pass over the point's global batch (a validation
-    iteration: DeepSpeed's ``eval_batch`` runs the step's ``m`` micro-batches through
-    ``InferenceSchedule``, Megatron's ``forward_backward_func`` with ``forward_only``): per
-    stage the layers' forward products, attention and a third of the memory-bound traffic,
-    the head and its loss, 2 TP exchanges per layer, one transfer per neighbouring stage, in a
-    pipeline of ``m`` slots plus the fill (``pipeline_seconds``). Used where a published
-    iteration time includes evaluation (``scalestudy.perf.predict``)."""
-    model, par = point.model, point.parallel
-    tp, pp = point.tp, point.pp
-    m = max(1, int(point.grad_accum))
-    v = par.virtual_stages if pp > 1 else 1
-    lps = model.layers / pp
-    c = _layer_costs(point, hw, measured)
-    slots = []
-    for r in range(pp):
-        t = lps * (c.gemm_fwd + c.attn_fwd + c.elementwise / 3)
-        if tp > 1:
-            t += 2 * lps * c.tp_exchange + (c.tp_embedding if r == 0 else 0.0)
-        if r == pp - 1:
-            t += c.head_fwd + c.loss / 5 * 2 + (c.tp_head if tp > 1 else 0.0)
-        # forward only: half the transfers of a training slot
-        t += p2p_seconds(point, r, hw, measured) / 2
-        slots.append(t)
-    t_pipe, _ = pipeline_seconds(slots, m, v)
-    return core_sharing_slowdown(point, hw) * t_pipe
 
 
 @dataclass(frozen=True)
@@ -855,8 +929,9 @@ def predict_range(point: Point, hw: HardwareSpec, measured: Measured | None = No
 
 __all__ = [
     "HardwareSpec", "Link", "Measured", "Prediction", "StepBreakdown", "attention_seconds",
-    "boundary_crosses_node", "collective_time", "core_sharing_slowdown", "dp_comm_seconds",
-    "dp_exposed_seconds", "dp_overlap_fraction", "elementwise_bytes", "evaluation_seconds", "elementwise_seconds", "gemm_efficiency",
+    "boundary_crosses_node", "collective_time", "core_sharing_slowdown", "cp_exchange_seconds",
+    "cp_local", "dp_comm_seconds", "dp_exposed_seconds", "dp_overlap_fraction",
+    "elementwise_bytes", "elementwise_seconds", "gemm_efficiency",
     "gemm_seconds", "gemm_shapes", "layer_gemms", "optimizer_seconds", "p2p_seconds",
     "pipeline_seconds", "predict_range", "predict_step_time", "presets", "product_seconds",
     "spec_from_microbench", "tile_wave_efficiency", "tp_collective_seconds",

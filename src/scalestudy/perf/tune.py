@@ -34,7 +34,7 @@ def known_models() -> dict[str, tuple[Model, int | None]]:
     Llama 3 shapes (llama3-8b / 70b / 405b, ``scalestudy.models.presets``; no global batch:
     give ``--global-batch``)."""
     from scalestudy.models.presets import LLAMA3
-    from scalestudy.report.references import load
+    from scalestudy.reference_data import load
 
     out: dict[str, tuple[Model, int | None]] = {"tiny": (TINY, None)}
     pub, cfg = load("frontier_dash2024"), load("frontier_dash2024_configs")

@@ -6,16 +6,22 @@ and ``tune`` use the same rules. Each rule returns a sentence with the numbers, 
 
 The rules and where they come from:
 
-- the mesh: N = dp·tp·pp with whole numbers, TP inside one node;
+- the mesh: N = dp·cp·tp·pp with whole numbers, TP inside one node;
 - tensor parallelism splits heads, the key/value heads (grouped-query attention: each rank
   holds whole kv heads, as Megatron's ``divide(num_query_groups, tp)`` and torchtitan's
   check require), hidden, the FFN width and the vocabulary evenly, and with sequence
   parallelism the sequence;
-- the pipeline: the layers split into pp·virtual_stages *equal* stages (the memory and step
-  time models assume it); ``torch.distributed.pipelining``'s own requirements: 1F1B needs at
+- the pipeline: the layers split into pp·virtual_stages stages by ``parallel.pp_partition``
+  (``scalestudy.perf.partition``: equal stages where the layers divide, balanced by
+  parameters, or the stated layers per stage; at least one layer each); ``torch.distributed.pipelining``'s own requirements: 1F1B needs at
   least pp micro-batches, interleaved 1F1B at least pp and a whole number of rounds
   (``grad_accum % (grad_accum // pp) == 0``), virtual stages only with the interleaved
   schedule (and it needs at least 2); embeddings cannot be tied across stages;
+- context parallelism: ``cp`` splits every sequence into ``2·cp`` chunks (torch's
+  ``context_parallel`` balances the causal work by pairing chunk ``i`` with ``2·cp-1-i``), so
+  ``2·cp`` (times ``tp`` with sequence parallelism) divides ``seq_len``; its ring attention
+  replaces the fused SDPA kernels of CUDA only (:data:`CP_NEEDS_CUDA`), so not on ``device:
+  cpu`` and not with ``attention: math``;
 - the batch: every data-parallel rank gets a whole number (>= 1) of micro-batches;
 - ZeRO-1 with TP cannot localise a tied weight (PyTorch's TP + DDP recipe);
 - whole nodes, at most ``platform.max_nodes`` of them;
@@ -28,7 +34,8 @@ from __future__ import annotations
 from typing import Callable
 
 from scalestudy.config.point import Point
-from scalestudy.config.vocab import Device, DPMode, PPSchedule
+from scalestudy.config.vocab import AttentionKernel, Device, DPMode, PPSchedule
+from scalestudy.perf import partition
 
 #: Fraction of a device's memory a point may plan to use (the rest: workspace, fragmentation).
 MEMORY_HEADROOM = 0.9
@@ -43,7 +50,9 @@ def _whole(x) -> bool:
 
 
 def mesh(p: Point) -> str | None:
-    if p.n % (p.tp * p.pp):
+    if p.n % (p.cp * p.tp * p.pp):
+        if p.cp > 1:
+            return f"N={p.n} is not divisible by cp*tp*pp={p.cp * p.tp * p.pp}"
         return f"N={p.n} is not divisible by tp*pp={p.tp * p.pp}"
     if p.tp > p.platform.devices_per_node:
         return (f"tp={p.tp} exceeds devices_per_node={p.platform.devices_per_node} "
@@ -66,9 +75,29 @@ def stages(p: Point) -> str | None:
     v = p.parallel.virtual_stages
     if v > 1 and p.pp == 1:
         return f"virtual_stages={v} needs pp > 1"
-    if p.model.layers % (p.pp * v):
-        return (f"layers={p.model.layers} do not split into pp*virtual_stages={p.pp * v} "
-                "equal stages")
+    return partition.problem(p)
+
+
+#: Why torch's context parallelism cannot run on CPU (observed with torch 2.13 on gloo: the
+#: ring attention dispatches the CUDA SDPA kernels only).
+CP_NEEDS_CUDA = ("torch's context_parallel ring attention covers the CUDA SDPA kernels only "
+                 "(on CPU: 'aten._scaled_dot_product_flash_attention_for_cpu.default does not "
+                 "have a sharding strategy registered')")
+
+
+def context(p: Point) -> str | None:
+    """Context parallelism's requirements (module doc)."""
+    if p.cp == 1:
+        return None
+    chunks = 2 * p.cp * (p.tp if p.parallel.sequence_parallel else 1)
+    if p.model.seq_len % chunks:
+        what = "2*cp*tp" if p.parallel.sequence_parallel and p.tp > 1 else "2*cp"
+        return (f"cp={p.cp} needs {what}={chunks} to divide seq_len={p.model.seq_len} (the "
+                "load-balanced chunks of every sequence)")
+    if p.platform.device == Device.CPU:
+        return f"cp={p.cp} needs device cuda: {CP_NEEDS_CUDA}"
+    if p.model.attention == AttentionKernel.MATH:
+        return f"cp={p.cp} needs model.attention fused (the ring attention replaces SDPA's fused kernels)"
     return None
 
 
@@ -109,7 +138,7 @@ def schedule(p: Point) -> str | None:
 
 
 def sharding(p: Point) -> str | None:
-    if (p.parallel.dp_mode == DPMode.ZERO1 and p.dp > 1 and p.tp > 1
+    if (p.parallel.dp_mode == DPMode.ZERO1 and p.dp_cp > 1 and p.tp > 1
             and p.model.tied_embeddings):
         return ("dp_mode=zero1 with tp>1 needs tied_embeddings=false (use fsdp_grad_op for a "
                 "tied model)")
@@ -128,7 +157,7 @@ def nodes(p: Point) -> str | None:
 
 #: The shape rules, in the order they are reported (the first broken one is the reason).
 RULES: tuple[Callable[[Point], str | None], ...] = (
-    mesh, tensor_split, stages, batch, schedule, sharding, nodes)
+    mesh, tensor_split, stages, context, batch, schedule, sharding, nodes)
 
 
 def memory_fit(p: Point, capacity_bytes: float, known: dict | None = None) -> str | None:

@@ -24,11 +24,11 @@ from scalestudy.config.vocab import ScalingMode
 from scalestudy.perf import memory
 from scalestudy.plan import constraints
 
-SWEEPABLE = ("tp", "pp", "micro_batch", "dp_mode", "pp_schedule", "activation_checkpointing")
+SWEEPABLE = ("tp", "pp", "cp", "micro_batch", "dp_mode", "pp_schedule", "activation_checkpointing")
 PLAN_COLUMNS = [
-    "point_id", "config_hash", "series", "mode", "model", "n", "dp", "tp", "pp", "nodes",
+    "point_id", "config_hash", "series", "mode", "model", "n", "dp", "tp", "pp", "cp", "nodes",
     "procs_per_node", "micro_batch", "grad_accum", "global_batch", "seq_len", "tokens_per_step",
-    "tokens_per_device_step", "dp_mode", "pp_schedule", "virtual_stages",
+    "tokens_per_device_step", "dp_mode", "pp_schedule", "virtual_stages", "pp_partition",
     "activation_checkpointing", "precision", "repeat", "baseline_n", "feasible", "reason",
     "mem_estimate_gb", "workload",
 ]
@@ -112,7 +112,7 @@ def series_points(study: dict, series: dict) -> list[Point]:
     for n in series["gpus"]:
         batch = ({"global_batch": series["global_batch"]} if series["mode"] == ScalingMode.STRONG
                  else {"grad_accum": series["grad_accum"]})
-        p = Point.build(model, n=n, tp=series["tp"], pp=series["pp"],
+        p = Point.build(model, n=n, tp=series["tp"], pp=series["pp"], cp=series.get("cp", 1),
                         micro_batch=series["micro_batch"], **batch, parallel=parallel,
                         train=train, platform=platform, study=study["name"],
                         series=series["name"], mode=series["mode"],
@@ -189,6 +189,8 @@ def plan_rows(points: list[Point]) -> list[dict]:
         row["model"] = p.model.name
         row.update({k: doc["parallel"][k] for k in ("dp_mode", "pp_schedule", "virtual_stages",
                                                      "activation_checkpointing")})
+        part = p.parallel.pp_partition
+        row["pp_partition"] = ",".join(map(str, part)) if isinstance(part, tuple) else part
         row["precision"] = p.train.precision
         row["workload"] = p.workload.kind
         if row["mem_estimate_gb"] is not None:

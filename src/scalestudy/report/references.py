@@ -6,15 +6,10 @@ Names a study may list under ``references``: ``frontier_dash2024``, ``megatron_s
 
 from __future__ import annotations
 
-from importlib import resources
-
 import pandas as pd
 
-FILES = {
-    "frontier_dash2024": "frontier_dash2024.csv",
-    "frontier_dash2024_configs": "frontier_dash2024_configs.csv",
-    "megatron_sc21": "megatron_sc21_table1.csv",
-}
+from scalestudy.reference_data import load
+
 REFERENCES = ("frontier_dash2024", "megatron_sc21")
 CITATION = {
     "frontier_dash2024": "Dash et al., Optimizing Distributed Training on Frontier for Large "
@@ -34,13 +29,6 @@ def _check(name: str, allowed) -> str:
     if name not in allowed:
         raise ValueError(f"references: {name!r} is not known; allowed: {', '.join(allowed)}")
     return name
-
-
-def load(name: str) -> pd.DataFrame:
-    """The shipped CSV of a reference (see ``FILES``), as published."""
-    _check(name, FILES)
-    with resources.files("scalestudy").joinpath("data", FILES[name]).open() as f:
-        return pd.read_csv(f)
 
 
 def efficiency_points(name: str) -> pd.DataFrame:

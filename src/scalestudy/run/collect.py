@@ -75,7 +75,9 @@ def write_env(point: Point, run_dir: Path, argv: list[str], env_added: dict) -> 
 
 def steps_from_jsonl(point: Point, run_dir: Path) -> tuple[list[dict], str | None]:
     """The command's ``steps.jsonl``, checked against the point: one line per optimizer step
-    (``train.steps`` of them), the point's tokens per step; warm-up flagged by position."""
+    (``train.steps`` of them), the point's tokens per step, and where a record carries them
+    (optional keys) the point's ``global_batch`` and ``seq_len``; warm-up flagged by
+    position."""
     path = run_dir / STEPS_FILE
     try:
         text = read_text(path)  # bounded, regular files only
@@ -98,21 +100,38 @@ def steps_from_jsonl(point: Point, run_dir: Path) -> tuple[list[dict], str | Non
         return records, (f"{STEPS_FILE} step {bad['step']}: {bad['tokens']} tokens, the point "
                          f"trains {want} per step: the command does not train the point's "
                          "batch (pass {global_batch}/{micro_batch}/{seq_len})")
+    for key, placeholder in (("global_batch", "{global_batch}"), ("seq_len", "{seq_len}")):
+        want = getattr(point, key)
+        bad = next((r for r in records if key in r and r[key] != want), None)
+        if bad is not None:
+            return records, (f"{STEPS_FILE} step {bad['step']}: {key} {bad[key]!r}, the "
+                             f"point's is {want}: the command does not run the point (pass "
+                             f"{placeholder})")
     for i, r in enumerate(records):
         r["warmup"] = i < warm
     return records, None
 
 
-def steps_from_log(point: Point, log: Path) -> tuple[list[dict], str | None]:
+def steps_from_log(point: Point, log: Path) -> tuple[list[dict], str | None, str | None]:
+    """``(records, problem, memory_note)`` of a log-parsed command: the logged steps checked
+    against the point (its batch, sequence length and step count wherever the log prints them:
+    ``logparse.parse``), and why the peak memory is empty where the log says it is unmeasured."""
     w = point.workload
     patterns = w.patterns if w.metrics == MetricsFormat.LOG else logparse.PRESETS[w.metrics]
+    name = str(w.metrics)
     try:
         with open(log, errors="replace") as f:
-            return logparse.parse(f, patterns, n=point.n, seq_len=point.seq_len,
-                                  tokens_per_step=point.tokens_per_step,
-                                  warmup_steps=point.train.warmup_steps, name=str(w.metrics))
+            found, facts = logparse.read_log(f, patterns)
     except OSError as e:
-        return [], f"stdout.log cannot be read ({e.strerror})"
+        return [], f"stdout.log cannot be read ({e.strerror})", None
+    problem = logparse.check_facts(facts, global_batch=point.global_batch,
+                                   seq_len=point.seq_len, steps=point.train.steps, name=name)
+    if problem:
+        return [], problem, None
+    records, problem = logparse.to_steps(
+        found, n=point.n, seq_len=point.seq_len, tokens_per_step=point.tokens_per_step,
+        warmup_steps=point.train.warmup_steps, steps=point.train.steps, name=name)
+    return records, problem, logparse.unmeasured(found)
 
 
 def command_record(point: Point, run_dir: Path, log: Path, wall_s: float) -> str | None:
@@ -120,10 +139,11 @@ def command_record(point: Point, run_dir: Path, log: Path, wall_s: float) -> str
     ``summary.json``; returns None, or why the run is ``invalid``."""
     from scalestudy.record.summary import summary
 
+    memory_note = None
     if point.workload.metrics == MetricsFormat.STEPS_JSONL:
         records, problem = steps_from_jsonl(point, run_dir)
     else:
-        records, problem = steps_from_log(point, log)
+        records, problem, memory_note = steps_from_log(point, log)
     if problem:
         return f"metrics: {problem}"[:300]
     write_steps(run_dir / STEPS_FILE, records)
@@ -140,5 +160,6 @@ def command_record(point: Point, run_dir: Path, log: Path, wall_s: float) -> str
         point, records, device_type=device_type, device_name=device_name,
         peak_memory_bytes=max(peaks) if peaks else None, memory_kind=kind if peaks else None,
         train_wall_s=wall_s, metrics=str(point.workload.metrics),
-        metrics_reads=logparse.READS.get(str(point.workload.metrics))))
+        metrics_reads=logparse.READS.get(str(point.workload.metrics)),
+        **({"memory_note": memory_note} if memory_note and not peaks else {})))
     return None

@@ -1,0 +1,68 @@
+"""Published training layouts as points, for the memory model's checks
+(``data/published_layouts.csv``: each row's ``source`` cites what the publication states,
+``assumptions`` what it leaves open; ``ran`` is false where the source reports the layout does
+not fit). ``memory_bytes`` is the device's memory as the driver reports it (an "80GB" A100 or
+H100 holds 80 GiB: ``nvidia-smi`` shows 81920 MiB and 81559 MiB)."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from importlib import resources
+
+from scalestudy.config.point import Model, Parallel, Platform, Point, Train
+
+CSV = "published_layouts.csv"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One published layout: its point, the device's memory (bytes) and whether it ran."""
+
+    name: str
+    point: Point
+    memory_bytes: float
+    ran: bool
+    source: str
+    assumptions: str
+
+
+def _partition(text: str):
+    return tuple(int(k) for k in text.split(";")) if ";" in text else text
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text.strip() else None
+
+
+def layout(row: dict) -> Layout:
+    """The :class:`Layout` of one CSV row (strings as read)."""
+    model = Model(name=row["name"], arch=row["arch"], layers=int(row["layers"]),
+                  hidden=int(row["hidden"]), heads=int(row["heads"]),
+                  kv_heads=_int(row["kv_heads"]), ffn_hidden=_int(row["ffn_hidden"]),
+                  seq_len=int(row["seq_len"]), vocab=int(row["vocab"]),
+                  tied_embeddings=row["tied_embeddings"] == "true", attention=row["attention"])
+    parallel = Parallel(dp_mode=row["dp_mode"], pp_schedule=row["pp_schedule"],
+                        virtual_stages=int(row["virtual_stages"]),
+                        sequence_parallel=row["sequence_parallel"] == "true",
+                        activation_checkpointing=row["activation_checkpointing"],
+                        pp_partition=_partition(row["pp_partition"]))
+    dp, tp, pp, cp = (int(row[k]) for k in ("dp", "tp", "pp", "cp"))
+    if dp * tp * pp * cp != int(row["gpus"]):
+        raise ValueError(f"{CSV}: {row['name']}: dp*tp*pp*cp != gpus")
+    point = Point.build(model, n=int(row["gpus"]), tp=tp, pp=pp, cp=cp,
+                        micro_batch=int(row["micro_batch"]), grad_accum=int(row["grad_accum"]),
+                        parallel=parallel, train=Train(precision=row["precision"]),
+                        platform=Platform(device="cuda", devices_per_node=8),
+                        study="published", series=row["name"])
+    return Layout(row["name"], point, float(row["memory_bytes"]), row["ran"] == "true",
+                  row["source"], row["assumptions"])
+
+
+def published() -> list[Layout]:
+    """Every row of ``data/published_layouts.csv``."""
+    text = resources.files("scalestudy").joinpath("data", CSV).read_text()
+    return [layout(row) for row in csv.DictReader(text.splitlines())]
+
+
+__all__ = ["Layout", "layout", "published", "CSV"]

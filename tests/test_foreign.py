@@ -1,0 +1,224 @@
+"""Real foreign trainers swept live through ``scalestudy run`` (Snakemake, torchrun, the
+runner's record), on CPU processes with gloo:
+
+- torchtitan 0.2.2 from PyPI (the ``foreign`` extra), its own ``torchtitan.train`` through the
+  CPU launcher ``tests/titan_cpu.py`` (device selection and the reduce op only), FSDP2, its
+  llama3 ``debugmodel``, a tokenizer and a dataset generated here (tests/foreign_assets.py);
+  metrics from its own log lines (``metrics: torchtitan``);
+- DeepSpeed from PyPI, ZeRO stage 1 on its CPU accelerator (``tests/ds_train.py``), metrics
+  through ``steps.jsonl``.
+
+One sweep (weak and strong torchtitan series and a weak DeepSpeed series over 1 and 2
+processes) serves every test here. Skipped with the reason where the trainers are not
+installed; ``SCALESTUDY_REQUIRE_FOREIGN=1`` (CI, after ``pip install -e .[foreign]``) turns
+that skip into a failure."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from scalestudy.cli import snakemake_argv
+from scalestudy.config.study import dump_study
+from scalestudy.paths import profile
+
+from conftest import trained
+from foreign_assets import DEBUGMODEL, titan_command, write_assets
+
+ROOT = Path(__file__).resolve().parents[1]
+DS_TRAIN = ROOT / "tests" / "ds_train.py"
+NEEDED = ("torchtitan", "triton", "deepspeed")
+STEPS, WARMUP = 4, 1
+
+
+def _installed_or_skip():
+    missing = [m for m in NEEDED if importlib.util.find_spec(m) is None]
+    if missing:
+        reason = (f"{', '.join(missing)} not installed (pip install -e '.[foreign]' "
+                  "-c constraints: see .ci/run)")
+        if os.environ.get("SCALESTUDY_REQUIRE_FOREIGN") == "1":
+            pytest.fail(f"SCALESTUDY_REQUIRE_FOREIGN=1 but {reason}")
+        pytest.skip(reason)
+
+
+def foreign_study(tokenizer: Path, dataset: Path) -> dict:
+    titan = {"command": titan_command(tokenizer, dataset), "metrics": "torchtitan"}
+    return {
+        "name": "foreign",
+        # one model for every series: the calibrate job times its matrix products once
+        "models": {"debug": {**DEBUGMODEL, "seq_len": 64}},
+        "train": {"steps": STEPS, "warmup_steps": WARMUP},
+        "platform": {"device": "cpu", "devices_per_node": 2, "timeout_s": 400},
+        "series": [
+            {"name": "titan-weak", "mode": "weak", "model": "debug", "gpus": [1, 2],
+             "micro_batch": 1, "dp_mode": "fsdp", "workload": titan},
+            # N=1 accumulates 2 micro-batches, N=2 one per rank
+            {"name": "titan-strong", "mode": "strong", "model": "debug", "gpus": [1, 2],
+             "micro_batch": 1, "global_batch": 2, "dp_mode": "fsdp", "workload": titan},
+            {"name": "ds-weak", "mode": "weak", "model": "debug", "gpus": [1, 2],
+             "micro_batch": 1, "dp_mode": "zero1",
+             "workload": {"command": ["{python}", str(DS_TRAIN)], "metrics": "steps_jsonl"}},
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """``(out, runs)``: the study's results folder and its runs.csv, one sweep for all."""
+    _installed_or_skip()
+    root = tmp_path_factory.mktemp("foreign")
+    tokenizer, dataset = write_assets(root / "assets")
+    study_file = root / "foreign.yaml"
+    study_file.write_text(dump_study(foreign_study(tokenizer, dataset)))
+    results = root / "results"
+    out = results / "foreign"
+    # the run `scalestudy run` starts (local profile), up to the tables (the figures are drawn
+    # from them, as for built-in runs, and tested there)
+    argv = snakemake_argv(str(study_file), str(results), str(profile("local")), [])
+    argv[3:3] = [str(out / "efficiency.csv")]  # before --config, which takes the rest
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert trained(r.stdout + r.stderr) == 6
+    return out, pd.read_csv(out / "runs.csv")
+
+
+# --- an independent read of torchtitan's raw log ---------------------------------------------
+
+TITAN_STEP = re.compile(r"^(?:\[rank\d+\]:)?\[titan\] (\S+ \S+) - root - INFO - step:\s*(\d+)\s+"
+                        r"loss:\s*(\S+)\s+.*\btps:\s*([\d,]+)")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def titan_steps(log: Path) -> dict[int, list[tuple[datetime, float]]]:
+    """step -> [(timestamp, tps)] of every rank's step line."""
+    steps: dict[int, list] = {}
+    for line in ANSI.sub("", log.read_text(errors="replace")).splitlines():
+        m = TITAN_STEP.match(line)
+        if m:
+            stamp = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f")
+            tps = float(m.group(4).replace(",", ""))
+            steps.setdefault(int(m.group(2)), []).append((stamp, tps))
+    return steps
+
+
+def test_every_point_ok(sweep):
+    out, runs = sweep
+    assert len(runs) == 6 and (runs["status"] == "ok").all(), runs[["point_id", "reason"]]
+    assert (runs["n_steady_steps"] == STEPS - WARMUP).all()
+    assert set(runs["n"]) == {1, 2}
+
+
+def test_torchtitan_times_equal_the_raw_log(sweep):
+    """runs.csv's step time and tokens/s equal a recompute from torchtitan's own lines: tps
+    is tokens per second per device, so a step takes tokens_per_step / (tps × N) (the slowest
+    rank's line); and that time is the log's own clock between consecutive step lines."""
+    out, runs = sweep
+    titan = runs[runs["series"].str.startswith("titan")]
+    assert len(titan) == 4
+    for row in titan.itertuples():
+        run = out / "runs" / row.point_id
+        steps = titan_steps(run / "stdout.log")
+        assert sorted(steps) == list(range(1, STEPS + 1))
+        assert all(len(v) == row.n for v in steps.values())  # every rank logs every step
+        t = {s: max(row.tokens_per_step / (tps * row.n) for _, tps in v) for s, v in steps.items()}
+        median = statistics.median(t[s] for s in range(WARMUP + 1, STEPS + 1))
+        assert row.step_time_median_s == pytest.approx(median, rel=1e-5)
+        assert row.tokens_per_s == pytest.approx(row.tokens_per_step / median, rel=1e-5)
+        assert row.tokens_per_s_per_device == pytest.approx(row.tokens_per_s / row.n, rel=1e-5)
+        # the log's clock: rank 0's line of step s minus its line of step s-1
+        for s in range(WARMUP + 1, STEPS + 1):
+            dt = (min(v[0] for v in steps[s]) - min(v[0] for v in steps[s - 1])).total_seconds()
+            assert dt == pytest.approx(t[s], rel=0.25, abs=0.02), (s, dt, t[s])
+        print(f"\n{row.series} N={row.n}: {row.tokens_per_s:.1f} tokens/s (runs.csv) = "
+              f"{row.tokens_per_step / median:.1f} (raw log), step {median:.3f} s")
+
+
+def test_torchtitan_trained_the_points_batch(sweep):
+    """The batch, sequence length and steps torchtitan printed are the point's (the runner
+    checked them; here read again), memory is unmeasured on CPU: empty with the reason."""
+    out, runs = sweep
+    for row in runs[runs["series"].str.startswith("titan")].itertuples():
+        text = (out / "runs" / row.point_id / "stdout.log").read_text(errors="replace")
+        init = re.findall(r"Trainer is initialized with local batch size (\d+), global batch "
+                          r"size (\d+), gradient accumulation steps (\d+), sequence length "
+                          r"(\d+), total steps (\d+)", text)
+        assert len(init) == row.n
+        assert set(init) == {(str(row.micro_batch), str(row.global_batch), str(row.grad_accum),
+                              str(row.seq_len), str(STEPS))}
+        assert "memory: -0.00GiB(-100.00%)" in text
+        assert pd.isna(row.peak_memory_gb) and "no memory statistics" in row.memory_note
+        losses = re.findall(r"\bstep:\s*\d+\s+loss:\s*(\S+)", ANSI.sub("", text))
+        assert len(losses) == STEPS * row.n and all(math.isfinite(float(x)) for x in losses)
+        summary = json.loads((out / "runs" / row.point_id / "summary.json").read_text())
+        assert summary["metrics"] == "torchtitan" and "0.2.2" in summary["metrics_reads"]
+
+
+def test_deepspeed_zero1_points(sweep):
+    out, runs = sweep
+    ds = runs[runs["series"] == "ds-weak"]
+    assert len(ds) == 2 and (ds["workload"] == "command").all()
+    for row in ds.itertuples():
+        run = out / "runs" / row.point_id
+        steps = [json.loads(x) for x in (run / "steps.jsonl").read_text().splitlines()]
+        assert len(steps) == STEPS and {s["tokens"] for s in steps} == {row.tokens_per_step}
+        steady = [s["step_time_s"] for s in steps if not s["warmup"]]
+        assert row.step_time_median_s == pytest.approx(statistics.median(steady), rel=1e-5)
+        assert all(math.isfinite(s["loss"]) for s in steps)  # (4 steps: too few to see it fall)
+
+
+def test_efficiency_at_the_baseline_is_one(sweep):
+    out, _ = sweep
+    eff = pd.read_csv(out / "efficiency.csv")
+    assert set(eff["series"]) == {"titan-weak", "titan-strong", "ds-weak"} and len(eff) == 6
+    base = eff[eff["n"] == eff["baseline_n"]]
+    assert len(base) == 3 and (base["efficiency"] - 1).abs().max() < 1e-12
+    two = eff[eff["n"] == 2]
+    assert (two["efficiency"] > 0).all()
+    print("\n" + eff[["series", "n", "step_time_s", "tokens_per_s_per_device",
+                      "efficiency"]].to_string(index=False))
+
+
+# --- the checks, on the real trainer's log -------------------------------------------------
+
+def _point(out: Path, run_id: str, **changes):
+    from scalestudy.config.point import Point
+
+    p = Point.from_json(json.loads((out / "runs" / run_id / "point.json").read_text()))
+    return p.replace(**changes) if changes else p
+
+
+@pytest.mark.parametrize("change, says", [
+    ("global_batch", "says global batch 2"),
+    ("seq_len", "says sequence length 64"),
+    ("steps", "says step count 4"),
+])
+def test_a_point_the_real_log_does_not_match_is_invalid(sweep, change, says):
+    """torchtitan's real log read for a point with another global batch, sequence length or
+    step count: the reason names what the log says."""
+    import dataclasses
+
+    from scalestudy.run.collect import steps_from_log
+
+    out, runs = sweep
+    row = runs[(runs["series"] == "titan-strong") & (runs["n"] == 2)].iloc[0]
+    p = _point(out, row.point_id)
+    if change == "global_batch":
+        p = p.replace(grad_accum=2, global_batch=4)
+    elif change == "seq_len":
+        p = p.replace(model=dataclasses.replace(p.model, seq_len=128))
+    else:
+        p = p.replace(train=dataclasses.replace(p.train, steps=5))
+    records, problem, _ = steps_from_log(p, out / "runs" / row.point_id / "stdout.log")
+    assert records == [] and problem and says in problem, problem
+    records, problem, note = steps_from_log(_point(out, row.point_id),
+                                            out / "runs" / row.point_id / "stdout.log")
+    assert problem is None and len(records) == STEPS and "no memory statistics" in note
