@@ -328,12 +328,7 @@ def read_status(run_dir: str | os.PathLike) -> tuple[dict | None, str | None]:
     """``(status, None)``; ``(None, None)`` when there is no ``status.json`` (not run);
     ``(None, reason)`` when it is damaged (the run is ``invalid``, and ``scalestudy run``
     reruns it: :func:`damaged_status`)."""
-    path = os.path.join(os.fspath(run_dir), "status.json")
-    try:
-        data = read_object(path)
-        return (None, None) if data is None else (check_status(data), None)
-    except RecordError as e:
-        return None, str(e)
+    return _read_checked(run_dir, "status.json", check_status)
 
 
 def damaged_status(run_dir: str | os.PathLike) -> str | None:
@@ -383,13 +378,20 @@ def read_summary(run_dir: str | os.PathLike, point_id: str | None = None,
                  config_hash: str | None = None) -> tuple[dict | None, str | None]:
     """``(summary, None)``, ``(None, None)`` when absent, ``(None, reason)`` when damaged or
     another point's (``point_id`` / ``config_hash`` given and different)."""
+    return _read_checked(run_dir, "summary.json", check_summary, point_id, config_hash)
+
+
+def _read_checked(folder, name: str, check, point_id: str | None = None,
+                  config_hash: str | None = None) -> tuple[dict | None, str | None]:
+    """``(record, None)``, ``(None, None)`` when absent, ``(None, reason)`` when ``check``
+    (or, with ``point_id`` / ``config_hash``, the point's identity) refuses it."""
     try:
-        s = read_object(os.path.join(os.fspath(run_dir), "summary.json"))
-        if s is None:
+        rec = read_object(os.path.join(os.fspath(folder), name))
+        if rec is None:
             return None, None
-        check_summary(s)
-        _same_point(s, "summary.json", point_id, config_hash)
-        return s, None
+        check(rec)
+        _same_point(rec, name, point_id, config_hash)
+        return rec, None
     except RecordError as e:
         return None, str(e)
 
@@ -432,15 +434,7 @@ def read_point(run_dir: str | os.PathLike, point_id: str | None = None,
                config_hash: str | None = None) -> tuple[dict | None, str | None]:
     """``(point.json object, None)``, ``(None, None)`` when absent, ``(None, reason)`` when
     damaged or foreign (another point id or config hash than the plan's)."""
-    try:
-        p = read_object(os.path.join(os.fspath(run_dir), "point.json"))
-        if p is None:
-            return None, None
-        check_point(p)
-        _same_point(p, "point.json", point_id, config_hash)
-        return p, None
-    except RecordError as e:
-        return None, str(e)
+    return _read_checked(run_dir, "point.json", check_point, point_id, config_hash)
 
 
 # --- env.json --------------------------------------------------------------------------------
@@ -460,11 +454,8 @@ def check_env(e: dict, name: str = "env.json") -> dict:
 
 
 def read_env(run_dir: str | os.PathLike) -> tuple[dict | None, str | None]:
-    try:
-        e = read_object(os.path.join(os.fspath(run_dir), "env.json"))
-        return (None, None) if e is None else (check_env(e), None)
-    except RecordError as e:
-        return None, str(e)
+    """``(env.json object, None)``, ``(None, None)`` when absent, ``(None, reason)``."""
+    return _read_checked(run_dir, "env.json", check_env)
 
 
 # --- calibration.json, study.json ------------------------------------------------------------
