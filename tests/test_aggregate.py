@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from scalestudy.analysis import aggregate
-from scalestudy.config.point import Model, Platform, Point
+from scalestudy.config.point import Model, Platform, Point, Train
 from scalestudy.config.vocab import FlopsConvention
 from scalestudy.perf import flops
 from scalestudy.plan.planner import write_plan
@@ -42,6 +42,7 @@ def make_point(series: str, mode: str, n: int, gb: int, repeat: int, state: str 
     batch = {"micro_batch": gb // n, "grad_accum": 1} if mode == "weak" else \
         {"micro_batch": 2, "global_batch": gb}
     p = Point.build(MODEL, n=n, **batch, platform=Platform(device=device, hardware=None),
+                    train=Train(steps=10, warmup_steps=2),
                     study="synth", series=series, mode=mode, baseline_n=1,
                     flops_convention="megatron", feasible=state != "infeasible",
                     reason="needs 9.9 GB per device > 8 GB" if state == "infeasible" else "",
@@ -189,9 +190,14 @@ def test_broken_invariant_gets_no_curve(tmp_path, capsys):
     assert runs["util_vs_measured_ceiling"].isna().all()  # no calibration.json
 
 
-def test_missing_plan_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="plan.tsv"):
+def test_missing_plan_is_a_clear_error(tmp_path, capsys):
+    from scalestudy.record.read import RecordError
+
+    with pytest.raises(RecordError, match="plan.tsv"):
         aggregate.run(tmp_path)
+    assert aggregate.main([str(tmp_path / "nonexistent")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such study folder" in err
 
 
 def test_spec_peak_gives_mfu(tmp_path):
@@ -231,7 +237,7 @@ def test_run_cis_equal_the_per_run_bootstrap(study):
     ok = runs[runs["status"] == "ok"]
     assert len(ok) >= 5
     for pid in ok.index[:5]:
-        times = aggregate.steady_times(aggregate.read_steps(study / "runs" / pid / "steps.jsonl"))
+        times = aggregate.steady_times(aggregate.read_steps(study / "runs" / pid / "steps.jsonl")[0])
         dist = stats.bootstrap_medians(times.tolist(), seed=aggregate._seed(pid))
         lo, hi = stats.percentile_ci(dist)
         assert ok.loc[pid, "step_time_ci_lo_s"] == pytest.approx(lo, rel=1e-5)  # csv: 6 digits
@@ -261,17 +267,16 @@ def test_written_csv_is_pandas_to_csv(tmp_path):
         assert out.read_text() == frame.to_csv(index=False, float_format="%.6g")
 
 
-def test_point_json_read_only_when_needed(tmp_path, monkeypatch):
-    # ok runs: summary.json holds the FLOPs and device; point.json is not opened
+def test_a_foreign_point_json_makes_the_run_invalid(tmp_path):
+    # another study's point.json (another id and hash) in a run folder is not read as its own
     d = make_study(tmp_path)
-    opened = []
-    real = aggregate.read_record
-    monkeypatch.setattr(aggregate, "read_record", lambda p: opened.append(str(p)) or real(p))
-    runs, _, _ = aggregate.collect(d)
-    points = {Path(p).parent.name for p in opened if p.endswith("point.json")}
-    st = runs.set_index("point_id")["status"]
-    assert points == set(st[st.isin(["oom", "timeout", "not_run"])].index)
-    assert runs.loc[runs["status"] == "oom", "model_flops_per_step"].gt(0).all()
+    pid = "weak-dp_n2_dp2-tp1-pp1_gb8_abcd0002_r0"
+    other = "weak-dp_n1_dp1-tp1-pp1_gb4_abcd0001_r0"
+    (d / "runs" / pid / "point.json").write_bytes((d / "runs" / other / "point.json").read_bytes())
+    runs, e, _ = aggregate.collect(d)
+    r = runs.set_index("point_id").loc[pid]
+    assert r["status"] == "invalid" and "foreign record" in r["reason"]
+    assert np.isnan(r["step_time_median_s"]) and np.isnan(r["mfu"])
 
 
 def test_study_convention_applies_to_every_row(tmp_path):

@@ -28,7 +28,7 @@ from scalestudy.config.study import validate
 from scalestudy.paths import profile
 from scalestudy.plan.planner import plan_points
 from scalestudy.record.states import RunState
-from scalestudy.run import outcome, runner
+from scalestudy.run import guard, outcome, runner
 from scalestudy.train import hooks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -416,6 +416,7 @@ def resumed(faulty):
         "finished": {pid: st["finished"] for pid, st in _statuses(out).items()},
         "second": second,
         "locks": list((results / ".snakemake" / "locks").glob("*")),
+        "study_locked": guard.is_locked(out),
         "temp_files": [p for p in (out / "runs").rglob(".*") if p.is_file()],
     }
     t0 = time.monotonic()
@@ -472,14 +473,13 @@ def test_faulty_points_carry_their_state_and_the_rest_is_intact(resumed):
 def test_interrupted_sweep_resumes_and_a_second_invocation_is_refused(resumed):
     out, interruption, r = resumed
     second = interruption["second"]
-    assert second.returncode != 0
-    assert "cannot be locked" in second.stdout + second.stderr
-    assert second.stderr.strip().splitlines()[-1].startswith(
-        "scalestudy: error: another run of a study in")  # and how to unlock a stale one
+    assert second.returncode == 2 and second.stderr.count("\n") == 1  # the study's lock
+    assert second.stderr.startswith(
+        "scalestudy: error: study faulty is being run by another launcher (pid")
 
     finished = interruption["finished"]
     assert 0 < len(finished) < N_JOBS, finished
-    assert not interruption["locks"]  # the lock was released
+    assert not interruption["locks"] and not interruption["study_locked"]  # both released
     assert not interruption["temp_files"]  # no temp files of cut writes
     # the resumed run trained only the unfinished points and left the finished ones untouched
     assert _trained(r.stdout + r.stderr) == N_JOBS - len(finished)

@@ -86,7 +86,7 @@ def test_losses_are_read_after_timing_and_ranks_merge():
     ('{"step": 0, "step_time_s": 0, "loss": 1.0, "tokens": 8}', "step_time_s 0 is not a positive"),
     ('{"step": 0, "step_time_s": 0.1, "loss": "low", "tokens": 8}', "loss 'low' is not a number"),
     ('{"step": 0, "step_time_s": 0.1, "loss": 1, "tokens": 8}\n{"step": 0, "step_time_s": 0.1, '
-     '"loss": 1, "tokens": 8}', "line 2: step 0 after step 0"),
+     '"loss": 1, "tokens": 8}', "line 2: step 0 repeats step 0"),
     ('not json', "line 1: not JSON"), ('[1, 2]', "line 1: not a JSON object"),
 ])
 def test_parse_steps_names_the_first_problem(text, problem):

@@ -91,3 +91,18 @@ def test_percentile_ci_rows_equals_percentile_ci_with_nonfinite_rows():
             assert np.array_equal([lo[i], hi[i]], stats.percentile_ci(d[i]), equal_nan=True)
     lo, hi = stats.percentile_ci_rows(np.empty((3, 0)))
     assert np.isnan(lo).all() and np.isnan(hi).all()
+
+
+def test_bootstrap_cost_is_bounded_whatever_the_step_count():
+    # 200,000 steps: the bootstrap draws from an evenly spaced sub-sample of MAX_BOOT_STEPS
+    x = np.random.default_rng(1).lognormal(-3, 0.1, size=200_000)
+    idx = stats.boot_index(x.size)
+    assert idx.size == stats.MAX_BOOT_STEPS and idx[0] == 0 and idx[-1] == x.size - 1
+    rows = stats.bootstrap_medians_rows(x[None, :], [7])
+    assert rows.shape == (1, stats.N_BOOT)
+    assert np.array_equal(rows[0], stats.bootstrap_medians(x[idx], seed=7))
+    assert np.array_equal(stats.bootstrap_medians(x, seed=7), rows[0])
+    lo, hi = stats.percentile_ci(rows[0])
+    assert lo < np.median(x) < hi  # the full sample's median inside the sub-sample's CI
+    # short runs are untouched
+    assert stats.boot_index(stats.MAX_BOOT_STEPS) is None

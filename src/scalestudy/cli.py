@@ -129,6 +129,14 @@ def cmd_run(args) -> int:
     extra = args.snakemake_args
     args.profile = args.profile or str(paths.profile("local"))
     check_profile_site(study, args.profile, args.trust_site)
+    from scalestudy.run import guard
+
+    study_dir = Path(args.results) / study["name"]
+    guard.refuse_escaping_links(study_dir)  # (the Snakefile checks again, and takes the lock)
+    if guard.is_locked(study_dir):
+        raise guard.StudyLocked(f"study {study['name']} is being run by another launcher "
+                                f"({guard.holder(study_dir / guard.LOCK_FILE)}); wait for it "
+                                "to finish or stop it")
     argv = snakemake_argv(args.study, args.results, args.profile, extra, args.trust_site)
     rc = subprocess.call(argv)
     locks = Path(args.results).resolve() / ".snakemake" / "locks"
@@ -204,10 +212,13 @@ def main(argv: list[str] | None = None) -> int:
     extra = argv[argv.index("--") + 1:] if "--" in argv else []  # run: for snakemake
     args = build_parser().parse_args(argv[:len(argv) - len(extra) - bool(extra or "--" in argv)])
     args.snakemake_args = extra
+    from scalestudy.record.read import RecordError, printable
+    from scalestudy.run.guard import StudyLocked
+
     try:
         return int(args.func(args) or 0)
-    except (StudyError, PointError) as e:
-        one_line = str(e).replace("\r", "\\r").replace("\n", "\\n")
+    except (StudyError, PointError, RecordError, StudyLocked, FileNotFoundError) as e:
+        one_line = printable(str(e).replace("\r", "\\r").replace("\n", "\\n"))
         print(f"scalestudy: error: {one_line}", file=sys.stderr)
         return 2
 

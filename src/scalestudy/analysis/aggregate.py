@@ -34,7 +34,8 @@ from scalestudy.analysis import stats
 from scalestudy.config.point import Point, PointError
 from scalestudy.config.vocab import FlopsConvention
 from scalestudy.perf import flops, hardware
-from scalestudy.record.io import atomic_path, read_record, write_text
+from scalestudy.record import read as rread
+from scalestudy.record.io import atomic_paths, clean_temps
 from scalestudy.record.states import RunState
 
 RUN_COLUMNS = [
@@ -66,26 +67,14 @@ EFFICIENCY_COLUMNS = [
 ]
 
 
-def read_steps(path: Path) -> list[dict]:
-    """Lines of ``steps.jsonl``; a torn or corrupt line is skipped."""
-    try:
-        with open(path) as f:
-            lines = f.read().split("\n")
-    except (OSError, ValueError):
-        return []
-    out = []
-    for line in lines:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
+def read_steps(path: Path, expect_steps: int | None = None) -> tuple[rread.Steps | None, str | None]:
+    """A run's ``steps.jsonl`` through the one reader (``record.read.read_steps``)."""
+    return rread.read_steps(path, expect_steps)
 
 
-def steady_times(steps: list[dict], detect: bool = False) -> np.ndarray:
+def steady_times(steps: rread.Steps | None, detect: bool = False) -> np.ndarray:
     """Steady-state step times (s): steps flagged ``warmup`` dropped (+ optional detection)."""
-    times = [s.get("step_time_s", np.nan) for s in steps if not s.get("warmup", False)]
-    return stats.steady_state(times, 0, detect=detect)
+    return stats.steady_state(steps.steady() if steps else [], 0, detect=detect)
 
 
 def _num(x) -> float:
@@ -103,9 +92,9 @@ def _flops_from_point(point: dict | None, key: str, convention: str) -> float:
     try:
         p = Point.from_json(point or {})
         value = flops.point_flops_table(p)[key].get(str(convention))
-    except (PointError, ValueError):
-        return float("nan")
-    return float("nan") if value is None else float(value)
+    except (PointError, ValueError, TypeError, KeyError, AttributeError):
+        return float("nan")  # (a point.json the reader let through but Point cannot rebuild)
+    return float("nan") if value is None or not value > 0 else float(value)
 
 
 def _seed(key: str) -> int:
@@ -135,54 +124,64 @@ def read_run(plan_row: dict, run_dir, calibration: dict | None, convention: str 
     convention; None: take each point's (``point.json``)."""
     row = {k: plan_row[k] for k in RUN_COLUMNS if k in plan_row}
     run_dir = None if run_dir is None else str(run_dir)
-    summary = read_record(run_dir + "/summary.json") if run_dir else None
-    summary = summary or {}
-    status = read_record(run_dir + "/status.json") if run_dir else None
-    point = _UNREAD
+    pid, chash = str(plan_row.get("point_id")), plan_row.get("config_hash")
+    chash = chash if isinstance(chash, str) and chash else None
+    damaged: list[str] = []  # why the run's records cannot be used
+    point, summary, status = {}, {}, None
+    if run_dir:
+        point, why = rread.read_point(run_dir, pid, chash)
+        damaged += [why] if why else []
+        point = point or {}
+        summary, why = rread.read_summary(run_dir, pid, chash)
+        damaged += [why] if why else []
+        summary = summary or {}
+        status, why = rread.read_status(run_dir)
+        damaged += [why] if why else []
+        damaged += [w for w in [rread.read_env(run_dir)[1]] if w]
 
-    def get_point() -> dict:
-        nonlocal point
-        if point is _UNREAD:
-            point = (read_record(run_dir + "/point.json") if run_dir else None) or {}
-        return point
-
-    feasible = str(plan_row.get("feasible", "True")).lower() in ("true", "1", "yes")
-    conv = convention or get_point().get("flops_convention") or FlopsConvention.MEGATRON
+    feasible = rread.feasible(plan_row)
+    conv = convention or point.get("flops_convention") or FlopsConvention.MEGATRON
     row["flops_convention"] = conv
 
     times: list[float] = []
     if not feasible:
         state, reason = RunState.INFEASIBLE, plan_row.get("reason") or "infeasible"
-    elif status is None:
+    elif status is None and not damaged:
         state, reason = RunState.NOT_RUN, "no status.json (not run yet)"
+    elif status is None:
+        state, reason = RunState.INVALID, damaged[0]
     else:
-        reason = status.get("reason", "") or ""
+        state, reason = RunState(status["state"]), status.get("reason") or ""
         row["exit_code"] = status.get("exit_code")
         row["wall_s"] = status.get("wall_s")
-        try:
-            state = RunState(status.get("state", "invalid"))
-        except ValueError:
-            state, reason = RunState.INVALID, f"unknown state {status.get('state')!r} in status.json"
+        if damaged and state == RunState.OK:
+            state, reason = RunState.INVALID, damaged[0]
+        elif damaged:
+            summary = {}  # a failed run's damaged record adds nothing
     if state == RunState.OK:  # (status.json exists, so run_dir does)
-        times = steady_times(read_steps(run_dir + "/steps.jsonl"), detect_warmup).tolist()
-        if not times:
+        expect = (point.get("train") or {}).get("steps")
+        steps, why = read_steps(run_dir + "/steps.jsonl", expect)
+        times = steady_times(steps, detect_warmup).tolist()
+        if why:
+            state, reason, times = RunState.INVALID, f"status ok but {why}", []
+        elif not times:
             state, reason = RunState.INVALID, "status ok but no steady-state steps in steps.jsonl"
     row["status"], row["reason"] = str(state), reason
 
     mf = _num((summary.get("model_flops_per_step") or {}).get(conv))
     hf = _num((summary.get("hardware_flops_per_step") or {}).get(conv))
     if not math.isfinite(mf):
-        mf = _flops_from_point(get_point(), "model", conv)
+        mf = _flops_from_point(point, "model", conv)
     if not math.isfinite(hf):
-        hf = _flops_from_point(get_point(), "hardware", conv)
+        hf = _flops_from_point(point, "hardware", conv)
     row["model_flops_per_step"], row["hardware_flops_per_step"] = mf, hf
 
     precision = plan_row.get("precision") or summary.get("dtype")
     peak, source, key = summary.get("peak_flops_per_device"), summary.get("peak_source"), summary.get("hardware")
-    if not summary and get_point().get("platform", {}).get("hardware") and precision:
-        key, peak, source = _resolve_peak(get_point()["platform"]["hardware"], precision)
+    if not summary and point.get("platform", {}).get("hardware") and precision:
+        key, peak, source = _resolve_peak(point["platform"]["hardware"], precision)
     peak = _num(peak)
-    row.update(device_type=summary.get("device_type") or get_point().get("platform", {}).get("device"),
+    row.update(device_type=summary.get("device_type") or point.get("platform", {}).get("device"),
                device_name=summary.get("device_name"), hardware=key,
                peak_tflops=peak / 1e12, peak_source=source)
 
@@ -218,7 +217,6 @@ def energy_columns(summary: dict) -> dict:
             "energy_note": str(e.get("note") or "")}
 
 
-_UNREAD = object()
 _resolve_peak = lru_cache(maxsize=None)(hardware.resolve_peak)  # a pure lookup in a fixed table
 
 
@@ -416,24 +414,36 @@ def efficiency_rows(runs: pd.DataFrame, times: dict[str, list[float]],
     return pd.DataFrame(rows, columns=EFFICIENCY_COLUMNS), messages
 
 
+#: The tables aggregate writes (file stems, for stale temp files of a killed run).
+TABLE_STEMS = ("runs", "efficiency", "summary")
+
+
 def _write_csv(path: Path, df: pd.DataFrame) -> None:
-    with atomic_path(path) as tmp:
+    with atomic_paths([path]) as (tmp,):
         df.to_csv(tmp, index=False, float_format="%.6g")
 
 
 def load_plan(study_dir: Path) -> pd.DataFrame:
+    """``plan.tsv`` checked by the one reader (``record.read.read_plan``: a cut, duplicated
+    or damaged row is a one-line RecordError), as a table."""
+    import io
+
     path = study_dir / "plan.tsv"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: run `scalestudy plan STUDY --write` first")
-    return pd.read_csv(path, sep="\t", keep_default_na=False, na_values=[""])
+    if not study_dir.is_dir():
+        raise rread.RecordError(f"{study_dir}: no such study folder (the results of "
+                                "`scalestudy run STUDY.yaml`)")
+    if rread.read_plan(study_dir) is None:
+        raise rread.RecordError(f"{path} not found: run `scalestudy plan STUDY --write` first")
+    return pd.read_csv(io.StringIO(rread.read_text(path)), sep="\t", keep_default_na=False,
+                       na_values=[""])
 
 
 def collect(study_dir: Path, detect_warmup: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """``(runs, efficiency, context)`` for a study directory, without writing anything."""
     study_dir = Path(study_dir)
     plan = load_plan(study_dir)
-    study = read_record(study_dir / "study.json")
-    calibration = read_record(study_dir / "calibration.json")
+    study = rread.read_study(study_dir)
+    calibration, cal_problem = rread.read_calibration(study_dir)
     convention = (study or {}).get("flops_convention", "megatron")
     runs_dir = str(study_dir / "runs")
     try:  # one listing instead of failed opens for every run without a directory
@@ -461,8 +471,10 @@ def collect(study_dir: Path, detect_warmup: bool = False) -> tuple[pd.DataFrame,
     runs = runs[RUN_COLUMNS]
     efficiency, messages = efficiency_rows(runs, dict(zip(ids, times)), study,
                                            dict(zip(ids, dists)), cis)
+    if cal_problem:
+        messages.append(f"{cal_problem}: no measured ceiling used")
     context = {"study": study, "calibration": calibration, "messages": messages,
-               "convention": convention}
+               "convention": convention, "times": dict(zip(ids, times))}
     return runs, efficiency, context
 
 
@@ -472,17 +484,19 @@ def run(study_dir: Path, detect_warmup: bool = False) -> None:
     from scalestudy.report import summary as report
 
     study_dir = Path(study_dir)
+    clean_temps(study_dir, TABLE_STEMS)  # a killed aggregate's leftovers
     runs, efficiency, context = collect(study_dir, detect_warmup)
-    _write_csv(study_dir / "runs.csv", runs)
-    with atomic_path(study_dir / "runs.parquet") as tmp:
+    names = ("runs.csv", "runs.parquet", "efficiency.csv", "summary.md", "summary.tex")
+    with atomic_paths([study_dir / n for n in names]) as (t_runs, t_parquet, t_eff, t_md, t_tex):
+        runs.to_csv(t_runs, index=False, float_format="%.6g")
         try:
-            runs.to_parquet(tmp, index=False)
+            runs.to_parquet(t_parquet, index=False)
         except (TypeError, ValueError, ImportError):  # mixed-type object column: store as text
             obj = runs.select_dtypes(include="object").columns
-            runs.astype({c: "string" for c in obj}).to_parquet(tmp, index=False)
-    _write_csv(study_dir / "efficiency.csv", efficiency)
-    write_text(study_dir / "summary.md", report.summary_markdown(runs, efficiency, context))
-    write_text(study_dir / "summary.tex", report.summary_latex(runs, efficiency, context))
+            runs.astype({c: "string" for c in obj}).to_parquet(t_parquet, index=False)
+        efficiency.to_csv(t_eff, index=False, float_format="%.6g")
+        t_md.write_text(report.summary_markdown(runs, efficiency, context))
+        t_tex.write_text(report.summary_latex(runs, efficiency, context))
     for msg in context["messages"]:
         print(msg, file=sys.stderr)
 
@@ -495,7 +509,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--detect-warmup", action="store_true",
                    help="also drop a slow start the declared warm-up missed")
     args = p.parse_args(argv)
-    run(args.study_dir, args.detect_warmup)
+    try:
+        run(args.study_dir, args.detect_warmup)
+    except (rread.RecordError, OSError) as e:
+        print(f"scalestudy: error: {rread.one_line(e)}", file=sys.stderr)
+        return 2
     return 0
 
 

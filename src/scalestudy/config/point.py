@@ -291,8 +291,17 @@ class Train:
 
 
 #: Platform settings that do not change what is measured: not hashed, so changing them never
-#: reruns a point.
-UNHASHED_PLATFORM = ("timeout_s", "collective_timeout_s", "site", "max_nodes", "memory_limit_mb")
+#: reruns a point. (``memory_limit_mb`` is hashed: RLIMIT_AS changes the allocator's
+#: behaviour; of ``site`` only :data:`HASHED_SITE` is.)
+UNHASHED_PLATFORM = ("timeout_s", "collective_timeout_s", "site", "max_nodes")
+#: ``platform.site`` keys that change what is measured, hashed when set: the ranks'
+#: environment (runtime variables: OMP_NUM_THREADS, NCCL_*, ...; a secret-looking name's value
+#: is never hashed, only its name), cores per process and per node, devices per node,
+#: whole-node exclusivity, and the sbatch/srun/torchrun options (CPU and GPU binding). The
+#: others (partition, account, qos, constraint, memory requests, gpu_request,
+#: runtime_margin_min, rdzv_port) only choose or size the allocation: not hashed.
+HASHED_SITE = ("env", "cpus_per_proc", "cpus_per_node", "gpus_per_node", "exclusive", "extra",
+               "srun_extra", "torchrun_extra")
 
 
 @dataclass(frozen=True)
@@ -622,13 +631,39 @@ UNHASHED = ("study", "series", "repeat", "baseline_n", "feasible", "reason", "me
             "flops_convention", "references", "retries", "config_hash", "point_id")
 
 
+def measured_site(site: Mapping, cpu: bool = False) -> dict:
+    """The :data:`HASHED_SITE` settings of a ``platform.site`` that are set; a secret-looking
+    environment variable contributes its name only (its value, redacted in records, never
+    enters the hash). ``cpu``: a CPU point, whose unset ``cpus_per_proc`` means 1 (so 1 is
+    the same point as unset)."""
+    from scalestudy.config.sitepolicy import is_secret
+
+    out = {}
+    for k in HASHED_SITE:
+        v = site.get(k) if isinstance(site, AbcMapping) else None
+        if v in (None, "", [], {}, False) or (cpu and k == "cpus_per_proc" and v == 1):
+            continue
+        if k == "env" and isinstance(v, AbcMapping):
+            v = {str(n): ("<secret>" if is_secret(n) else str(x)) for n, x in v.items()}
+        out[k] = v
+    return out
+
+
 def config_hash(point: Point) -> str:
     """SHA-256 (hex) over everything that changes the measurement: the model, the layout,
-    the training settings and the platform (not names, repeat, timeouts or Slurm site)."""
+    the training settings, the platform with its memory limit and the site settings of
+    :data:`HASHED_SITE` (not names, repeat, timeouts, partition or other allocation
+    choices)."""
     doc = point.to_json()
     for key in UNHASHED + ("schema_version",):
         doc.pop(key, None)
+    site = doc["platform"].get("site") or {}
     doc["platform"] = {k: v for k, v in doc["platform"].items() if k not in UNHASHED_PLATFORM}
+    if doc["platform"].get("memory_limit_mb") is None:  # (ids of points without one unchanged)
+        doc["platform"].pop("memory_limit_mb", None)
+    measured = measured_site(site, cpu=doc["platform"].get("device") == "cpu")
+    if measured:  # (a point without such settings keeps its id)
+        doc["platform"]["site"] = measured
     for key, default in HASHED_WHEN_SET.items():
         if doc.get(key) == default:
             del doc[key]
@@ -665,5 +700,6 @@ def identify(point: Point, repeat: int = 0) -> Point:
 
 
 __all__ = ["Model", "Parallel", "Train", "Platform", "Workload", "Point", "PointError",
-           "SCHEMA_VERSION", "config_hash", "point_id", "identify", "UNHASHED_PLATFORM",
+           "SCHEMA_VERSION", "config_hash", "point_id", "identify", "UNHASHED_PLATFORM", "HASHED_SITE",
+           "measured_site",
            "swiglu_width"]

@@ -39,7 +39,8 @@ import numpy as np
 import pandas as pd
 
 from scalestudy.analysis import stats
-from scalestudy.record.io import read_record
+from scalestudy.record.read import RecordError, one_line, read_env, read_point
+from scalestudy.report.summary import md_text
 
 #: Fields of the model that define it (``point.json``'s ``model``).
 MODEL_FIELDS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "mlp",
@@ -91,15 +92,15 @@ def load(path: Path, index: int) -> Study:
         for r in g.itertuples(index=False):
             d = path / "runs" / str(r.point_id)
             if series not in models:
-                point = read_record(d / "point.json") or {}
+                point = read_point(d, str(r.point_id))[0] or {}
                 if point.get("model"):
                     models[series] = {k: point["model"].get(k) for k in ("name",) + MODEL_FIELDS}
             if r.status != "ok":
                 continue
-            t = aggregate.steady_times(aggregate.read_steps(d / "steps.jsonl")).tolist()
+            t = ctx["times"].get(str(r.point_id)) or []  # read and checked by aggregate
             if t:
                 groups.append(t)
-            env = read_record(d / "env.json") or {}
+            env = read_env(d)[0]  # a damaged env.json labels nothing
             if env:
                 envs.append(env)
         if groups:
@@ -312,10 +313,10 @@ def markdown(studies: list[Study], table: pd.DataFrame, differing: list[str],
     out += ["", "| study | folder | " + " | ".join(ENV_FIELDS) + " |",
             "|---|---|" + "---|" * len(ENV_FIELDS)]
     for s in studies:
-        out.append(f"| {s.label} | {s.path} | "
-                   + " | ".join(str(s.env.get(k) or "–") for k in ENV_FIELDS) + " |")
+        out.append(f"| {md_text(s.label)} | {md_text(s.path)} | "
+                   + " | ".join(md_text(s.env.get(k) or "–") for k in ENV_FIELDS) + " |")
     if differing:
-        out += ["", f"Environment that differs: {', '.join(differing)}."]
+        out += ["", f"Environment that differs: {md_text(', '.join(differing))}."]
     if not table.empty:
         util = str(table["util_kind"].iloc[0])
         head = ["study", "series", "N", "step time ms (base → study)", "throughput ratio [95% CI]",
@@ -325,17 +326,17 @@ def markdown(studies: list[Study], table: pd.DataFrame, differing: list[str],
         for r in table.itertuples(index=False):
             status = r.status_a if r.status_a == r.status_b else f"{r.status_a} → {r.status_b}"
             out.append("| " + " | ".join([
-                r.study, r.series, str(r.n),
+                md_text(r.study), md_text(r.series), str(r.n),
                 f"{_f(r.step_time_a_s * 1e3, '.4g')} → {_f(r.step_time_b_s * 1e3, '.4g')}",
                 _r(r.throughput_ratio, r.throughput_ratio_ci_lo, r.throughput_ratio_ci_hi),
                 f"{_f(r.efficiency_a, '.3f')} → {_f(r.efficiency_b, '.3f')}",
                 _r(r.efficiency_ratio, r.efficiency_ratio_ci_lo, r.efficiency_ratio_ci_hi),
                 _r(r.util_ratio, r.util_ratio_ci_lo, r.util_ratio_ci_hi),
-                status, r.differs or "",
+                md_text(status), md_text(r.differs or ""),
             ]) + " |")
     for s, names in only.items():
         if names:
-            out.append(f"\nOnly in {s}: {', '.join(names)} (drawn, not compared).")
+            out.append(f"\nOnly in {md_text(s)}: {md_text(', '.join(names))} (drawn, not compared).")
     return "\n".join(out) + "\n"
 
 
@@ -430,8 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         _, md = compare(a.studies, a.out, a.style)
-    except (CompareError, FileNotFoundError) as e:
-        print(f"scalestudy: error: {e}", file=sys.stderr)
+    except (CompareError, FileNotFoundError, RecordError) as e:
+        print(f"scalestudy: error: {one_line(e)}", file=sys.stderr)
         return 2
     print(md, end="")
     print(f"-> {a.out}/")

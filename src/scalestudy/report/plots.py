@@ -28,7 +28,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from scalestudy.record.io import read_json, write_text  # noqa: E402
+from scalestudy.record.io import refuse_escaping_links, write_text  # noqa: E402
+from scalestudy.record.read import RecordError, one_line, read_study  # noqa: E402
 from scalestudy.report import references as refs  # noqa: E402
 from scalestudy.report import style as fstyle  # noqa: E402
 from scalestudy.report.summary import CPU_NOTE  # noqa: E402
@@ -234,25 +235,14 @@ def mfu_figure(eff, runs, out_dir, references: list[str], style: str = "default"
 
 
 def _study_references(study_dir: Path) -> list[str]:
-    """``references`` of ``study.json``, else of the first ``runs/*/point.json`` that has it."""
-    candidates = [study_dir / "study.json"] + sorted((study_dir / "runs").glob("*/point.json"))[:1]
-    for path in candidates:
-        try:
-            refs_named = read_json(path).get("references")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if refs_named is not None:
-            return list(refs_named)
-    return []
+    """``references`` of ``study.json`` (checked by ``record.read.read_study``)."""
+    return list((read_study(study_dir) or {}).get("references") or [])
 
 
 def _study_style(study_dir: Path) -> str:
     """``report.figure_style`` of ``study.json`` (``default`` when absent)."""
-    try:
-        return str((read_json(study_dir / "study.json").get("report") or {})
-                   .get("figure_style") or "default")
-    except (OSError, ValueError, AttributeError):
-        return "default"
+    return str(((read_study(study_dir) or {}).get("report") or {}).get("figure_style")
+               or "default")
 
 
 def run(study_dir: Path, references: list[str] | None = None,
@@ -271,6 +261,7 @@ def run(study_dir: Path, references: list[str] | None = None,
     for r in refs_named:
         refs._check(r, refs.REFERENCES)
     style = fstyle.checked(style or _study_style(study_dir))
+    refuse_escaping_links(study_dir)  # a figures/ linked elsewhere is not written through
     out_dir = study_dir / "figures"
     out_dir.mkdir(parents=True, exist_ok=True)
     sns.set_theme(style="whitegrid", context="paper")
@@ -294,8 +285,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="figure size and fonts for a paper; default: the study's "
                         "report.figure_style, else default")
     args = p.parse_args(argv)
-    for path in run(args.study_dir, args.references, args.style):
-        print(path)
+    try:
+        for path in run(args.study_dir, args.references, args.style):
+            print(path)
+    except (RecordError, FileNotFoundError) as e:
+        print(f"scalestudy: error: {one_line(e)}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -40,7 +40,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from statistics import median
 
-from scalestudy.record.io import read_record
+from scalestudy.record.read import (RecordError, one_line, printable, read_env, read_plan,
+                                    read_point, read_status, read_summary,
+                                    read_steps, read_study, read_tail)
 from scalestudy.record.states import FAILED, RunState
 
 #: What status adds to the run states.
@@ -121,12 +123,9 @@ def resolve(target: str | None, results: str = "results") -> tuple[Path, dict | 
 
 def _plan_rows(study_dir: Path, study: dict | None) -> list[dict]:
     """Rows of ``plan.tsv``; the study's own plan when the file is not written yet."""
-    path = study_dir / "plan.tsv"
-    if path.is_file():
-        lines = path.read_text().splitlines()
-        if lines:
-            head = lines[0].split("\t")
-            return [dict(zip(head, ln.split("\t"))) for ln in lines[1:] if ln.strip()]
+    rows = read_plan(study_dir)  # RecordError: a cut, duplicated or damaged plan (one line)
+    if rows is not None:
+        return rows
     if study is None:
         return []
     from scalestudy.plan.planner import plan_points, plan_rows
@@ -137,30 +136,11 @@ def _plan_rows(study_dir: Path, study: dict | None) -> list[dict]:
 
 def _last_error(log: Path, n_bytes: int = 65536) -> str:
     """The last line of ``stdout.log`` that reads like an error ("" when none)."""
-    try:
-        with open(log, "rb") as f:
-            f.seek(max(0, os.path.getsize(log) - n_bytes))
-            lines = f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return ""
+    lines = read_tail(log, n_bytes).splitlines()
     for ln in reversed(lines):
         if _ERROR_LINE.search(ln) and "ChildFailedError" not in ln:
             return ln.strip()[:300]
     return ""
-
-
-def _steps(path: Path) -> list[dict]:
-    try:
-        text = path.read_text()
-    except OSError:
-        return []
-    out = []
-    for ln in text.splitlines():
-        try:
-            out.append(json.loads(ln))
-        except ValueError:
-            continue
-    return out
 
 
 def _iso(ts: str | None) -> float | None:
@@ -202,12 +182,12 @@ def read_points(study_dir: Path, rows: list[dict], timeout_s: float, now: float
         if pid not in present:
             continue
         d = runs / pid
-        status = read_record(d / "status.json")
+        status, damaged = read_status(d)
+        if damaged:  # the next `scalestudy run` reruns it
+            ps.state, ps.reason = str(RunState.INVALID), f"{damaged} (rerun by scalestudy run)"
+            continue
         if status is not None:
-            try:
-                ps.state = str(RunState(status.get("state")))
-            except ValueError:
-                ps.state = str(RunState.INVALID)
+            ps.state = str(RunState(status["state"]))
             ps.reason = str(status.get("reason") or "")
             ps.wall_s = _num(status.get("wall_s"))
             t, e = _iso(status.get("started")), _iso(status.get("finished"))
@@ -216,13 +196,19 @@ def read_points(study_dir: Path, rows: list[dict], timeout_s: float, now: float
             if e is not None:
                 ends.append(e)
             if ps.state == RunState.OK:
-                steps = _steps(d / "steps.jsonl")
-                times = [s.get("step_time_s") for s in steps]
-                times = [float(x) for x in times if isinstance(x, (int, float))]
-                steady = [float(s["step_time_s"]) for s in steps if not s.get("warmup")
-                          and isinstance(s.get("step_time_s"), (int, float))]
-                if times and steady and ps.wall_s is not None:
-                    finished[pid] = _Finished(ps.n, ps.wall_s, sum(times), median(steady))
+                point, why = read_point(d, pid, r.get("config_hash") or None)
+                steps = None
+                why = why or read_summary(d, pid, r.get("config_hash") or None)[1] \
+                    or read_env(d)[1]  # the records aggregate reads, checked alike
+                if not why:
+                    steps, why = read_steps(d / "steps.jsonl",
+                                            ((point or {}).get("train") or {}).get("steps"))
+                if why:
+                    ps.state, ps.reason = str(RunState.INVALID), f"status ok but {why}"
+                    continue
+                steady = steps.steady()
+                if steady and ps.wall_s is not None:
+                    finished[pid] = _Finished(ps.n, ps.wall_s, sum(steps.times), median(steady))
             elif ps.state != RunState.INVALID or (d / "stdout.log").exists():
                 ps.last_error = _last_error(d / "stdout.log")
             continue
@@ -357,7 +343,7 @@ def snapshot(study_dir: Path, study: dict | None = None, now: float | None = Non
     given; else ``study.json``). ``_cache`` keeps the model's predictions between refreshes."""
     now = time.time() if now is None else now
     study_dir = Path(study_dir)
-    resolved = read_record(study_dir / "study.json") or study
+    resolved = read_study(study_dir) or study  # RecordError: damaged (one line)
     rows = _plan_rows(study_dir, study or resolved)
     timeout_s = float(((resolved or {}).get("platform") or {}).get("timeout_s") or 900)
     points, finished, first, last = read_points(study_dir, rows, timeout_s, now)
@@ -469,7 +455,7 @@ def text(st: StudyStatus, limit: int = 20) -> str:
     listing("failed", failed, fail_line)
     listing("interrupted", [p for p in st.points if p.state == INTERRUPTED],
             lambda p: [f"  {p.series} N={p.n} r{p.repeat}  {p.reason}"])
-    return "\n".join(out) + "\n"
+    return printable("\n".join(out)) + "\n"  # no escape sequence of a log reaches the terminal
 
 
 def as_json(st: StudyStatus) -> str:
@@ -497,13 +483,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         study_dir, study = resolve(a.target, a.results)
     except StudyError as e:
-        print(f"scalestudy: error: {e}", file=sys.stderr)
+        print(f"scalestudy: error: {one_line(e)}", file=sys.stderr)
         return 2
     cache: dict = {}
     tty = sys.stdout.isatty()
     try:
         for i in range(max(1, a.max_updates) if a.watch else 1):
-            st = snapshot(study_dir, study, _cache=cache)
+            try:
+                st = snapshot(study_dir, study, _cache=cache)
+            except RecordError as e:
+                print(f"scalestudy: error: {one_line(e)}", file=sys.stderr)
+                return 2
             body = as_json(st) if a.json else text(st)
             if a.watch and tty and not a.json:
                 body = "\033[H\033[2J" + body  # redraw in place

@@ -77,6 +77,15 @@ def headline_cells(efficiency: pd.DataFrame) -> tuple[list[str], list[list[str]]
     return head, rows, util_name
 
 
+def md_text(text) -> str:
+    """``text`` safe inside a Markdown table cell or list item: one line, ``|`` escaped, HTML
+    special characters as entities (a host name or log line never becomes markup)."""
+    import html
+
+    t = str(text).replace("\r", " ").replace("\n", " ")
+    return html.escape(t, quote=False).replace("|", "\\|")
+
+
 def headline_table(runs: pd.DataFrame, efficiency: pd.DataFrame) -> tuple[str, str]:
     """Markdown table (one row per series and N) and the name of the utilisation column."""
     head, rows, util_name = headline_cells(efficiency)
@@ -170,7 +179,7 @@ def summary_markdown(runs: pd.DataFrame, efficiency: pd.DataFrame, context: dict
     if len(bad):
         out += ["", "## Points that did not run successfully", ""]
         for r in _rows(bad, ["point_id", "status", "reason"]):
-            out.append(f"- `{r.point_id}`: {r.status} — {r.reason}")
+            out.append(f"- `{r.point_id}`: {r.status} — {md_text(r.reason)}")
     return "\n".join(out) + "\n"
 
 

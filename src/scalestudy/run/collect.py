@@ -25,6 +25,7 @@ from scalestudy.config.point import Point
 from scalestudy.config.vocab import Device, MetricsFormat
 from scalestudy.record.env import common_env
 from scalestudy.record.io import write_json
+from scalestudy.record.read import RecordError, read_steps, read_text
 from scalestudy.run import logparse, workload
 from scalestudy.train.metrics import STEPS_FILE, parse_steps, write_steps
 
@@ -79,8 +80,10 @@ def steps_from_jsonl(point: Point, run_dir: Path) -> tuple[list[dict], str | Non
     position."""
     path = run_dir / STEPS_FILE
     try:
-        text = path.read_text()
-    except OSError:
+        text = read_text(path)  # bounded, regular files only
+    except RecordError as e:
+        return [], str(e)
+    if text is None:
         return [], (f"the command wrote no {STEPS_FILE} into ${workload.POINT_DIR_ENV} "
                     "(use scalestudy.train.metrics.StepLogger, or declare a log parser: "
                     "workload.metrics)")
@@ -144,6 +147,11 @@ def command_record(point: Point, run_dir: Path, log: Path, wall_s: float) -> str
     if problem:
         return f"metrics: {problem}"[:300]
     write_steps(run_dir / STEPS_FILE, records)
+    # every source (steps.jsonl or a log preset) meets the one reader's contract, the
+    # point's step count included, or the run is invalid
+    _, problem = read_steps(run_dir / STEPS_FILE, point.train.steps)
+    if problem:
+        return f"metrics: {problem}"[:300]
     device_type, device_name = device_facts(point)
     peaks = [r["peak_memory_bytes"] for r in records if r.get("peak_memory_bytes") is not None]
     kind = {MetricsFormat.TORCHTITAN: "torchtitan_max_reserved"}.get(point.workload.metrics,

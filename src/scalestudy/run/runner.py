@@ -28,7 +28,9 @@ Deliberately light: no torch import here (start-up cost per point is torchrun's 
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -40,6 +42,7 @@ from pathlib import Path
 from scalestudy.config import sitepolicy
 from scalestudy.config.point import Point
 from scalestudy.record.io import read_json, write_json
+from scalestudy.record.read import read_tail
 from scalestudy.record.states import RECORD_FILES, RETRIED, RunState
 from scalestudy.run import collect, launch, outcome, workload
 
@@ -64,11 +67,26 @@ def _now() -> str:
 
 
 def _tail(log: Path, n: int = 40) -> list[str]:
-    try:
-        lines = log.read_text(errors="replace").splitlines()
-    except OSError:
-        return []
+    """The last ``n`` non-blank lines of the log (its last MiB: bounded whatever it holds)."""
+    lines = read_tail(log).splitlines()
     return [ln for ln in lines if ln.strip()][-n:]
+
+
+#: How a full file system shows in a log (Python's OSError, C's strerror).
+NO_SPACE = re.compile(r"No space left on device|\bENOSPC\b|\[Errno 28\]")
+
+
+def no_space(path: str | os.PathLike) -> str:
+    """The reason of a point that could not write (ENOSPC)."""
+    return f"no space left on device ({path})"
+
+
+def _disk_full(path: Path) -> bool:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 64 * 1024
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -133,6 +151,8 @@ def attempt(point: Point, run_dir: Path) -> dict:
                                          (run_dir / "summary.json").exists(),
                                          timeout_s=plat.timeout_s,
                                          collective_timeout_s=plat.collective_timeout_s)
+    if state != RunState.OK and (_disk_full(run_dir) or any(NO_SPACE.search(ln) for ln in lines)):
+        state, reason = RunState.CRASHED, no_space(run_dir)  # a full disk, whatever broke
     return {"state": state, "reason": reason,
             "evidence": [] if state == RunState.OK else outcome.evidence(lines),
             "exit_code": proc.returncode, "started": started, "finished": _now(),
@@ -167,12 +187,33 @@ def run_point(point_json: Path, run_dir: Path) -> dict:
             history.append({k: status[k] for k in ("state", "reason", "wall_s")})
             if status["state"] not in RETRIED:
                 break
+    except OSError as exc:
+        status = _runner_error(exc, started, t0)
+        if exc.errno == errno.ENOSPC or _disk_full(run_dir):
+            status["reason"] = no_space(exc.filename or run_dir)
+        history.append({k: status[k] for k in ("state", "reason", "wall_s")})
     except Exception as exc:  # noqa: BLE001 - recorded, not swallowed
         status = _runner_error(exc, started, t0)
         history.append({k: status[k] for k in ("state", "reason", "wall_s")})
     status["attempts"] = history
-    write_json(run_dir / "status.json", status)
+    write_status(run_dir, status)
     return status
+
+
+def write_status(run_dir: Path, status: dict) -> None:
+    """Write ``status.json``; on a full disk make room by emptying this attempt's
+    ``stdout.log`` (its evidence lines are in the status) and try once more (OSError when
+    even that fails)."""
+    try:
+        write_json(run_dir / "status.json", status)
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        log = run_dir / "stdout.log"
+        if log.is_file() and not log.is_symlink():
+            os.truncate(log, 0)
+        status["reason"] = status["reason"] or no_space(run_dir)
+        write_json(run_dir / "status.json", status)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,7 +223,17 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 2:
         print("usage: python -m scalestudy.run.runner POINT_JSON RUN_DIR", file=sys.stderr)
         return 2
-    status = run_point(Path(argv[0]), Path(argv[1]))
+    study_dir = Path(argv[1]).absolute().parent.parent
+    if Path(argv[1]).is_symlink() or not Path(argv[1]).resolve().is_relative_to(study_dir.resolve()):
+        print(f"scalestudy: error: {argv[1]} is a symlink leading outside {study_dir}: "
+              "nothing written there; remove the link and rerun", file=sys.stderr)
+        return 2
+    try:
+        status = run_point(Path(argv[0]), Path(argv[1]))
+    except OSError as e:  # not even status.json could be written
+        print(f"scalestudy: error: {argv[1]}: status.json not written: "
+              f"{no_space(argv[1]) if e.errno == errno.ENOSPC else e}", file=sys.stderr)
+        return 1
     print(f"{Path(argv[1]).name}: {status['state']} {status['reason']}".rstrip())
     return 0
 

@@ -37,15 +37,14 @@ a device or a process group is involved, so the module itself is cheap to import
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from pathlib import Path
 
+from scalestudy.record.read import REQUIRED, parse_steps  # the contract's one checker
+
 STEPS_FILE = "steps.jsonl"
 POINT_DIR_ENV = "SCALESTUDY_POINT_DIR"
-#: Keys every line must have.
-REQUIRED = ("step", "step_time_s", "loss", "tokens")
 
 
 def synchronize(device) -> None:
@@ -93,45 +92,6 @@ def write_steps(path: str | os.PathLike, records: list[dict]) -> Path:
     if path.is_dir():
         path = path / STEPS_FILE
     return write_text(path, steps_text(records))
-
-
-def _positive(x) -> bool:
-    return (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-            and x > 0)
-
-
-def parse_steps(text: str, source: str = STEPS_FILE) -> tuple[list[dict], str | None]:
-    """The records of a ``steps.jsonl`` text and the first problem (None: it meets the
-    contract): a line that is not a JSON object, a missing key, a step time or token count
-    that is not a positive number, a loss that is not a number or null, steps not in order."""
-    records = []
-    for i, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            return records, f"{source} line {i}: not JSON ({line[:60]!r})"
-        if not isinstance(rec, dict):
-            return records, f"{source} line {i}: not a JSON object"
-        missing = [k for k in REQUIRED if k not in rec]
-        if missing:
-            return records, f"{source} line {i}: no {', '.join(missing)}"
-        if not isinstance(rec["step"], int) or isinstance(rec["step"], bool):
-            return records, f"{source} line {i}: step {rec['step']!r} is not an integer"
-        if not _positive(rec["step_time_s"]):
-            return records, (f"{source} line {i}: step_time_s {rec['step_time_s']!r} is not "
-                             "a positive number")
-        if not _positive(rec["tokens"]):
-            return records, f"{source} line {i}: tokens {rec['tokens']!r} is not a positive number"
-        loss = rec["loss"]
-        if loss is not None and (not isinstance(loss, (int, float)) or isinstance(loss, bool)):
-            return records, f"{source} line {i}: loss {loss!r} is not a number or null"
-        if records and rec["step"] <= records[-1]["step"]:
-            return records, (f"{source} line {i}: step {rec['step']} after step "
-                             f"{records[-1]['step']} (steps must increase)")
-        records.append(rec)
-    return records, None
 
 
 class StepTimer:

@@ -1,0 +1,109 @@
+"""What every launcher of a study does before it runs a point (``scalestudy run``, ``snakemake``
+from the repository root, an installed package: they all parse ``workflow/Snakefile``, which
+calls :func:`claim_study`).
+
+- **One lock per study**: ``results/<study>/.lock``, held with ``fcntl.flock`` (exclusive,
+  non-blocking) for the launcher's whole life, so two launchers of the same study never train
+  a point twice, whatever their ``.snakemake`` folders. The kernel drops the lock when the
+  process ends, however it ends: a killed launcher leaves no stale lock. The file holds the
+  owner's pid and start time, for the refusal's one line.
+- **Nothing written outside the results folder**: a symlink in the study folder (a run
+  folder, ``figures/``, a record) that leads outside it is refused with one line.
+- **A damaged ``status.json`` is rerun**: it is removed, so Snakemake sees the point as not
+  run.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from scalestudy.record.io import escaping_links, refuse_escaping_links  # noqa: F401
+from scalestudy.record.read import damaged_status
+
+LOCK_FILE = ".lock"
+
+
+class StudyLocked(RuntimeError):
+    """Another launcher runs the study (one line)."""
+
+
+def lock_study(study_dir: str | os.PathLike) -> int:
+    """Take the study's lock; returns its file descriptor (keep it open: closing it, or the
+    process ending, releases the lock). Raises :class:`StudyLocked` when held."""
+    study_dir = Path(study_dir)
+    study_dir.mkdir(parents=True, exist_ok=True)
+    path = study_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        raise StudyLocked(f"study {study_dir.name} is being run by another launcher "
+                          f"({holder(path)}); wait for it to finish or stop it "
+                          f"(lock: {path})") from None
+    os.ftruncate(fd, 0)
+    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    os.write(fd, f"pid {os.getpid()} since {stamp}\n".encode())
+    return fd
+
+
+def holder(lock_path: str | os.PathLike) -> str:
+    """Who holds a study's lock, from its file ("pid N since T")."""
+    try:
+        with open(lock_path, errors="replace") as f:
+            return f.read(200).strip() or "owner unknown"
+    except OSError:
+        return "owner unknown"
+
+
+def is_locked(study_dir: str | os.PathLike) -> bool:
+    """Whether a launcher holds the study's lock now (probes with a shared, non-blocking
+    lock, released at once)."""
+    path = Path(study_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def rerun_damaged(study_dir: str | os.PathLike, point_ids) -> list[str]:
+    """Remove each damaged ``status.json`` of the planned points (unparseable, empty, of
+    wrong types), so the launcher reruns them; returns one line per point removed."""
+    runs = Path(study_dir) / "runs"
+    try:
+        present = set(os.listdir(runs))
+    except OSError:
+        return []
+    out = []
+    for pid in point_ids:
+        if pid not in present:
+            continue
+        why = damaged_status(runs / pid)
+        if why:
+            (runs / pid / "status.json").unlink(missing_ok=True)
+            out.append(f"{pid}: {why}: removed, the point reruns")
+    return out
+
+
+def claim_study(study_dir: str | os.PathLike, point_ids) -> int:
+    """The launcher's start: refuse escaping symlinks, take the lock, clear damaged statuses
+    (each removal printed on stderr). Returns the lock's descriptor."""
+    refuse_escaping_links(study_dir)
+    fd = lock_study(study_dir)
+    for line in rerun_damaged(study_dir, point_ids):
+        print(f"scalestudy: {line}", file=sys.stderr)
+    return fd
