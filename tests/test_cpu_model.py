@@ -266,3 +266,20 @@ def test_block_specs_bench_blocks_and_core_sharing_rows(points):
     sharing = microbench.bench_core_sharing(procs=(1, 2), work_s=0.005, samples=1)
     assert [r["procs"] for r in sharing] == [1, 2] and sharing[0]["factor"] == 1.0
     assert all(r["seconds"] > 0 and r["load_1m"] >= 0 for r in sharing)
+
+
+def test_calibration_times_blocks_only_of_models_it_can_afford():
+    """A point whose one micro-batch exceeds MAX_BLOCK_FLOPS (a fault test's 16k-token
+    math-attention model) keeps the product-rate model: its blocks are not timed."""
+    from scalestudy.config.point import Model, Point
+    from scalestudy.measure.microbench import MAX_BLOCK_FLOPS, block_flops, block_specs
+    from scalestudy.perf import flops
+
+    small = Point.for_layout(Model(layers=2, hidden=32, heads=2, seq_len=16, vocab=64),
+                             micro_batch=2)
+    huge = Point.for_layout(Model(layers=2, hidden=32, heads=4, seq_len=16384, vocab=64,
+                                  attention="math"), micro_batch=1)
+    assert block_flops(small) == 3 * (2 * flops.layer_forward_flops(small.model, 2)
+                                      + flops.head_forward_flops(small.model, 2))
+    assert block_flops(small) < MAX_BLOCK_FLOPS < block_flops(huge)
+    assert [s["model"]["name"] for s in block_specs([small, huge])] == [small.model.name]

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from scalestudy.config.point import Model, Point, identify
 from scalestudy.config.vocab import DType, allowed
+from scalestudy.perf.flops import head_forward_flops, layer_forward_flops
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
 BUS_FACTOR = {
@@ -417,11 +418,27 @@ def block_spec(model: Model, micro_batch: int, layout: str) -> dict:
             "micro_batch": int(micro_batch), "layout": layout}
 
 
+#: The largest model a calibration times block by block: one micro-batch's forward +
+#: backward in FLOPs (``3 ×`` the forward's; about 0.1 s on this project's 2-core hosts).
+#: A larger point keeps the product-rate model (its blocks would cost the calibration job
+#: minutes and gigabytes: a fault test's 16k-token math-attention model, say).
+MAX_BLOCK_FLOPS = 5e9
+
+
+def block_flops(p) -> float:
+    """FLOPs of one micro-batch's forward + backward of ``p``'s whole model (Megatron's
+    count: layers, attention over the full ``s × s``, the head)."""
+    b = p.micro_batch
+    return 3.0 * (p.model.layers * layer_forward_flops(p.model, b)
+                  + head_forward_flops(p.model, b))
+
+
 def block_specs(points) -> list[dict]:
-    """The distinct ``block_spec`` of the feasible points (model, micro-batch, layout)."""
+    """The distinct ``block_spec`` of the feasible points (model, micro-batch, layout) up to
+    ``MAX_BLOCK_FLOPS`` per micro-batch."""
     out, seen = [], set()
     for p in points:
-        if not p.feasible:
+        if not p.feasible or block_flops(p) > MAX_BLOCK_FLOPS:
             continue
         spec = block_spec(p.model, p.micro_batch, "tp" if p.tp > 1 else "plain")
         key = json.dumps(spec, sort_keys=True)
