@@ -283,3 +283,15 @@ def test_calibration_times_blocks_only_of_models_it_can_afford():
                                       + flops.head_forward_flops(small.model, 2))
     assert block_flops(small) < MAX_BLOCK_FLOPS < block_flops(huge)
     assert [s["model"]["name"] for s in block_specs([small, huge])] == [small.model.name]
+
+
+def test_blocks_of_a_llama_model_are_timed():
+    """Llama's blocks take the rotary table: the calibration times them like GPT's."""
+    from scalestudy.config.point import Model
+    from scalestudy.measure.microbench import bench_blocks, block_spec
+
+    m = Model(arch="llama", layers=2, hidden=32, heads=2, seq_len=16, vocab=64)
+    rows = bench_blocks([block_spec(m, 1, "plain")], samples=1, warmup=0, min_time_s=0.0)
+    assert {r["block"] for r in rows} == {"fwd_bwd", "layer", "embedding", "head", "optimizer",
+                                          "optimizer_layer"}
+    assert all(r["seconds"] > 0 for r in rows)

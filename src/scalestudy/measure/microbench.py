@@ -528,8 +528,10 @@ def _block_samples(cfg: Model, b: int, layout: str, mesh, samples: int, warmup: 
     def fwd_bwd():
         loss_fn(model(x), y).backward()
 
+    extra = (model.rope,) if hasattr(model, "rope") else ()  # Llama's blocks take the table
+
     def one_layer():
-        layer(h).sum().backward()
+        layer(h, *extra).sum().backward()
 
     def embedding():
         e = model.tok_embeddings(x)
