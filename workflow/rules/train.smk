@@ -1,3 +1,7 @@
+#: whether the calibrate job measures this host's building blocks for the performance model
+HOST_MODEL = bool((STUDY.get("microbench") or {}).get("enabled"))
+
+
 rule calibrate:
     """Measured matmul ceiling of this study's device (the denominator of 'utilisation vs
     measured ceiling') and the rate of the study's own matrix products (for the performance
@@ -22,9 +26,12 @@ rule calibrate:
         # under DTensor when the study has tensor-parallel points
         overhead="plain tp" if any(p.tp > 1 for p in POINTS.values() if p.feasible) else "plain",
         # a CPU study's own model piece by piece, and what sharing the cores costs at the
-        # study's process counts (the performance model composes each point from these)
-        blocks=shlex.quote(json.dumps(block_specs(POINTS.values()))),
-        procs=" ".join(str(k) for k in sorted({p.n for p in POINTS.values() if p.feasible})),
+        # study's process counts (the performance model composes each point from these):
+        # measured when the study enables its host measurements (microbench: {enabled: true},
+        # as the default study does), else the model keeps the product rates
+        blocks=shlex.quote(json.dumps(block_specs(POINTS.values()) if HOST_MODEL else [])),
+        procs=" ".join(str(k) for k in sorted({p.n for p in POINTS.values() if p.feasible})
+                       if HOST_MODEL),
     shell:
         "{params.py:q} -m scalestudy.measure.calibrate --device {params.device} --dtype {params.dtype}"
         " --out {output:q} --shapes {params.shapes} --overhead {params.overhead}"
