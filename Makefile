@@ -29,8 +29,10 @@ setup-foreign: setup
 run: setup
 	$(VENV)/bin/scalestudy run "$(STUDY)"
 
+# two workers (pytest-xdist), a test file per worker at a time: most tests wait on one
+# process at a time (an import, a Snakemake run, one rank), so the 2 cores run two of them
 test: setup
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q --durations=15
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --durations=15
 
 # the benchmarks are not installed: `python -m benchmarks` from the repository root
 bench: setup

@@ -49,10 +49,9 @@ def trained(out: str) -> int:
 
 @pytest.fixture(scope="session")
 def tiny_study_run(tmp_path_factory):
-    """``(study_file, results, first_run)``: the TINY study run once through Snakemake.
-
-    Tests that change the study or its results (extending the grid) are marked
-    ``extends_shared_run`` and are collected last, after every reader of the first run."""
+    """``(study_file, results, first_run)``: the TINY study run once through Snakemake (once
+    per pytest-xdist worker). Its readers never change it: a test that extends a study runs
+    its own."""
     import yaml
 
     root = tmp_path_factory.mktemp("wf")
@@ -73,8 +72,3 @@ def tiny_report(tiny_study_run):
         r = snakemake(study_file, results, "--report", str(report))
         assert r.returncode == 0, r.stderr[-2000:]
     return report
-
-
-def pytest_collection_modifyitems(items):
-    """Tests marked ``extends_shared_run`` run last: they change the shared tiny study run."""
-    items.sort(key=lambda item: item.get_closest_marker("extends_shared_run") is not None)
