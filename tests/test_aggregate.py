@@ -12,6 +12,7 @@ from scalestudy.analysis import aggregate
 from scalestudy.config.point import Model, Platform, Point, Train
 from scalestudy.config.vocab import FlopsConvention
 from scalestudy.perf import flops
+from scalestudy.record.read import read_steps
 from scalestudy.plan.planner import write_plan
 from scalestudy.record.io import write_json, write_text
 
@@ -237,7 +238,7 @@ def test_run_cis_equal_the_per_run_bootstrap(study):
     ok = runs[runs["status"] == "ok"]
     assert len(ok) >= 5
     for pid in ok.index[:5]:
-        times = aggregate.steady_times(aggregate.read_steps(study / "runs" / pid / "steps.jsonl")[0])
+        times = aggregate.steady_times(read_steps(study / "runs" / pid / "steps.jsonl")[0])
         dist = stats.bootstrap_medians(times.tolist(), seed=aggregate._seed(pid))
         lo, hi = stats.percentile_ci(dist)
         assert ok.loc[pid, "step_time_ci_lo_s"] == pytest.approx(lo, rel=1e-5)  # csv: 6 digits

@@ -18,7 +18,6 @@ with equal step counts (``stats.*_rows``) and the tables are built once at the e
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -65,11 +64,6 @@ EFFICIENCY_COLUMNS = [
     "speedup", "speedup_ci_lo", "speedup_ci_hi", "ideal_speedup",
     "mfu", "hfu", "util_vs_measured_ceiling", "status", "reason", "note",
 ]
-
-
-def read_steps(path: Path, expect_steps: int | None = None) -> tuple[rread.Steps | None, str | None]:
-    """A run's ``steps.jsonl`` through the one reader (``record.read.read_steps``)."""
-    return rread.read_steps(path, expect_steps)
 
 
 def steady_times(steps: rread.Steps | None, detect: bool = False) -> np.ndarray:
@@ -160,7 +154,7 @@ def read_run(plan_row: dict, run_dir, calibration: dict | None, convention: str 
             summary = {}  # a failed run's damaged record adds nothing
     if state == RunState.OK:  # (status.json exists, so run_dir does)
         expect = (point.get("train") or {}).get("steps")
-        steps, why = read_steps(run_dir + "/steps.jsonl", expect)
+        steps, why = rread.read_steps(run_dir + "/steps.jsonl", expect)
         times = steady_times(steps, detect_warmup).tolist()
         if why:
             state, reason, times = RunState.INVALID, f"status ok but {why}", []

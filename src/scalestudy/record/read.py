@@ -23,7 +23,6 @@ import math
 import os
 import stat
 from dataclasses import dataclass
-from pathlib import Path
 
 from scalestudy.record.states import RunState
 

@@ -22,7 +22,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from scalestudy.record.io import escaping_links, refuse_escaping_links  # noqa: F401
+from scalestudy.record.io import refuse_escaping_links
 from scalestudy.record.read import damaged_status
 
 LOCK_FILE = ".lock"
