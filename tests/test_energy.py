@@ -252,7 +252,9 @@ def test_a_real_run_records_energy_per_step_per_rank(tmp_path, monkeypatch):
     assert status["state"] == "ok", status
     steps = [json.loads(x) for x in (run_dir / "steps.jsonl").read_text().splitlines()]
     assert all(len(s["rank_energy_j"]) == 2 for s in steps)
-    assert all(s["energy_j"] > 0 for s in steps)
+    # the fake counter's thread may not tick within a step on a loaded host: every step's
+    # energy is a count (never negative), and the run's is positive
+    assert all(s["energy_j"] >= 0 for s in steps) and sum(s["energy_j"] for s in steps) > 0
     # one host: the package is counted once, not once per rank
     assert all(s["energy_j"] == s["rank_energy_j"][0] for s in steps)
     e = json.loads((run_dir / "summary.json").read_text())["energy"]
