@@ -10,5 +10,5 @@ checkout=${2:-$(cd "$(dirname "$0")/.." && pwd)}
 unset PYTHONPATH PYTHONHOME
 export PYTHONNOUSERSITE=1
 python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q --no-compile "torch==2.13.0"
-"$venv/bin/python" -m pip install -q --no-compile "$checkout"
+"$venv/bin/python" -m pip install -q "torch==2.13.0"
+"$venv/bin/python" -m pip install -q "$checkout"

@@ -1,6 +1,11 @@
+import fcntl
+import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,6 +33,28 @@ TINY = {
 }
 
 
+# The files that take longest (seconds on the 2-core CI box), first: under ``-n 2 --dist
+# loadfile`` a worker takes the next file when it is done with one, so the long ones starting
+# first keep the end of the run short (longest processing time first). The Slurm and install
+# tests wait more than they compute, beside the CPU-bound parity runs.
+LONGEST_FIRST = ("test_parallel_parity.py", "test_slurm.py", "test_foreign.py", "test_install.py",
+                 "test_faults.py", "test_examples.py", "test_workflow.py", "test_sitepolicy.py",
+                 "test_rendezvous.py", "test_trust.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable within a file
+
+
+def as_from_a_terminal() -> None:
+    """For ``Popen(preexec_fn=...)``: SIGINT delivered and handled as in a terminal's
+    foreground job (a test runner's worker may hand its children SIGINT ignored or blocked,
+    which Python and Snakemake then keep ignoring, so a test's Ctrl-C would not arrive)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture
 def repo() -> Path:
     return REPO
@@ -47,28 +74,53 @@ def trained(out: str) -> int:
     return out.count("rule train:")
 
 
+@contextmanager
+def made_once(tmp_path_factory, name: str):
+    """``(folder, first)``: a folder shared by the whole pytest run, every pytest-xdist worker
+    included (the run's base temp folder; a plain run's own), made by the first worker that
+    asks, under a lock, while the others wait. ``first`` is true for the one that makes it: it
+    writes the folder inside the block and the block's success marks it made."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's, above the workers' popen-gwN
+    folder = base / name
+    with open(base / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        made = folder / ".made"
+        first = not made.exists()
+        if first:
+            shutil.rmtree(folder, ignore_errors=True)  # a failed maker's leftovers
+            folder.mkdir()
+        yield folder, first
+        made.touch()
+
+
 @pytest.fixture(scope="session")
 def tiny_study_run(tmp_path_factory):
-    """``(study_file, results, first_run)``: the TINY study run once through Snakemake (once
-    per pytest-xdist worker). Its readers never change it: a test that extends a study runs
-    its own."""
+    """``(study_file, results, first_run)``: the TINY study run once through Snakemake for the
+    whole pytest run (every xdist worker reads the same run), with its ``report.html`` made
+    in the same go (a later Snakemake on the folder would meet the study's lock). Its readers
+    never change it: a test that extends a study runs on a copy."""
     import yaml
 
-    root = tmp_path_factory.mktemp("wf")
-    study_file = root / "tiny.yaml"
-    study_file.write_text(yaml.safe_dump(TINY))
-    results = root / "results"
-    first = snakemake(study_file, results)
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    return study_file, results, first
+    with made_once(tmp_path_factory, "tiny-study") as (root, first):
+        study_file, results = root / "tiny.yaml", root / "results"
+        if first:
+            study_file.write_text(yaml.safe_dump(TINY))
+            run = snakemake(study_file, results)
+            assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+            (root / "first.json").write_text(json.dumps(
+                {"args": run.args, "returncode": run.returncode, "stdout": run.stdout,
+                 "stderr": run.stderr}))
+            report = results / "tiny" / "report.html"
+            r = snakemake(study_file, results, "--report", str(report))
+            assert r.returncode == 0, r.stderr[-2000:]
+    first_run = subprocess.CompletedProcess(**json.loads((root / "first.json").read_text()))
+    return study_file, results, first_run
 
 
 @pytest.fixture(scope="session")
 def tiny_report(tiny_study_run):
-    """``report.html`` of the shared tiny study run (``snakemake --report``), made once."""
-    study_file, results, _ = tiny_study_run
-    report = results / "tiny" / "report.html"
-    if not report.exists():
-        r = snakemake(study_file, results, "--report", str(report))
-        assert r.returncode == 0, r.stderr[-2000:]
-    return report
+    """``report.html`` of the shared tiny study run (``snakemake --report``)."""
+    _, results, _ = tiny_study_run
+    return results / "tiny" / "report.html"

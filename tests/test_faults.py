@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 import fault_injection
+from conftest import as_from_a_terminal
 from scalestudy.cli import snakemake_argv
 from scalestudy.config.point import Model, Point
 from scalestudy.config.study import validate
@@ -388,30 +389,36 @@ def resumed(faulty):
     out = results / "faulty"
     proc = subprocess.Popen(_argv(study_file, results), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=_env(),
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=as_from_a_terminal)
+    second = None
     try:
-        # wait until a point has finished and the next one is training
+        # a second invocation on the same study while the first runs: refused, by the lock
+        # (started as soon as the first holds it, so that a slow host cannot let the sweep end
+        # before the refusal)
         deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None and not guard.is_locked(out):
+            time.sleep(0.2)
+        second = subprocess.Popen(
+            [sys.executable, "-m", "scalestudy.cli", "run", str(study_file), "--results",
+             str(results)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+        # wait until the second was refused, a point has finished and the next one is training
         while time.monotonic() < deadline and proc.poll() is None:
             done = _statuses(out)
             running = [d for d in (out / "runs").glob("*") if (d / "stdout.log").exists()
                        and not (d / "status.json").exists()] if (out / "runs").exists() else []
-            if done and running:
+            if done and running and second.poll() is not None:
                 break
             time.sleep(0.5)
         assert proc.poll() is None, "the sweep ended before it could be interrupted"
-
-        # a second invocation on the same study while the first runs: refused, by the lock
-        second = subprocess.run(
-            [sys.executable, "-m", "scalestudy.cli", "run", str(study_file), "--results",
-             str(results)], capture_output=True, text=True, timeout=300, env=_env())
-
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal: the whole group
         proc.communicate(timeout=120)
+        out_2, err_2 = second.communicate(timeout=300)
+        second = subprocess.CompletedProcess(second.args, second.returncode, out_2, err_2)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        for p in (proc, second):
+            if isinstance(p, subprocess.Popen) and p.poll() is None:
+                p.kill() if p is second else os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
     interruption = {
         "finished": {pid: st["finished"] for pid, st in _statuses(out).items()},
         "second": second,

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from conftest import as_from_a_terminal
 from scalestudy.report import status
 
 pytestmark = pytest.mark.workflow
@@ -108,7 +109,7 @@ def test_watch_refreshes_and_ctrl_c_is_clean(live):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "scalestudy.cli", "status", str(d),
                              "--watch", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+                            text=True, env=env, preexec_fn=as_from_a_terminal)
     try:
         first = proc.stdout.readline()
         assert first.startswith("study tiny")

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from conftest import as_from_a_terminal
 from scalestudy import cli
 from scalestudy.analysis import aggregate
 from scalestudy.config.point import Model, Platform, Point, config_hash
@@ -214,7 +215,7 @@ def test_two_launchers_of_one_study_at_once_the_second_refuses(tmp_path):
     first = subprocess.Popen([sys.executable, "-m", "scalestudy.cli", "run", str(study_file),
                               "--results", str(results), "--no-report"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                             start_new_session=True)
+                             start_new_session=True, preexec_fn=as_from_a_terminal)
     try:
         deadline = time.monotonic() + 300
         while not guard.is_locked(out):

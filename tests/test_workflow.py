@@ -5,6 +5,7 @@ is the session's ``tiny_study_run`` (conftest.py), shared with test_predict_defa
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -87,13 +88,13 @@ def test_report_html(tiny_report):
     assert tiny_report.stat().st_size > 10_000
 
 
-def test_extending_the_grid_runs_only_new_points(tmp_path):
-    # its own run of the tiny study (the shared one is read by tests that may run alongside,
-    # under pytest-xdist)
+def test_extending_the_grid_runs_only_new_points(tiny_study_run, tmp_path):
+    # on a copy of the shared run (Snakemake's records included, times kept), which other
+    # tests read alongside under pytest-xdist
+    shared_study, shared_results, _ = tiny_study_run
     study_file, results = tmp_path / "tiny.yaml", tmp_path / "results"
-    study_file.write_text(yaml.safe_dump(TINY))
-    first = snakemake(study_file, results)
-    assert first.returncode == 0, first.stderr[-3000:]
+    shutil.copy2(shared_study, study_file)
+    shutil.copytree(shared_results, results, symlinks=True)
     runs_dir = results / "tiny" / "runs"
     before = {p.parent.name: p.stat().st_mtime_ns for p in runs_dir.glob("*/status.json")}
     extended = dict(TINY)
