@@ -152,8 +152,9 @@ def _message(err: jsonschema.ValidationError, root: dict) -> str:
                   "uniqueItems": "has duplicate entries"}.get(v)
         if detail:
             return f"{where}: {detail}"
+        near = _did_you_mean(err.instance, _enum_words(err.schema, root))
         return (f"{where}: {_short(err.instance)} is not allowed; expected "
-                f"{_allowed(err.schema, root)}{_did_you_mean(err.instance, _enum_words(err.schema, root))}")
+                f"{_allowed(err.schema, root)}{near}")
     return f"{where}: {err.message[:200]}"
 
 
