@@ -81,7 +81,7 @@ def _cut(text: str, limit: int = 120) -> str:
 
 def _did_you_mean(word, choices) -> str:
     """``"; did you mean 'gpus'?"`` for the allowed word nearest to a misspelt one, else ``""``."""
-    if not isinstance(word, str):
+    if not isinstance(word, str) or len(word) > 100:  # a misspelling is short; a huge value is not
         return ""
     close = difflib.get_close_matches(word, [str(c) for c in choices], n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
