@@ -6,7 +6,7 @@ STUDY  ?= workflow/config/default.yaml
 # The pin matters: an unpinned torch pulls a multi-GB CUDA build; 2.13.0 is a CPU build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: setup setup-foreign run test bench lint clean
+.PHONY: setup setup-foreign run test bench lint docs clean
 
 setup: $(VENV)/.installed
 
@@ -37,6 +37,11 @@ test: setup
 # the benchmarks are not installed: `python -m benchmarks` from the repository root
 bench: setup
 	$(PY) -m benchmarks
+
+# the documentation site (docs/, mkdocs.yml) into site/; --strict: a broken link or anchor fails
+docs: setup
+	$(PY) -m pip install -q -e ".[docs]"
+	$(PY) -m mkdocs build --strict
 
 lint: setup
 	$(PY) -m compileall -q src tests benchmarks

@@ -120,7 +120,7 @@ def test_aliases_anchors_and_tags_are_refused_before_anything_is_built(tmp_path,
 
 def test_a_large_study_parses(tmp_path):
     """A 5.8 MB study (comments and a long description around a real one) is read with
-    libyaml (the pure-Python loader took over 60 s). No time bound here: see the README."""
+    libyaml (the pure-Python loader took over 60 s). No time bound here: see docs/security.md."""
     text = yaml.safe_dump(GOOD) + "description: '" + "x" * 2_000_000 + "'\n" \
         + "# padding\n" * 380_000
     path = write(tmp_path, text)

@@ -120,11 +120,12 @@ def test_llama3_presets_are_the_study_files_and_tunes():
     assert {p.model.name for p in points} == {"llama3-tiny"}  # the real shapes never run here
 
 
-def test_readme_llama_example_plans(tmp_path):
-    """The copy-paste example of the README's "Llama-style models" section is a valid study."""
+def test_docs_llama_example_plans(tmp_path):
+    """The copy-paste example of the "Llama-style models" section (docs/studies.md) is a valid
+    study."""
     import yaml
 
-    text = (ROOT / "README.md").read_text().split("## Llama-style models", 1)[1]
+    text = (ROOT / "docs" / "studies.md").read_text().split("## Llama-style models", 1)[1]
     block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "readme.yaml"
     path.write_text(block)

@@ -47,15 +47,22 @@ def mutate(path_value):
 
 
 @pytest.mark.parametrize("change, expected", [
-    ((["series", 0, "mode"], "weka"), "series[0].mode: 'weka' is not allowed; expected one of weak, strong"),
+    ((["series", 0, "mode"], "weka"),
+     "series[0].mode: 'weka' is not allowed; expected one of weak, strong; did you mean 'weak'?"),
+    ((["series", 0, "dp_mode"], ["ddp", "fsdq"]),
+     "series[0].dp_mode[1]: 'fsdq' is not allowed; expected one of ddp, zero1, fsdp_grad_op, fsdp; "
+     "did you mean 'fsdp'?"),
     ((["series", 0, "gpus"], "4"), "series[0].gpus: '4' is not allowed; expected a list of an integer >= 1"),
-    ((["series", 0, "gpu"], [1]), "series[0]: unknown key 'gpu'; allowed keys:"),
+    ((["series", 0, "gpu"], [1]), "series[0]: unknown key 'gpu'; did you mean 'gpus'? allowed keys:"),
+    ((["series", 0, "zzz"], [1]), "series[0]: unknown key 'zzz'; allowed keys:"),  # nothing near
     ((["series", 0, "gpus"], []), "series[0].gpus: must not be empty"),
     ((["models", "m", "hidden"], -64), "models.m.hidden: -64 is not allowed; expected an integer >= 1"),
     ((["name"], "a b; rm -rf /"), "name: 'a b; rm -rf /' is not allowed; expected letters, digits"),
     ((["series", 0, "name"], "../x"), "series[0].name: '../x' is not allowed"),
     ((["models", "m", "layers"], KeyError), "models.m: 'layers' is a required property; add it"),
     ((["series", 0, "model"], "nope"), "series[0].model: 'nope' is not defined; use one of m"),
+    ((["series", 0, "model"], "mm"), "series[0].model: 'mm' is not defined; use one of m; "
+                                     "did you mean 'm'?"),
     ((["series", 0, "tp"], [1, 1]), "series[0].tp: 'has duplicate entries'"[:14]),
 ])
 def test_bad_fields_name_the_field(tmp_path, change, expected):

@@ -221,7 +221,8 @@ def test_two_launchers_of_one_study_at_once_the_second_refuses(tmp_path):
         while not guard.is_locked(out):
             assert first.poll() is None and time.monotonic() < deadline, "never took the lock"
             time.sleep(0.2)
-        # the README's launcher, from the repository root, with its own .snakemake folder
+        # the documented launcher (docs/getting-started.md), from the repository root, with its
+        # own .snakemake folder
         second = subprocess.run(
             [sys.executable, "-m", "snakemake", "--profile", "workflow/profiles/local",
              "--config", f"study={study_file}", f"results={results}"],

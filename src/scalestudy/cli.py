@@ -1,33 +1,27 @@
-"""``scalestudy``: the study pipeline for people who don't want to type snakemake.
+"""The ``scalestudy`` console command: plan a study, run it through Snakemake, read the results.
 
-    scalestudy plan STUDY.yaml            print the sweep (feasible and skipped points)
-    scalestudy run STUDY.yaml [-- ARGS]   validate, then run the Snakemake DAG (+ report.html)
-        --trust-site                      let the site settings (study platform.site, profile
-                                          site.yaml) set any environment variable and more
-                                          srun/sbatch/torchrun options (README "Hostile input
-                                          and security"); only for files you wrote yourself
-    scalestudy aggregate RESULTS/STUDY    tables: runs.csv, efficiency.csv, summary.md, summary.tex
-    scalestudy plot RESULTS/STUDY [--style single-column|double-column]   figures/
-    scalestudy status [STUDY | RESULTS/STUDY] [--watch] [--json]   progress, failures, time left
-    scalestudy compare RESULTS_A RESULTS_B [...] --out DIR          studies on one set of axes
-    scalestudy predict | tune ...         performance model (see --help of each)
-
-A bad study file ends with one line naming the field and the fix, exit status 2.
+``scalestudy --help`` lists the subcommands, one line each; ``scalestudy COMMAND --help`` says
+what one does, with an example. ``plan``, ``run``, ``aggregate`` and ``plot`` are defined here;
+``predict``, ``tune``, ``run-point``, ``status`` and ``compare`` by the modules in
+:data:`DELEGATED` (their ``main(argv)``). A bad study file ends with one line naming the field
+and the fix, exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from scalestudy import paths
 from scalestudy.config.point import PointError
 from scalestudy.config.study import StudyError
 
-# subcommands implemented by other modules' main(argv)
+# subcommands implemented by other modules' main(argv), with their line in ``scalestudy --help``
 DELEGATED = {
     "predict": "scalestudy.perf.predict",
     "tune": "scalestudy.perf.tune",
@@ -35,6 +29,27 @@ DELEGATED = {
     "status": "scalestudy.report.status",
     "compare": "scalestudy.report.compare",
 }
+# one line per subcommand in ``scalestudy --help`` (each subcommand's --help starts with it)
+SUMMARY = {
+    "plan": "print the sweep: feasible and skipped points",
+    "run": "run a study through Snakemake (+ report.html)",
+    "status": "progress of a study: done, failed and why, time left",
+    "aggregate": "write the tables of a study's runs again",
+    "plot": "draw a study's figures again",
+    "compare": "draw several studies on one set of axes",
+    "predict": "predict step times and efficiency (performance model)",
+    "tune": "rank parallel shapes of a model by predicted speed",
+    "run-point": "run one sweep point (what each Snakemake job runs)",
+}
+DESCRIPTION = """Weak and strong scaling studies of distributed LLM training: plan a sweep, run it
+through Snakemake, read the efficiency curves."""
+EPILOG = """examples:
+  scalestudy plan workflow/config/default.yaml     print the sweep
+  scalestudy run workflow/config/default.yaml      run it; results in results/default/
+  scalestudy status workflow/config/default.yaml   from another terminal: how far it is
+  scalestudy COMMAND --help                        what COMMAND does, with an example
+
+A bad study file ends with one line naming the field and the fix, exit status 2."""
 PLAN_VIEW = ["point_id", "mode", "n", "dp", "tp", "pp", "micro_batch", "grad_accum",
              "global_batch", "tokens_per_step", "feasible", "reason"]
 
@@ -168,19 +183,49 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def _subcommand(sub, name: str, details: str, example: str):
+    """A subcommand whose ``--help`` says what it does (its :data:`SUMMARY` line, then
+    ``details``) and ends with an example."""
+    line = SUMMARY[name]
+    return sub.add_parser(name, prog=f"scalestudy {name}",
+                          description=textwrap.fill(f"{line[0].upper()}{line[1:]}. {details}", 79),
+                          epilog=f"example:\n  {example}",
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def version() -> str:
+    """The installed package's version (its metadata), as ``scalestudy --version`` prints it."""
+    try:
+        return importlib.metadata.version("scalestudy")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="scalestudy", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("plan", help="print the sweep points of a study")
-    p.add_argument("study")
+    ap = argparse.ArgumentParser(prog="scalestudy", usage="%(prog)s [-h] [--version] COMMAND ...",
+                                 description=DESCRIPTION, epilog=EPILOG,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=f"scalestudy {version()}")
+    width = max(map(len, SUMMARY))
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands",
+                            help=argparse.SUPPRESS,  # the table below is the listing
+                            description="\n".join(f"{n:<{width}}  {line}"
+                                                   for n, line in SUMMARY.items()))
+    p = _subcommand(sub, "plan", "Reads and checks the study file, derives every point (weak "
+                    "or strong scaling) and prints one line each, a skipped one with the reason.",
+                    "scalestudy plan workflow/config/default.yaml --write")
+    p.add_argument("study", help="study file (YAML)")
     p.add_argument("--write", action="store_true", help="also write RESULTS/<name>/plan.tsv")
-    p.add_argument("--results", default="results")
+    p.add_argument("--results", default="results", help="results root (default: results)")
     p.add_argument("--trust-site", action="store_true",
                    help="accept any site.env variable and more site options (see run)")
     p.set_defaults(func=cmd_plan)
-    p = sub.add_parser("run", help="run a study through Snakemake")
-    p.add_argument("study")
-    p.add_argument("--results", default="results")
+    p = _subcommand(sub, "run", "Checks the study and the profile's site, then runs the "
+                    "Snakemake DAG: training points, tables, figures, then report.html. "
+                    "Arguments after -- go to Snakemake.",
+                    "scalestudy run workflow/config/default.yaml -- --dry-run")
+    p.add_argument("study", help="study file (YAML)")
+    p.add_argument("--results", default="results", help="results root (default: results)")
     p.add_argument("--profile", default=None,
                    help="Snakemake profile folder (default: the shipped workflow/profiles/local)")
     p.add_argument("--no-report", action="store_true", help="skip report.html")
@@ -190,18 +235,24 @@ def build_parser() -> argparse.ArgumentParser:
                    "option, and torchrun's --log-dir/--logs-specs; only for files you wrote "
                    "(passed to Snakemake as --config trust_site=true)")
     p.set_defaults(func=cmd_run)
-    for name, fn in (("aggregate", cmd_aggregate), ("plot", cmd_plot)):
-        p = sub.add_parser(name, help=f"{name} the runs of RESULTS/<study>")
-        p.add_argument("study_dir")
-        p.set_defaults(func=fn)
-        if name == "plot":
-            from scalestudy.config.vocab import FigureStyle
+    p = _subcommand(sub, "aggregate", "Reads every run record of RESULTS/<study> and writes "
+                    "runs.csv, runs.parquet, efficiency.csv, summary.md and summary.tex.",
+                    "scalestudy aggregate results/default")
+    p.add_argument("study_dir", help="the study's results folder (RESULTS/<study>)")
+    p.set_defaults(func=cmd_aggregate)
+    p = _subcommand(sub, "plot", "Draws the efficiency, throughput and MFU figures of "
+                    "RESULTS/<study> into its figures/ folder (.png, .pdf and the .csv behind "
+                    "each).",
+                    "scalestudy plot results/default --style single-column")
+    p.add_argument("study_dir", help="the study's results folder (RESULTS/<study>)")
+    from scalestudy.config.vocab import FigureStyle
 
-            p.add_argument("--style", choices=[str(s) for s in FigureStyle], default=None,
-                           help="figure width and fonts for a paper (default: the study's "
-                                "report.figure_style)")
-    for name in DELEGATED:
-        sub.add_parser(name, add_help=False, help=f"see scalestudy {name} --help")
+    p.add_argument("--style", choices=[str(s) for s in FigureStyle], default=None,
+                   help="figure width and fonts for a paper (default: the study's "
+                        "report.figure_style)")
+    p.set_defaults(func=cmd_plot)
+    for name in DELEGATED:  # (main() hands their arguments to the module)
+        sub.add_parser(name, add_help=False)
     return ap
 
 

@@ -1,4 +1,4 @@
-"""Limits on a study file and on what it may ask for (README "Hostile input and security").
+"""Limits on a study file and on what it may ask for (docs/security.md).
 
 A study file may come from someone else: it is read with libyaml's safe loader, never with a
 constructor that builds objects, and within these bounds, so that no file (binary, deeply

@@ -4,7 +4,7 @@ A study file may come from someone else, and its ``platform.site`` reaches the l
 ranks' environment (``site.env``), torchrun's command line (``site.torchrun_extra``), srun's
 (``site.srun_extra``) and sbatch's (``site.extra``). Without care that is a way to run any
 program (``LD_PRELOAD``, ``PYTHONPATH``, ``SCALESTUDY_STEP_HOOK``, ``torchrun --no-python``,
-``srun --task-prolog``, ``sbatch --wrap``). So (README "Hostile input and security"):
+``srun --task-prolog``, ``sbatch --wrap``). So (docs/security.md, "Site settings"):
 
 - ``site.env``: names on :data:`ENV_PREFIXES` / :data:`ENV_NAMES` (the communication,
   threading and accelerator runtimes), except names that load code or name files
@@ -152,8 +152,8 @@ def check_env(env: Mapping, *, trusted: bool = False, where: str = "site") -> No
             raise SiteError(
                 f"{field}: not allowed without --trust-site (variables of the communication, "
                 "threading and accelerator runtimes: NCCL_*, GLOO_*, FI_*, UCX_*, OMP_*, CUDA_*, "
-                "HIP_*, ..., none that loads code or names a file; README 'Hostile input and "
-                "security')")
+                "HIP_*, ..., none that loads code or names a file; docs/security.md, 'Site "
+                "settings')")
 
 
 def _option(token: str) -> tuple[str, str | None]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import difflib
 import math
 import re
 from collections import Counter
@@ -78,6 +79,21 @@ def _cut(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def _did_you_mean(word, choices) -> str:
+    """``"; did you mean 'gpus'?"`` for the allowed word nearest to a misspelt one, else ``""``."""
+    if not isinstance(word, str) or len(word) > 100:  # a misspelling is short; a huge value is not
+        return ""
+    close = difflib.get_close_matches(word, [str(c) for c in choices], n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _enum_words(sch: dict, root: dict) -> list:
+    """The words an ``enum`` of a schema fragment (or of its ``oneOf`` branches) allows."""
+    sch = _deref(sch, root)
+    return list(sch.get("enum", [])) + [w for branch in sch.get("oneOf", [])
+                                         for w in _enum_words(branch, root)]
+
+
 def _deref(sch: dict, root: dict) -> dict:
     """``sch`` with its ``$ref`` resolved; keywords beside the ``$ref`` win."""
     if "$ref" not in sch:
@@ -120,7 +136,8 @@ def _message(err: jsonschema.ValidationError, root: dict) -> str:
         extra = sorted(set(map(str, err.instance)) - set(allowed))
         hint = f"allowed keys: {', '.join(allowed)}" if allowed else "see the schema"
         shown = ", ".join(_short(k) for k in extra[:3]) + (" ..." if len(extra) > 3 else "")
-        return f"{where}: unknown key {shown}; {hint}"
+        near = _did_you_mean(extra[0], allowed) if len(extra) == 1 else ""
+        return f"{where}: unknown key {shown}{near}{' ' if near else '; '}{hint}"
     if v == "required":
         return f"{where}: {err.message}; add it"
     if v == "propertyNames":
@@ -135,7 +152,9 @@ def _message(err: jsonschema.ValidationError, root: dict) -> str:
                   "uniqueItems": "has duplicate entries"}.get(v)
         if detail:
             return f"{where}: {detail}"
-        return f"{where}: {_short(err.instance)} is not allowed; expected {_allowed(err.schema, root)}"
+        near = _did_you_mean(err.instance, _enum_words(err.schema, root))
+        return (f"{where}: {_short(err.instance)} is not allowed; expected "
+                f"{_allowed(err.schema, root)}{near}")
     return f"{where}: {err.message[:200]}"
 
 
@@ -312,7 +331,8 @@ def _check_semantics(study: dict, source: str) -> None:
                              "give each series its own name")
         if s["model"] not in study["models"]:
             raise StudyError(f"{where}.model: {s['model']!r} is not defined; "
-                             f"use one of {', '.join(study['models'])}")
+                             f"use one of {', '.join(study['models'])}"
+                             f"{_did_you_mean(s['model'], study['models'])}")
         if s["mode"] == "strong" and "global_batch" not in s:
             raise StudyError(f"{where}.global_batch: required for mode strong "
                              "(sequences per step, fixed across the series)")

@@ -481,7 +481,15 @@ def _write_csv(df, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="scalestudy predict", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="scalestudy predict", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Predict step time, MFU and weak/strong scaling efficiency, each with its range\n"
+                    "and the step's breakdown into named terms: for a study's own points (next to\n"
+                    "its measurements once it ran), or at real scale next to published results.",
+        epilog="examples:\n"
+               "  scalestudy predict workflow/config/default.yaml   a study's points vs its runs\n"
+               "  scalestudy predict --out results/predict          the Frontier comparison\n"
+               "  scalestudy predict --validate --out results/validation   every published table")
     ap.add_argument("study", nargs="?", help="study YAML: predict its points (and compare with runs.csv)")
     ap.add_argument("--hardware", default=None,
                     help="preset name or YAML path (default: cpu-local for a CPU study, frontier "
@@ -493,7 +501,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", default=None, help="runs.csv to compare with (default <results>/<study>/runs.csv)")
     ap.add_argument("--matmul-csv", help="microbench matmul CSV measured on that hardware")
     ap.add_argument("--collectives-csv", help="microbench collectives CSV measured on that hardware")
-    ap.add_argument("--dp-overlap", type=float, default=None)
+    ap.add_argument("--dp-overlap", type=float, default=None,
+                    help="fraction of the data-parallel traffic hidden behind the backward "
+                         "(default: the framework's)")
     ap.add_argument("--validate", action="store_true",
                     help="run the model over every shipped published table: per-table MAPE and "
                          "bias, per-row errors, a figure (validation.csv/.md/.png in --out)")

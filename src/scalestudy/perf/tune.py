@@ -150,17 +150,28 @@ def study_yaml(model: Model, best: list[dict], hw: stepmodel.HardwareSpec) -> st
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="scalestudy tune", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="scalestudy tune", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Rank the feasible parallel shapes (tp, pp, micro-batch, schedule, sharding,\n"
+                    "checkpointing) of a model on N devices by predicted throughput, and write the\n"
+                    "best k as a study you can run.",
+        epilog="example:\n"
+               "  scalestudy tune --model gpt-175b --n 1024 --hardware frontier --top 5 "
+               "--out top5.yaml")
     ap.add_argument("--model", required=True,
                     help="tiny | gpt-22b | gpt-175b | gpt-1t | llama3-8b | llama3-70b | "
                          "llama3-405b | model YAML")
     ap.add_argument("--n", type=int, required=True, help="number of devices")
     ap.add_argument("--hardware", default="frontier", help="preset name or YAML path")
-    ap.add_argument("--global-batch", type=int, default=None)
+    ap.add_argument("--global-batch", type=int, default=None,
+                    help="sequences per optimizer step (default: the model's published batch, "
+                         "else 8 × N)")
     ap.add_argument("--precision", default=None, help="bf16 (default on accelerators) or fp32")
-    ap.add_argument("--top", type=int, default=5)
-    ap.add_argument("--matmul-csv", default=None)
-    ap.add_argument("--collectives-csv", default=None)
+    ap.add_argument("--top", type=int, default=5, help="how many shapes to keep (default 5)")
+    ap.add_argument("--matmul-csv", default=None,
+                    help="microbench matmul CSV measured on that hardware")
+    ap.add_argument("--collectives-csv", default=None,
+                    help="microbench collectives CSV measured on that hardware")
     ap.add_argument("--out", default=None, help="write the top k as a study YAML here")
     a = ap.parse_args(argv)
 

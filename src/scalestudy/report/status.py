@@ -469,7 +469,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from scalestudy.config.study import StudyError
 
-    ap = argparse.ArgumentParser(prog="scalestudy status", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="scalestudy status", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="How far a study is, which points failed and why, and how long is left.\n"
+                    "Reads only the run records, so it works from another terminal while the\n"
+                    "study runs, locally or on a Slurm login node.",
+        epilog="examples:\n"
+               "  scalestudy status workflow/config/default.yaml --watch\n"
+               "  scalestudy status results/default --json")
     ap.add_argument("target", nargs="?", default=None,
                     help="study file or its results folder (default: the default study)")
     ap.add_argument("--results", default="results", help="results root for a study file")

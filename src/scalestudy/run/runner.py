@@ -28,6 +28,7 @@ Deliberately light: no torch import here (start-up cost per point is torchrun's 
 
 from __future__ import annotations
 
+import argparse
 import errno
 import os
 import re
@@ -220,9 +221,18 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # A cancelled job (SIGTERM from Snakemake or Slurm) stops its ranks and writes no status.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    if len(argv) != 2:
-        print("usage: python -m scalestudy.run.runner POINT_JSON RUN_DIR", file=sys.stderr)
-        return 2
+    ap = argparse.ArgumentParser(
+        prog="scalestudy run-point", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run one sweep point, as each training job of the Snakemake DAG does: start\n"
+                    "its ranks, watch them, classify the outcome and write status.json (ok, oom,\n"
+                    "timeout, crashed or invalid, with the reason). Exits 0 once status.json is\n"
+                    "written, whatever the point did: a failed point is data.",
+        epilog="example:\n"
+               "  scalestudy run-point results/default/runs/ID/point.json results/default/runs/ID")
+    ap.add_argument("point_json", help="the point's point.json (written by the plan)")
+    ap.add_argument("run_dir", help="its run folder, results/<study>/runs/<point id>")
+    args = ap.parse_args(argv)
+    argv = [args.point_json, args.run_dir]
     study_dir = Path(argv[1]).absolute().parent.parent
     if Path(argv[1]).is_symlink() or not Path(argv[1]).resolve().is_relative_to(study_dir.resolve()):
         print(f"scalestudy: error: {argv[1]} is a symlink leading outside {study_dir}: "

@@ -1,0 +1,67 @@
+"""The console command explains itself: ``scalestudy --help`` has one plain line per
+subcommand, each subcommand's ``--help`` says what it does and shows an example, ``--version``
+is the installed package's, and a misspelt study key or value gets a "did you mean"."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+
+from scalestudy import cli
+
+
+def _help(capsys, argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    out, err = capsys.readouterr()
+    assert e.value.code == 0, err
+    return out
+
+
+def _subcommands() -> list[str]:
+    parser = cli.build_parser()
+    (sub,) = [a for a in parser._actions if a.dest == "command"]
+    return list(sub.choices)
+
+
+def test_every_subcommand_has_one_plain_line(capsys):
+    names = _subcommands()
+    assert set(names) == set(cli.SUMMARY)
+    out = _help(capsys, ["--help"])
+    for name in names:
+        lines = [ln for ln in out.splitlines() if ln.split()[:1] == [name]]
+        assert len(lines) == 1, (name, out)
+        assert lines[0].split(None, 1)[1] == cli.SUMMARY[name]
+    assert "``" not in out and "see scalestudy" not in out
+    assert max(map(len, out.splitlines())) <= 100
+
+
+@pytest.mark.parametrize("name", _subcommands())
+def test_each_subcommand_says_what_it_does_with_an_example(name, capsys):
+    out = _help(capsys, [name, "--help"])
+    assert out.startswith(f"usage: scalestudy {name} "), out
+    description = out.split("\n\n")[1]
+    assert len(description.split()) >= 8, out  # a sentence, not a pointer elsewhere
+    example = out.rsplit("example", 1)[1]
+    assert f"  scalestudy {name} " in example, out
+    assert "``" not in out and "see scalestudy" not in out
+
+
+def test_version_is_the_installed_package(capsys):
+    out = _help(capsys, ["--version"])
+    assert out.strip() == f"scalestudy {importlib.metadata.version('scalestudy')}"
+
+
+def test_a_misspelt_key_gets_the_nearest_one(tmp_path, capsys):
+    study = tmp_path / "study.yaml"
+    study.write_text("name: s\nmodels:\n  m: {layers: 2, hidden: 64, heads: 4, seq_len: 32, "
+                     "vocab: 128}\nseries:\n  - {name: w, mode: weak, model: m, gpu: [1, 2], "
+                     "micro_batch: 2}\n")
+    assert cli.main(["plan", str(study)]) == 2
+    err = capsys.readouterr().err
+    assert "series[0]: unknown key 'gpu'; did you mean 'gpus'? allowed keys:" in err, err
+    study.write_text(study.read_text().replace("gpu:", "gpus:").replace("weak", "waek"))
+    assert cli.main(["plan", str(study)]) == 2
+    err = capsys.readouterr().err
+    assert "'waek' is not allowed; expected one of weak, strong; did you mean 'weak'?" in err, err
