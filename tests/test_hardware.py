@@ -1,5 +1,6 @@
 import pytest
 
+from scalestudy.config import devices
 from scalestudy.perf import hardware
 
 
@@ -56,10 +57,10 @@ def test_one_hardware_description():
     """devices() and the systems (presets) come from the same data/hardware.yaml: every
     system's device is a device of the table (or a CPU host declaring its own peaks), and
     memory_gb / resolve_peak read the same rows."""
-    devs = hardware.devices()
+    devs = devices.devices()
     assert set(hardware.peaks_table()["device"]) == set(devs)
     for name in hardware.presets():
-        system = hardware.table()["systems"][name]
+        system = devices.table()["systems"][name]
         assert system["device"] in devs or system.get("peak_tflops"), name
     assert hardware.memory_gb("NVIDIA H200") == 141 == devs["H200-SXM"]["memory_gb"]
     assert hardware.memory_gb("MI250X") == 64

@@ -25,7 +25,7 @@ rule aggregate:
         py=PY,
         study_dir=lambda w, output: os.path.dirname(output.runs),
     shell:
-        "{params.py:q} -m scalestudy.analysis.aggregate {params.study_dir:q} > {log:q} 2>&1"
+        "{params.py:q} -m scalestudy.report.summary {params.study_dir:q} > {log:q} 2>&1"
 
 
 rule predict:
@@ -58,7 +58,7 @@ rule predict:
         results=lambda w, input: os.path.dirname(os.path.dirname(input.runs)),
         out=lambda w, output: os.path.dirname(output.predictions),
     shell:
-        "{params.py:q} -m scalestudy.perf.predict {input.study:q} --results {params.results:q}"
+        "{params.py:q} -m scalestudy.report.predict {input.study:q} --results {params.results:q}"
         " --out {params.out:q} > {log:q} 2>&1"
 
 
@@ -85,5 +85,5 @@ rule predict_before_run:
         results=lambda w, input: os.path.dirname(os.path.dirname(input.plan)),
         out=lambda w, output: os.path.dirname(output[0]),
     shell:
-        "{params.py:q} -m scalestudy.perf.predict {input.study:q} --results {params.results:q}"
+        "{params.py:q} -m scalestudy.report.predict {input.study:q} --results {params.results:q}"
         " --out {params.out:q} --before-run > {log:q} 2>&1"

@@ -1,7 +1,6 @@
-"""Run records → tidy tables: ``runs.csv`` (+ ``runs.parquet``), ``efficiency.csv``, ``summary.md``
-(+ ``summary.tex``).
-
-    python -m scalestudy.analysis.aggregate RESULTS/STUDY      (or: scalestudy aggregate RESULTS/STUDY)
+"""Run records → tidy tables: the rows of ``runs.csv`` (+ ``runs.parquet``) and
+``efficiency.csv`` (``scalestudy.report.summary`` writes them, with ``summary.md`` and
+``summary.tex``: ``scalestudy aggregate RESULTS/STUDY``).
 
 Reads ``plan.tsv`` (every point × repeat, feasible or not), each ``runs/<id>/{summary,
 status}.json`` + ``steps.jsonl`` (``point.json`` only for a run without ``summary.json``), and
@@ -10,7 +9,7 @@ One row per planned run, failed and infeasible ones included: a run dir without
 ``status.json`` is ``not_run``; an infeasible plan row is ``infeasible`` with the planner's
 reason. Step times are the steady-state window (declared warm-up steps dropped); per run the
 median, IQR and a bootstrap 95% CI; per (series, N) the repeats are pooled and the CI comes
-from a hierarchical bootstrap (repeats, then steps). Every file is written atomically.
+from a hierarchical bootstrap (repeats, then steps).
 
 Runs are read one by one into plain lists; their statistics are computed in batches of runs
 with equal step counts (``stats.*_rows``) and the tables are built once at the end.
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import zlib
 from functools import lru_cache
 from pathlib import Path
@@ -34,7 +32,6 @@ from scalestudy.config.point import Point, PointError
 from scalestudy.config.vocab import FlopsConvention
 from scalestudy.perf import flops, hardware
 from scalestudy.record import read as rread
-from scalestudy.record.io import atomic_paths, clean_temps
 from scalestudy.record.states import RunState
 
 RUN_COLUMNS = [
@@ -408,15 +405,6 @@ def efficiency_rows(runs: pd.DataFrame, times: dict[str, list[float]],
     return pd.DataFrame(rows, columns=EFFICIENCY_COLUMNS), messages
 
 
-#: The tables aggregate writes (file stems, for stale temp files of a killed run).
-TABLE_STEMS = ("runs", "efficiency", "summary")
-
-
-def _write_csv(path: Path, df: pd.DataFrame) -> None:
-    with atomic_paths([path]) as (tmp,):
-        df.to_csv(tmp, index=False, float_format="%.6g")
-
-
 def load_plan(study_dir: Path) -> pd.DataFrame:
     """``plan.tsv`` checked by the one reader (``record.read.read_plan``: a cut, duplicated
     or damaged row is a one-line RecordError), as a table."""
@@ -470,46 +458,3 @@ def collect(study_dir: Path, detect_warmup: bool = False) -> tuple[pd.DataFrame,
     context = {"study": study, "calibration": calibration, "messages": messages,
                "convention": convention, "times": dict(zip(ids, times))}
     return runs, efficiency, context
-
-
-def run(study_dir: Path, detect_warmup: bool = False) -> None:
-    """Write ``runs.csv``, ``runs.parquet``, ``efficiency.csv``, ``summary.md`` and
-    ``summary.tex`` (atomically)."""
-    from scalestudy.report import summary as report
-
-    study_dir = Path(study_dir)
-    clean_temps(study_dir, TABLE_STEMS)  # a killed aggregate's leftovers
-    runs, efficiency, context = collect(study_dir, detect_warmup)
-    names = ("runs.csv", "runs.parquet", "efficiency.csv", "summary.md", "summary.tex")
-    with atomic_paths([study_dir / n for n in names]) as (t_runs, t_parquet, t_eff, t_md, t_tex):
-        runs.to_csv(t_runs, index=False, float_format="%.6g")
-        try:
-            runs.to_parquet(t_parquet, index=False)
-        except (TypeError, ValueError, ImportError):  # mixed-type object column: store as text
-            obj = runs.select_dtypes(include="object").columns
-            runs.astype({c: "string" for c in obj}).to_parquet(t_parquet, index=False)
-        efficiency.to_csv(t_eff, index=False, float_format="%.6g")
-        t_md.write_text(report.summary_markdown(runs, efficiency, context))
-        t_tex.write_text(report.summary_latex(runs, efficiency, context))
-    for msg in context["messages"]:
-        print(msg, file=sys.stderr)
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m scalestudy.analysis.aggregate", description=__doc__.split("\n\n")[0])
-    p.add_argument("study_dir", type=Path)
-    p.add_argument("--detect-warmup", action="store_true",
-                   help="also drop a slow start the declared warm-up missed")
-    args = p.parse_args(argv)
-    try:
-        run(args.study_dir, args.detect_warmup)
-    except (rread.RecordError, OSError) as e:
-        print(f"scalestudy: error: {rread.one_line(e)}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

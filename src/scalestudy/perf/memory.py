@@ -185,11 +185,10 @@ def layer_activation_bytes(point: Point, tp: int | None = None,
 def estimate(point: Point) -> dict:
     """Bytes per device by component for the most loaded pipeline stage, plus
     ``total_bytes``, ``stage`` (which stage), ``params_per_device`` and ``per_stage`` (the
-    totals of every stage). The point's mesh and stages must be feasible
-    (``scalestudy.plan.constraints``): ValueError otherwise."""
-    from scalestudy.plan import constraints
-
-    reason = constraints.mesh(point) or constraints.stages(point)
+    totals of every stage). The layers must split into the point's stages
+    (``scalestudy.perf.partition``): ValueError otherwise; the other rules are the caller's
+    (``scalestudy.plan.constraints``)."""
+    reason = partition.problem(point)
     if reason:
         raise ValueError(f"memory estimate: {reason}")
     model, par = point.model, point.parallel
