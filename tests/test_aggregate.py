@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import run_row
 
 from scalestudy.analysis import aggregate
 from scalestudy.report.summary import aggregate_study
@@ -248,7 +249,7 @@ def test_run_cis_equal_the_per_run_bootstrap(study):
     rows, _, ctx = aggregate.collect(study)
     r = rows.set_index("point_id")
     for pid in ok.index[:5]:
-        row, times, dist = aggregate.run_row(
+        row, times, dist = run_row(
             {**r.loc[pid].to_dict(), "point_id": pid, "feasible": True}, study / "runs" / pid,
             ctx["calibration"], ctx["convention"])
         for c in ("step_time_median_s", "step_time_ci_lo_s", "step_time_ci_hi_s", "mfu",

@@ -151,7 +151,7 @@ def test_flops_from_the_shape_a_stated_value_or_none(tmp_path):
     assert table(unknown) == {"model": {"megatron": None, "palm": None},
                               "hardware": {"megatron": None, "palm": None}}
     # through the runs.csv row: MFU on an H100 with a stated value, empty when unknown
-    from scalestudy.analysis.aggregate import run_row
+    from conftest import run_row
 
     for name, p in (("stated", stated), ("unknown", unknown)):
         p = p.replace(platform=p.platform.__class__(device="cpu", hardware="H100-SXM5"))

@@ -243,7 +243,9 @@ def test_runner_reads_a_megatron_log_like_a_builtin_record(tmp_path):
     assert env["launch_argv"][-len(env["workload"]["argv"]):] == env["workload"]["argv"]
     assert env["env_added"]["SCALESTUDY_POINT_DIR"] == str(run)
 
-    from scalestudy.analysis.aggregate import RUN_COLUMNS, run_row
+    from conftest import run_row
+
+    from scalestudy.analysis.aggregate import RUN_COLUMNS
 
     row, times, _ = run_row({"point_id": run.name, "tokens_per_step": 64, "n": 2,
                              "precision": "fp32", "feasible": True}, run, None, "megatron")

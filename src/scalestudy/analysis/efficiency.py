@@ -32,13 +32,6 @@ def _mode(mode: str) -> ScalingMode:
     return member(ScalingMode, mode, "mode")
 
 
-def invariant_value(df: pd.DataFrame, mode: str) -> pd.Series:
-    """Tokens per device per step (weak) or tokens per step (strong), per row."""
-    if _mode(mode) == "weak":
-        return df["tokens_per_step"].astype(float) / df["n"].astype(float)
-    return df["tokens_per_step"].astype(float)
-
-
 def invariant_problem(series: str, mode: str, ns, tokens_per_step, labels=None) -> str | None:
     """Why one series breaks its invariant (``None`` when it keeps it). Array version of
     ``check_invariant``: ``ns``, ``tokens_per_step`` per point, ``labels`` name the points."""

@@ -40,18 +40,6 @@ def memory_gb(device_name_or_key: str | None) -> float | None:
     return None if key is None else float(devices()[key]["memory_gb"])
 
 
-def peaks_table():
-    """The devices as a table: ``device, unit, mfu_dtypes, peak_tflops_dense (bf16),
-    memory_gb, source`` (the peak of the first MFU dtype: bf16, or fp16 on Volta; a pandas
-    DataFrame, for documentation and checks)."""
-    import pandas as pd
-
-    return pd.DataFrame([{"device": k, "unit": d["unit"], "mfu_dtypes": "/".join(d["mfu_dtypes"]),
-                          "peak_tflops_dense": d["peak_tflops"][d["mfu_dtypes"][0]],
-                          "memory_gb": d["memory_gb"], "source": d["source"]}
-                         for k, d in devices().items()])
-
-
 def cpu_name() -> str:
     """The host CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
     try:
