@@ -918,6 +918,33 @@ def _layer_costs(point: Point, hw: HardwareSpec, measured: Measured | None) -> L
         launches_bwd=2 * gemm_launches + 1 + kernels.BACKWARD_LAUNCHES * elem_launches)
 
 
+def stage_terms(c, layers: int, ckpts: int, att_re: float, last: bool
+                ) -> tuple[float, float, float]:
+    """(gemm, attention, elementwise) seconds of one micro-batch on a stage of ``layers``
+    layers, ``ckpts`` of them recomputed: every layer forward + backward, the recomputed
+    layers' forward again (``att_re``: the attention recomputed in every layer), the head on
+    the ``last`` stage. ``c``: the layer costs."""
+    gemm = layers * (c.gemm_fwd + c.gemm_bwd) + ckpts * c.gemm_fwd
+    attn = layers * (c.attn_fwd + c.attn_bwd + att_re) + ckpts * c.attn_fwd
+    elem = layers * c.elementwise + ckpts * c.elementwise / 3
+    if last:
+        gemm, elem = gemm + c.head_fwd + c.head_bwd, elem + c.loss
+    return gemm, attn, elem
+
+
+def stage_tp_seconds(c, tp: int, layers: int, ckpts: int, first: bool, last: bool,
+                     tp_hidden: float) -> float:
+    """A stage's tensor-parallel exchanges of one micro-batch (s): 4 per layer, 2 more per
+    recomputed layer; the vocabulary-parallel embedding's all-reduce (``first`` stage); the
+    head's loss exchanges (logits all-gather, or Megatron's three small all-reduces) and its
+    input-gradient exchange (``last`` stage); minus the framework's overlap ``tp_hidden``."""
+    if tp == 1:
+        return 0.0
+    t = ((4 * layers + 2 * ckpts) * c.tp_exchange + (c.tp_embedding if first else 0.0)
+         + ((c.tp_head + c.tp_exchange) if last else 0.0))
+    return t * (1.0 - tp_hidden)
+
+
 def composed_stages(point: Point, blk: dict, c, layers_of: list[int], ckpts: list[int],
                     comp: list[tuple[float, float, float]]
                     ) -> tuple[list[tuple[float, float, float]], list[float]]:
@@ -1001,22 +1028,11 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     t_cp = cp_exchange_seconds(model, s, b, tp, point.cp, ACT_BYTES[dtype != DType.FP32], hw,
                                measured, point.platform.devices_per_node)
 
-    def stage_terms(r: int) -> tuple[float, float, float]:
-        """(gemm, attention, elementwise) seconds of one micro-batch on stage r: every layer
-        forward + backward, the recomputed layers' forward again, the head on the last."""
-        last, lr = r == pp - 1, layers_of[r]
-        gemm = lr * (c.gemm_fwd + c.gemm_bwd) + ckpts[r] * c.gemm_fwd
-        attn = lr * (c.attn_fwd + c.attn_bwd + att_re) + ckpts[r] * c.attn_fwd
-        elem = lr * c.elementwise + ckpts[r] * c.elementwise / 3
-        if last:
-            gemm, elem = gemm + c.head_fwd + c.head_bwd, elem + c.loss
-        return gemm, attn, elem
-
     ovh = hw.overhead if measured is None or not measured.overhead else measured.overhead
     t_ovh = overhead_seconds(ovh, "fwd_bwd", lps, tp)
     gaps = [launch_gap_seconds(c, lps, ckpts[r], r == pp - 1, hw) for r in range(pp)]
     tp_hidden = tp_overlap(fw, sp)
-    comp = [stage_terms(r) for r in range(pp)]
+    comp = [stage_terms(c, layers_of[r], ckpts[r], att_re, r == pp - 1) for r in range(pp)]
     ovhs = [t_ovh] * pp
     # A CPU host that measured the study's own blocks: each stage's micro-batch is composed
     # from them (the arithmetic terms stay as modelled; the rest is the overhead).
@@ -1024,18 +1040,8 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     if blk is not None:
         comp, ovhs = composed_stages(point, blk, c, layers_of, ckpts, comp)
 
-    def stage_tp(r: int) -> float:
-        """4 exchanges per layer, 2 more per recomputed layer; the vocabulary-parallel
-        embedding's all-reduce (first stage); the head's loss exchanges (logits all-gather, or
-        Megatron's three small all-reduces) and its input-gradient exchange (last stage); minus
-        the framework's overlap."""
-        if tp == 1:
-            return 0.0
-        t = ((4 * layers_of[r] + 2 * ckpts[r]) * c.tp_exchange + (c.tp_embedding if r == 0 else 0.0)
-             + ((c.tp_head + c.tp_exchange) if r == pp - 1 else 0.0))
-        return t * (1.0 - tp_hidden)
-
-    tps = [stage_tp(r) for r in range(pp)]
+    tps = [stage_tp_seconds(c, tp, layers_of[r], ckpts[r], r == 0, r == pp - 1, tp_hidden)
+           for r in range(pp)]
     p2ps = [p2p_seconds(point, r, hw, measured) for r in range(pp)]
     cps = [(layers_of[r] + ckpts[r] / 2) * t_cp for r in range(pp)]  # recompute: 1 all-gather
     # core sharing slows the computing phases; measured collectives (timed with the
