@@ -195,7 +195,7 @@ def measure(study_file: str | Path | None = None, workdir: str | Path | None = N
 
     # Re-time the cheap steps precisely (the log has 1 s resolution); both are idempotent.
     py = sys.executable
-    rec["aggregate_direct_s"], _ = _timed([py, "-m", "scalestudy.analysis.aggregate", str(study_dir)],
+    rec["aggregate_direct_s"], _ = _timed([py, "-m", "scalestudy.report.summary", str(study_dir)],
                                           workdir / "aggregate.log", 600)
     rec["plot_direct_s"], _ = _timed([py, "-m", "scalestudy.cli", "plot", str(study_dir)],
                                      workdir / "plot.log", 600)

@@ -7,7 +7,7 @@ it is planned as infeasible). ``write_records`` fills a results directory with r
 in the documented formats (docs/architecture.md: ``point.json``, ``steps.jsonl``,
 ``summary.json``, ``status.json``, ``env.json``; mostly ``ok``, some ``oom`` / ``crashed`` /
 ``timeout``, some not run). Timed: load + validate + plan + ``plan.tsv``; ``python -m
-scalestudy.analysis.aggregate``
+scalestudy.report.summary``
 (``runs.csv``, ``runs.parquet``, ``efficiency.csv``, ``summary.md``); ``snakemake -n`` on the
 study (fresh results directory, so every point is a job). Nothing else runs in between.
 """
@@ -127,7 +127,7 @@ def measure(n_points: int = 10_000, workdir: str | Path | None = None, *, dry_ru
     """Time planning, aggregation and ``snakemake -n`` at ``n_points``; returns the record."""
     import tempfile
 
-    from scalestudy.analysis import aggregate
+    from scalestudy.report.summary import aggregate_study
     from scalestudy.record.io import write_json
     from scalestudy.plan.planner import plan_points, write_plan
     from scalestudy.config.study import dump_study, load_study
@@ -165,14 +165,14 @@ def measure(n_points: int = 10_000, workdir: str | Path | None = None, *, dry_ru
     if profile:
         prof = cProfile.Profile()
         prof.enable()
-        aggregate.run(study_dir)
+        aggregate_study(study_dir)
         prof.disable()
         rec["aggregate_profile"] = _profile_top(prof, 30)
     else:
         with open(workdir / "aggregate.log", "w") as f:
             try:
                 rec["aggregate_rc"] = subprocess.run(
-                    [sys.executable, "-m", "scalestudy.analysis.aggregate", str(study_dir)], stdout=f,
+                    [sys.executable, "-m", "scalestudy.report.summary", str(study_dir)], stdout=f,
                     stderr=subprocess.STDOUT, timeout=aggregate_timeout).returncode
             except subprocess.TimeoutExpired:
                 rec["aggregate_rc"] = "timeout"
@@ -202,7 +202,7 @@ def measure(n_points: int = 10_000, workdir: str | Path | None = None, *, dry_ru
         figure("scale", f"aggregate {rec['n_run_dirs']} synthetic run records",
                rec["aggregate_s"] if rec["aggregate_rc"] == 0 else None, "s",
                TARGET_AGGREGATE_S, "<=",
-               "python -m scalestudy.analysis.aggregate: runs.csv, runs.parquet, efficiency.csv, "
+               "python -m scalestudy.report.summary: runs.csv, runs.parquet, efficiency.csv, "
                "summary.md" if rec["aggregate_rc"] == 0 else
                f"did not finish ({rec['aggregate_rc']}) in {aggregate_timeout:g} s; see "
                "aggregate.log / --profile"),

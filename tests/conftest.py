@@ -69,6 +69,19 @@ def snakemake(study_file, results, *extra, timeout=600, env=None) -> subprocess.
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def run_row(plan_row: dict, run_dir, calibration: dict | None, convention: str | None):
+    """One run's ``runs.csv`` row, its steady-state step times (s) and the bootstrap
+    distribution of their median, by the functions ``aggregate.collect`` runs on every run
+    (``read_run``, then ``step_columns``)."""
+    from scalestudy.analysis import aggregate
+
+    row, times, constants = aggregate.read_run(plan_row, run_dir, calibration, convention)
+    cols, dists = aggregate.step_columns([times], [aggregate._seed(str(plan_row["point_id"]))],
+                                         [constants])
+    row.update({c: v[0].item() for c, v in cols.items()})
+    return row, times, dists[0]
+
+
 def trained(out: str) -> int:
     """How many training jobs a Snakemake run executed."""
     return out.count("rule train:")

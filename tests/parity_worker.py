@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from scalestudy.config.point import Model, Point
 from scalestudy.distributed.engine import Engine
+from scalestudy.distributed.mesh import is_dtensor
 from scalestudy.models import build_model
 from scalestudy.record.io import write_json
 from scalestudy.train.data import SyntheticTokens
@@ -133,6 +134,33 @@ def reference(cfg: Model) -> tuple[list[float], dict[str, torch.Tensor]]:
     return losses, state
 
 
+@torch.no_grad()
+def gathered_state_dict(eng: Engine) -> dict[str, torch.Tensor]:
+    """Collective over the whole world: the engine's full unsharded fp32 parameters on CPU,
+    keyed like the single-process model's ``state_dict``."""
+    local: dict[str, torch.Tensor] = {}
+    for name, p in eng.named_params:
+        if is_dtensor(p):
+            t = p.full_tensor()
+        elif hasattr(p, "_st_info"):  # TP shard localised for DDP (zero1 with tp > 1)
+            spec = p._st_info
+            from torch.distributed.tensor import DTensor
+
+            t = DTensor.from_local(p.detach(), spec.mesh, spec.placements, run_check=False,
+                                   shape=spec.shape, stride=spec.stride).full_tensor()
+        else:
+            t = p
+        local[name] = t.detach().float().cpu().clone()
+    if eng.point.pp > 1:
+        parts: list = [None] * eng.point.pp
+        dist.all_gather_object(parts, local, group=eng.pp_mesh.get_group())
+        for part in parts:
+            local.update(part)
+    if eng.point.model.tied_embeddings and "tok_embeddings.weight" in local:
+        local["output.weight"] = local["tok_embeddings.weight"]
+    return local
+
+
 def run_layout(point: Point) -> tuple[list[float] | None, dict]:
     eng = Engine(point, torch.device("cpu"))
     data = SyntheticTokens(point.model.vocab, point.seq_len, seed=OPT["seed"])
@@ -141,7 +169,7 @@ def run_layout(point: Point) -> tuple[list[float] | None, dict]:
     for step in range(STEPS):
         loss = eng.train_step(data.rows(step, eng.dp_rank * rows, rows))
         losses.append(None if loss is None else float(loss))
-    state = eng.gathered_state_dict()
+    state = gathered_state_dict(eng)
     eng.close()
     return (losses if losses[0] is not None else None), state
 

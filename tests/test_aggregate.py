@@ -7,8 +7,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import run_row
 
 from scalestudy.analysis import aggregate
+from scalestudy.report.summary import aggregate_study
+from scalestudy.report import summary as report_summary
 from scalestudy.config.point import Model, Platform, Point, Train
 from scalestudy.config.vocab import FlopsConvention
 from scalestudy.perf import flops
@@ -111,7 +114,7 @@ def make_study(root: Path, references=("frontier_dash2024",), break_invariant=Fa
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     d = make_study(tmp_path_factory.mktemp("agg"))
-    aggregate.run(d)
+    aggregate_study(d)
     return d
 
 
@@ -178,7 +181,7 @@ def test_summary_markdown(study):
 
 def test_broken_invariant_gets_no_curve(tmp_path, capsys):
     d = make_study(tmp_path, break_invariant=True, calibration=False)
-    aggregate.run(d)
+    aggregate_study(d)
     e = pd.read_csv(d / "efficiency.csv")
     strong = e[e["series"] == "strong-dp"]
     assert strong["efficiency"].isna().all()
@@ -195,8 +198,8 @@ def test_missing_plan_is_a_clear_error(tmp_path, capsys):
     from scalestudy.record.read import RecordError
 
     with pytest.raises(RecordError, match="plan.tsv"):
-        aggregate.run(tmp_path)
-    assert aggregate.main([str(tmp_path / "nonexistent")]) == 2
+        aggregate_study(tmp_path)
+    assert report_summary.main([str(tmp_path / "nonexistent")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no such study folder" in err
 
@@ -204,7 +207,7 @@ def test_missing_plan_is_a_clear_error(tmp_path, capsys):
 def test_spec_peak_gives_mfu(tmp_path):
     peak = ("H200-SXM", 1e12, "test peak")
     d = make_study(tmp_path, peak=peak)
-    aggregate.run(d)
+    aggregate_study(d)
     runs = pd.read_csv(d / "runs.csv").set_index("point_id")
     r = runs.loc["strong-dp_n2_dp2-tp1-pp1_gb16_abcd0002_r0"]
     mf = flops.model_flops_per_step(MODEL, 16, "megatron")
@@ -246,26 +249,12 @@ def test_run_cis_equal_the_per_run_bootstrap(study):
     rows, _, ctx = aggregate.collect(study)
     r = rows.set_index("point_id")
     for pid in ok.index[:5]:
-        row, times, dist = aggregate.run_row(
+        row, times, dist = run_row(
             {**r.loc[pid].to_dict(), "point_id": pid, "feasible": True}, study / "runs" / pid,
             ctx["calibration"], ctx["convention"])
         for c in ("step_time_median_s", "step_time_ci_lo_s", "step_time_ci_hi_s", "mfu",
                   "util_vs_measured_ceiling", "tokens_per_s_per_device"):
             assert np.array_equal(row[c], r.loc[pid, c], equal_nan=True), c
-
-
-def test_written_csv_is_pandas_to_csv(tmp_path):
-    # every table aggregate writes (runs.csv, efficiency.csv) is exactly pandas' text
-    out = tmp_path / "t.csv"
-    df = pd.DataFrame({
-        "f": [1.0, np.nan, np.inf, -np.inf, -0.0, 1e-300, 123456789.0],
-        "i": [1, 2, 3, 4, 5, 6, 7], "s": ["x,y", None, "", 'q"', "a\nb", "z", "w"],
-        "b": [True, False, True, True, False, True, False],
-        "o": [None, 1.5, "s", 2, np.nan, 3.0, "t"], "f32": np.arange(7, dtype=np.float32)})
-    for frame in (df, df.iloc[:0], df[["s"]], df.assign(c=df["s"].astype("category")),
-                  df.assign(n=pd.array([1, None, 3, 4, 5, 6, 7], dtype="Int64"))):
-        aggregate._write_csv(out, frame)
-        assert out.read_text() == frame.to_csv(index=False, float_format="%.6g")
 
 
 def test_a_foreign_point_json_makes_the_run_invalid(tmp_path):

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from scalestudy.config.study import StudyError, before_run_max_n, load_study, validate
-from scalestudy.perf import predict, stepmodel
+from scalestudy.perf import stepmodel
+from scalestudy.report import predict
 from scalestudy.perf.stepmodel import (Measured, block_key, blocks_from_rows,
                                        composed_layer_seconds, composed_optimizer_seconds,
                                        composed_stage_seconds, core_sharing_from_rows,

@@ -80,7 +80,7 @@ def test_megatron_torchtitan_example_plans(tmp_path):
 
     from scalestudy.config.study import load_study
     from scalestudy.plan.planner import plan_points
-    from scalestudy.run.workload import command_argv
+    from scalestudy.config.template import command_argv
 
     for p in plan_points(load_study(BYO_STUDY)):
         argv = command_argv(p, tmp_path, python="python")
@@ -113,7 +113,7 @@ def test_torchtitan_v03_example_plans(tmp_path):
 
     from scalestudy.config.study import load_study
     from scalestudy.plan.planner import plan_points
-    from scalestudy.run.workload import command_argv
+    from scalestudy.config.template import command_argv
 
     for p in plan_points(load_study(TITAN_V03_STUDY)):
         argv = command_argv(p, tmp_path, python="python")

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from scalestudy.analysis import aggregate
+from scalestudy.report.summary import aggregate_study
 from scalestudy.config.study import StudyError, validate
 from scalestudy.config.vocab import FigureStyle
 from scalestudy.report import plots, style, summary
@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     d = make_study(tmp_path_factory.mktemp("exports"))
-    aggregate.run(d)
+    aggregate_study(d)
     return d
 
 

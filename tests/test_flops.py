@@ -9,7 +9,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from scalestudy.config.point import Model
 from scalestudy.config.vocab import FlopsConvention
 from scalestudy.models import build_model, num_params
-from scalestudy.models.presets import LLAMA3
+from scalestudy.config.presets import LLAMA3
 from scalestudy.perf import flops
 
 # Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
@@ -159,7 +159,7 @@ def test_llama_full_recompute_matches_flop_counter():
 # model-size figure on Meta-Llama-3 derivatives, e.g. huggingface.co/UmmeHani2000/llama3.1_8B
 # and huggingface.co/ProbablyFaiz/Meta-Llama-3.3-70B-Instruct-FP8; Meta's model cards say only
 # "8B" / "70B"); the exact 8,030,261,248 of Llama-3-8B also in thamada/modelQuery's README.
-# Shapes: Meta's models/sku_list.py (meta-llama/llama-models), scalestudy.models.presets.
+# Shapes: Meta's models/sku_list.py (meta-llama/llama-models), scalestudy.config.presets.
 @pytest.mark.parametrize("name, published, digits", [
     ("llama3-8b", 8.03e9, 2), ("llama3-70b", 70.6e9, 1)])
 def test_llama3_parameter_counts_match_the_published_sizes(name, published, digits):

@@ -1,5 +1,6 @@
 import pytest
 
+from scalestudy.config import devices
 from scalestudy.perf import hardware
 
 
@@ -42,24 +43,22 @@ def test_bad_dtype_is_an_error():
         hardware.resolve_peak("NVIDIA H200", "int8")
 
 
-def test_peaks_table_has_sources_and_frontier_gcd():
-    df = hardware.peaks_table()
-    # the MFU dtypes of a device (was the ``dtype`` column of hardware_peaks.csv)
-    assert {"device", "mfu_dtypes", "peak_tflops_dense", "source"} <= set(df.columns)
-    assert df["source"].str.len().min() > 10
-    assert float(df.set_index("device").loc["MI250X-GCD", "peak_tflops_dense"]) == 191.5
+def test_devices_have_sources_and_frontier_gcd():
+    devs = devices.devices()
+    assert min(len(d["source"]) for d in devs.values()) > 10
+    gcd = devs["MI250X-GCD"]
+    assert float(gcd["peak_tflops"][gcd["mfu_dtypes"][0]]) == 191.5  # the first MFU dtype's peak
     # fp32 is an MFU dtype of no GPU (see test_fp32_on_gpu_gets_no_peak)
-    assert not df["mfu_dtypes"].str.split("/").apply(lambda d: "fp32" in d).any()
+    assert not any("fp32" in d["mfu_dtypes"] for d in devs.values())
 
 
 def test_one_hardware_description():
     """devices() and the systems (presets) come from the same data/hardware.yaml: every
     system's device is a device of the table (or a CPU host declaring its own peaks), and
     memory_gb / resolve_peak read the same rows."""
-    devs = hardware.devices()
-    assert set(hardware.peaks_table()["device"]) == set(devs)
+    devs = devices.devices()
     for name in hardware.presets():
-        system = hardware.table()["systems"][name]
+        system = devices.table()["systems"][name]
         assert system["device"] in devs or system.get("peak_tflops"), name
     assert hardware.memory_gb("NVIDIA H200") == 141 == devs["H200-SXM"]["memory_gb"]
     assert hardware.memory_gb("MI250X") == 64

@@ -273,15 +273,6 @@ def test_launch_env_gpu_site_env_wins():
     assert env == {"OMP_NUM_THREADS": "7"}  # 56 cores / 8 GCDs, no GLOO_SOCKET_IFNAME on GPU
 
 
-def test_slurm_env_record():
-    assert slurm.slurm_env_record({}) is None
-    rec = slurm.slurm_env_record({"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "n[1-2]",
-                                   "SLURM_NTASKS": "2", "CUDA_VISIBLE_DEVICES": "0,1",
-                                   "SLURMD_NODENAME": "n2", "HOME": "/root"})
-    assert rec == {"job_id": "5", "job_nodelist": "n[1-2]", "ntasks": "2",
-                   "cuda_visible_devices": "0,1", "nodename": "n2"}
-
-
 def test_rule_resources_drop_absent_keys():
     res = slurm.rule_resources(lambda w: slurm.point_resources(make_point(int(w), 2)))
     assert set(res) == set(slurm.RESOURCE_KEYS)

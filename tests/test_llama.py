@@ -1,5 +1,5 @@
 """The Llama-style built-in model and its configuration: the model block's rules, RoPE as
-Meta writes it, the grouped-query TP rule, the Llama 3 presets (scalestudy.models.presets,
+Meta writes it, the grouped-query TP rule, the Llama 3 presets (scalestudy.config.presets,
 workflow/config/llama3.yaml, tune), and that the new fields leave existing point ids alone.
 (Parity across layouts: tests/parity_worker.py; FLOPs and parameters: tests/test_flops.py;
 memory: tests/test_memory.py.)"""
@@ -16,7 +16,7 @@ from scalestudy.config.point import Model, Point, PointError, swiglu_width
 from scalestudy.config.study import StudyError, load_study, validate
 from scalestudy.models import build_model, num_params
 from scalestudy.models.llama import Llama, apply_rope, rope_table
-from scalestudy.models.presets import LLAMA3, LLAMA3_PARAMS
+from scalestudy.config.presets import LLAMA3, LLAMA3_PARAMS
 from scalestudy.plan import constraints
 from scalestudy.plan.planner import plan_points
 
@@ -105,7 +105,7 @@ def test_llama_module():
 
 
 def test_llama3_presets_are_the_study_files_and_tunes():
-    from scalestudy.perf.tune import known_models
+    from scalestudy.plan.tune import known_models
 
     study = load_study(ROOT / "workflow/config/llama3.yaml")
     for name, preset in LLAMA3.items():

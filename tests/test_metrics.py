@@ -1,7 +1,8 @@
-"""The steps.jsonl contract and its helper (scalestudy.train.metrics), and what the runner
-makes of a command's metrics (scalestudy.run.collect): the same summary.json and runs.csv
-row as the built-in trainer's, invalid with a reason when the metrics are missing or not the
-point's, FLOPs from the shape, a stated FLOPs-per-token, or none (no MFU)."""
+"""The steps.jsonl contract (scalestudy.record.steps) and its helper (scalestudy.train.metrics),
+and what the runner makes of a command's metrics (scalestudy.run.collect): the same
+summary.json and runs.csv row as the built-in trainer's, invalid with a reason when the
+metrics are missing or not the point's, FLOPs from the shape, a stated FLOPs-per-token, or
+none (no MFU)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import pytest
 
 from scalestudy.config.point import Model, Point, Workload
 from scalestudy.perf import flops
+from scalestudy.record import steps as contract
+from scalestudy.record.read import parse_steps
 from scalestudy.run import collect
-from scalestudy.train import metrics
-from scalestudy.train.metrics import StepLogger, StepTimer, parse_steps
+from scalestudy.train.metrics import StepLogger, StepTimer
 
 MODEL = Model(arch="llama", layers=2, hidden=32, heads=4, kv_heads=2, seq_len=16, vocab=64)
 
@@ -74,9 +76,9 @@ def test_losses_are_read_after_timing_and_ranks_merge():
     with log.step() as s:
         s.loss = torch.tensor(2.5)  # a tensor: converted at close, not inside the clock
     assert log.records()[0]["loss"] == 2.5
-    a = [metrics.step_record(0, 0.1, 2.0, 8), metrics.step_record(1, 0.3, 1.0, 8)]
-    b = [metrics.step_record(0, 0.2, None, 8), metrics.step_record(1, 0.1, 3.0, 8)]
-    merged = metrics.merge_ranks([a, b])
+    a = [contract.step_record(0, 0.1, 2.0, 8), contract.step_record(1, 0.3, 1.0, 8)]
+    b = [contract.step_record(0, 0.2, None, 8), contract.step_record(1, 0.1, 3.0, 8)]
+    merged = contract.merge_ranks([a, b])
     assert [r["step_time_s"] for r in merged] == [0.2, 0.3]  # the slowest rank
     assert [r["loss"] for r in merged] == [2.0, 2.0]  # mean of the ranks that know it
 
@@ -98,13 +100,13 @@ def test_parse_steps_names_the_first_problem(text, problem):
 
 def _write(run: Path, records):
     run.mkdir(parents=True, exist_ok=True)
-    (run / "steps.jsonl").write_text(metrics.steps_text(records))
+    (run / "steps.jsonl").write_text(contract.steps_text(records))
 
 
 def test_collect_writes_the_builtin_summary_keys(tmp_path):
     p = point()
     tokens = p.tokens_per_step
-    _write(tmp_path, [metrics.step_record(i, t, 3.0 - i, tokens)
+    _write(tmp_path, [contract.step_record(i, t, 3.0 - i, tokens)
                       for i, t in enumerate([0.9, 0.2, 0.3, 0.25])])
     assert collect.command_record(p, tmp_path, tmp_path / "stdout.log", wall_s=5.0) is None
     steps = [json.loads(x) for x in (tmp_path / "steps.jsonl").read_text().splitlines()]
@@ -130,9 +132,9 @@ def test_collect_writes_the_builtin_summary_keys(tmp_path):
 def test_missing_or_foreign_metrics_are_invalid_with_the_reason(tmp_path, records, problem):
     p = point()
     if records == "tokens":
-        _write(tmp_path, [metrics.step_record(i, 0.1, 1.0, 7) for i in range(4)])
+        _write(tmp_path, [contract.step_record(i, 0.1, 1.0, 7) for i in range(4)])
     elif records is not None:
-        _write(tmp_path, [metrics.step_record(i, t, 1.0, 64) for i, t in records])
+        _write(tmp_path, [contract.step_record(i, t, 1.0, 64) for i, t in records])
     reason = collect.command_record(p, tmp_path, tmp_path / "stdout.log", wall_s=1.0)
     assert reason.startswith("metrics: ") and problem in reason, reason
     assert not (tmp_path / "summary.json").exists()
@@ -149,12 +151,12 @@ def test_flops_from_the_shape_a_stated_value_or_none(tmp_path):
     assert table(unknown) == {"model": {"megatron": None, "palm": None},
                               "hardware": {"megatron": None, "palm": None}}
     # through the runs.csv row: MFU on an H100 with a stated value, empty when unknown
-    from scalestudy.analysis.aggregate import run_row
+    from conftest import run_row
 
     for name, p in (("stated", stated), ("unknown", unknown)):
         p = p.replace(platform=p.platform.__class__(device="cpu", hardware="H100-SXM5"))
         run = tmp_path / name
-        _write(run, [metrics.step_record(i, 0.5, 1.0, 64) for i in range(4)])
+        _write(run, [contract.step_record(i, 0.5, 1.0, 64) for i in range(4)])
         (run / "point.json").write_text(p.json_text())
         assert collect.command_record(p, run, run / "stdout.log", wall_s=1.0) is None
         (run / "status.json").write_text(json.dumps({"state": "ok", "reason": ""}))

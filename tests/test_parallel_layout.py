@@ -206,7 +206,8 @@ def single_process_group():
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("ac", ["none", "full", "selective", "selective_attention"])
 def test_single_process_engine_matches_reference(single_process_group, ac):
-    from parity_worker import CFG, GLOBAL_BATCH, OPT, STEPS, TRAIN, reference
+    from parity_worker import (CFG, GLOBAL_BATCH, OPT, STEPS, TRAIN, gathered_state_dict,
+                               reference)
     ref_losses, ref_state = reference(CFG)
     point = Point.for_layout(CFG, micro_batch=2, grad_accum=GLOBAL_BATCH // 2,
                              activation_checkpointing=ac, device="cpu", **TRAIN)
@@ -216,7 +217,7 @@ def test_single_process_engine_matches_reference(single_process_group, ac):
     assert all(isinstance(x, torch.Tensor) and x.dim() == 0 and not x.requires_grad
                for x in losses)
     assert max(abs(float(a) - b) for a, b in zip(losses, ref_losses)) < 1e-5
-    state = eng.gathered_state_dict()
+    state = gathered_state_dict(eng)
     assert set(state) == set(ref_state)
     assert max((state[k] - ref_state[k]).abs().max().item() for k in state) < 2e-4
     eng.close()

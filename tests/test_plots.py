@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from scalestudy.analysis import aggregate
+from scalestudy.report.summary import aggregate_study
 from scalestudy.report import plots
 from test_aggregate import make_study
 
@@ -18,7 +18,7 @@ def _png_ok(path):
 @pytest.fixture(scope="module")
 def plotted(tmp_path_factory):
     d = make_study(tmp_path_factory.mktemp("plots"))
-    aggregate.run(d)
+    aggregate_study(d)
     return d, plots.run(d)
 
 
@@ -42,7 +42,7 @@ def test_all_figures_with_reference_overlay(plotted):
 
 def test_mfu_figure_overlays_published_percent_of_peak(tmp_path):
     d = make_study(tmp_path, peak=("H200-SXM", 1e12, "test"))
-    aggregate.run(d)
+    aggregate_study(d)
     eff, runs = pd.read_csv(d / "efficiency.csv"), pd.read_csv(d / "runs.csv")
     paths = plots.mfu_figure(eff, runs, tmp_path, ["frontier_dash2024"])
     assert [p.name for p in paths] == ["mfu.png", "mfu.pdf", "mfu.csv"]
@@ -53,7 +53,7 @@ def test_mfu_figure_overlays_published_percent_of_peak(tmp_path):
 
 def test_no_reference_and_a_broken_series(tmp_path):
     d = make_study(tmp_path, references=(), break_invariant=True, calibration=False)
-    aggregate.run(d)
+    aggregate_study(d)
     eff, runs = pd.read_csv(d / "efficiency.csv"), pd.read_csv(d / "runs.csv")
     plots.efficiency_figure(eff, runs, "strong", tmp_path, [])
     strong = pd.read_csv(tmp_path / "efficiency_strong.csv")

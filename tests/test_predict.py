@@ -4,7 +4,8 @@ import pandas as pd
 import pytest
 
 from scalestudy.perf import stepmodel
-from scalestudy.perf import frontier as predict, predict as predict_cli
+from scalestudy.perf import frontier as predict
+from scalestudy.report import predict as predict_cli
 
 
 def test_series_shapes():

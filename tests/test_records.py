@@ -25,6 +25,8 @@ import pandas as pd
 import pytest
 
 from scalestudy.analysis import aggregate
+from scalestudy.report.summary import aggregate_study
+from scalestudy.report import summary as report_summary
 from scalestudy.record.read import RecordError
 from scalestudy.record.states import RunState
 from scalestudy.report import status as st
@@ -113,7 +115,7 @@ def test_damaged_record_gives_its_verdict(study, case, capsys):
         with pytest.raises(RecordError, match=None) as e:
             aggregate.collect(study)
         assert verdict["error"] in str(e.value) and "\n" not in str(e.value)
-        assert aggregate.main([str(study)]) == 2
+        assert report_summary.main([str(study)]) == 2
         assert st.main([str(study)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 2 and verdict["error"] in err, err
@@ -243,7 +245,7 @@ def test_compare_and_plot_of_a_damaged_study_and_hostile_host_names(study, tmp_p
     ok = table.dropna(subset=["throughput_ratio"])
     assert (ok["throughput_ratio"] > 0).all()
 
-    aggregate.run(study)
+    aggregate_study(study)
     assert (study / "runs.csv").is_file()
     assert_sound(pd.read_csv(study / "runs.csv"), pd.read_csv(study / "efficiency.csv"))
     runs_t, eff_t = pd.read_csv(study / "runs.csv"), pd.read_csv(study / "efficiency.csv")

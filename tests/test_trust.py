@@ -20,7 +20,7 @@ import yaml
 
 from conftest import as_from_a_terminal
 from scalestudy import cli
-from scalestudy.analysis import aggregate
+from scalestudy.report.summary import aggregate_study
 from scalestudy.config.point import Model, Platform, Point, config_hash
 from scalestudy.record import io
 from scalestudy.record.read import RecordError
@@ -53,7 +53,7 @@ def test_aggregate_writes_all_tables_or_none_and_cleans_stale_temps(tmp_path, mo
     from scalestudy.report import summary
 
     d = make_study(tmp_path)
-    aggregate.run(d)
+    aggregate_study(d)
     before = {n: (d / n).read_bytes() for n in ("runs.csv", "efficiency.csv", "summary.md")}
     (d / ".efficiency.x1y2z3.csv").write_text("left by a killed aggregate")
     # a run changes, then the disk fills while the last table is written
@@ -64,11 +64,11 @@ def test_aggregate_writes_all_tables_or_none_and_cleans_stale_temps(tmp_path, mo
         raise OSError(errno.ENOSPC, "No space left on device", str(d / "summary.tex"))
     monkeypatch.setattr(summary, "summary_latex", full)
     with pytest.raises(OSError):
-        aggregate.run(d)
+        aggregate_study(d)
     assert {n: (d / n).read_bytes() for n in before} == before  # none of the new tables
     assert not [p for p in d.iterdir() if p.name.startswith(".") and p.name != ".lock"]
     monkeypatch.undo()
-    aggregate.run(d)
+    aggregate_study(d)
     runs = pd.read_csv(d / "runs.csv").set_index("point_id")
     assert runs.loc[pid, "status"] == "invalid"
 
@@ -105,7 +105,7 @@ def test_a_symlinked_figures_folder_is_refused_by_plot_and_run(tmp_path, capsys)
     from scalestudy.report import plots
 
     d = make_study(tmp_path)
-    aggregate.run(d)
+    aggregate_study(d)
     outside = tmp_path / "paper"
     outside.mkdir()
     (d / "figures").symlink_to(outside)

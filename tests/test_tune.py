@@ -3,14 +3,14 @@
 import yaml
 
 from scalestudy.perf import stepmodel
-from scalestudy.perf import tune
-from scalestudy.plan import constraints
+from scalestudy.plan import constraints, tune
+from scalestudy.report import tune as tune_cli
 
 
 def test_tune_tiny_writes_study(tmp_path):
     out = tmp_path / "study.yaml"
-    assert tune.main(["--model", "tiny", "--n", "4", "--hardware", "cpu-local", "--top", "3",
-                      "--out", str(out)]) == 0
+    assert tune_cli.main(["--model", "tiny", "--n", "4", "--hardware", "cpu-local", "--top", "3",
+                          "--out", str(out)]) == 0
     doc = yaml.safe_load(out.read_text())
     assert len(doc["series"]) == 3 and list(doc["models"]) == ["tiny"]
     for s in doc["series"]:
@@ -25,8 +25,8 @@ def test_tune_tiny_writes_study(tmp_path):
 
 def test_tune_frontier_study_validates(tmp_path):
     out = tmp_path / "study.yaml"
-    assert tune.main(["--model", "gpt-175b", "--n", "1024", "--hardware", "frontier", "--top",
-                      "4", "--out", str(out)]) == 0
+    assert tune_cli.main(["--model", "gpt-175b", "--n", "1024", "--hardware", "frontier", "--top",
+                          "4", "--out", str(out)]) == 0
     from scalestudy.plan.planner import plan_points
     from scalestudy.config.study import load_study
 

@@ -17,8 +17,9 @@ import pytest
 from scalestudy.config.point import Model, Point, PointError, Workload, config_hash
 from scalestudy.config.study import StudyError, validate
 from scalestudy.plan.planner import plan_points
+from scalestudy.config import template as tmpl
+from scalestudy.config.template import TemplateError, expand
 from scalestudy.run import launch, workload
-from scalestudy.run.workload import TemplateError, expand
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = str(ROOT / "tests" / "fake_trainer.py")
@@ -55,7 +56,7 @@ def test_placeholders_are_filled_from_the_point():
                        "--kv", "{kv_heads}", "{ffn}", "--lr", "{lr}", "{{literal}}",
                        "{sequence_parallel}", "{point_dir}/out"],
                       model=Model(arch="llama", hidden=64, heads=4, kv_heads=2))
-    argv = workload.command_argv(p, "/runs/p", python="/py")
+    argv = tmpl.command_argv(p, "/runs/p", python="/py")
     assert argv == ["/py", "train.py", "--tp=1", "2", "4", "--kv", "2", "176", "--lr", "0.003",
                     "{literal}", "false", "/runs/p/out"]
 
@@ -63,7 +64,7 @@ def test_placeholders_are_filled_from_the_point():
 def test_whole_floats_fill_as_integers():
     m = Model(arch="llama", rope_theta=500000.0, ffn_dim_multiplier=1.3, multiple_of=32)
     p = command_point(["x", "{rope_theta}", "{ffn_dim_multiplier}", "{norm_eps}"], model=m)
-    assert workload.command_argv(p, "/d")[1:] == ["500000", "1.3", "1e-05"]
+    assert tmpl.command_argv(p, "/d")[1:] == ["500000", "1.3", "1e-05"]
 
 
 @pytest.mark.parametrize("element, word", [
@@ -74,14 +75,14 @@ def test_whole_floats_fill_as_integers():
 ])
 def test_bad_templates_are_refused(element, word):
     with pytest.raises(TemplateError, match=re.escape(word)):
-        workload.check_template(["train", element])
+        tmpl.check_template(["train", element])
 
 
 def test_the_program_is_the_templates_own():
     with pytest.raises(TemplateError, match=r"command\[0\].*literal path or \{python\}"):
-        workload.check_template(["{model}", "x"])
+        tmpl.check_template(["{model}", "x"])
     with pytest.raises(TemplateError, match="never a shell string"):
-        workload.check_template("python train.py --tp {tp}")
+        tmpl.check_template("python train.py --tp {tp}")
 
 
 HOSTILE = [
@@ -102,7 +103,7 @@ def test_a_hostile_value_stays_inside_its_argument(value, tmp_path):
             Model(name=value)  # ... never reaches a command: the typed point refuses it
         return
     p = command_point(template, model=Model(name=value))
-    argv = workload.command_argv(p, point_dir)
+    argv = tmpl.command_argv(p, point_dir)
     assert len(argv) == len(template)
     assert argv[3:] == [f"--name={value}", str(point_dir), f"prefix-{value}"]
     got = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=60)
@@ -116,9 +117,9 @@ def test_a_value_cannot_become_an_option(value):
     an option smuggled in: refused (inside '--name={model}' it is just the option's value)."""
     p = command_point(["train", "{model}"], model=Model(name=value))
     with pytest.raises(TemplateError, match="start with '-'"):
-        workload.command_argv(p, "/d")
+        tmpl.command_argv(p, "/d")
     ok = command_point(["train", "--name={model}"], model=Model(name=value))
-    assert workload.command_argv(ok, "/d") == ["train", f"--name={value}"]
+    assert tmpl.command_argv(ok, "/d") == ["train", f"--name={value}"]
 
 
 def test_a_nul_byte_is_refused():
@@ -128,7 +129,7 @@ def test_a_nul_byte_is_refused():
 
 def test_a_placeholder_without_a_value_is_refused():
     with pytest.raises(TemplateError, match=r"\{multiple_of\} has no value"):
-        workload.command_argv(command_point(["t", "{multiple_of}"]), "/d")
+        tmpl.command_argv(command_point(["t", "{multiple_of}"]), "/d")
 
 
 # --- the study, the point, the plan ----------------------------------------------------------
@@ -242,7 +243,9 @@ def test_runner_reads_a_megatron_log_like_a_builtin_record(tmp_path):
     assert env["launch_argv"][-len(env["workload"]["argv"]):] == env["workload"]["argv"]
     assert env["env_added"]["SCALESTUDY_POINT_DIR"] == str(run)
 
-    from scalestudy.analysis.aggregate import RUN_COLUMNS, run_row
+    from conftest import run_row
+
+    from scalestudy.analysis.aggregate import RUN_COLUMNS
 
     row, times, _ = run_row({"point_id": run.name, "tokens_per_step": 64, "n": 2,
                              "precision": "fp32", "feasible": True}, run, None, "megatron")

@@ -10,7 +10,6 @@ and the fix, exit status 2.
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.metadata
 import subprocess
 import sys
@@ -21,14 +20,8 @@ from scalestudy import paths
 from scalestudy.config.point import PointError
 from scalestudy.config.study import StudyError
 
-# subcommands implemented by other modules' main(argv), with their line in ``scalestudy --help``
-DELEGATED = {
-    "predict": "scalestudy.perf.predict",
-    "tune": "scalestudy.perf.tune",
-    "run-point": "scalestudy.run.runner",
-    "status": "scalestudy.report.status",
-    "compare": "scalestudy.report.compare",
-}
+# subcommands implemented by other modules' main(argv) (delegated_main)
+DELEGATED = ("predict", "tune", "run-point", "status", "compare")
 # one line per subcommand in ``scalestudy --help`` (each subcommand's --help starts with it)
 SUMMARY = {
     "plan": "print the sweep: feasible and skipped points",
@@ -169,9 +162,9 @@ def cmd_run(args) -> int:
 
 
 def cmd_aggregate(args) -> int:
-    from scalestudy.analysis import aggregate
+    from scalestudy.report.summary import aggregate_study
 
-    aggregate.run(Path(args.study_dir))
+    aggregate_study(Path(args.study_dir))
     return 0
 
 
@@ -256,10 +249,27 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def delegated_main(name: str):
+    """The ``main(argv)`` of a :data:`DELEGATED` subcommand. Imported here, on use, as the
+    other subcommands' modules are: pandas, matplotlib and torch take seconds to import
+    (``scalestudy plan`` starts in well under one)."""
+    if name == "predict":
+        from scalestudy.report.predict import main
+    elif name == "tune":
+        from scalestudy.report.tune import main
+    elif name == "run-point":
+        from scalestudy.run.runner import main
+    elif name == "status":
+        from scalestudy.report.status import main
+    else:
+        from scalestudy.report.compare import main
+    return main
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in DELEGATED:
-        return int(importlib.import_module(DELEGATED[argv[0]]).main(argv[1:]) or 0)
+        return int(delegated_main(argv[0])(argv[1:]) or 0)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []  # run: for snakemake
     args = build_parser().parse_args(argv[:len(argv) - len(extra) - bool(extra or "--" in argv)])
     args.snakemake_args = extra

@@ -1,3 +1,5 @@
+import os
+
 localrules: aggregate, predict, predict_before_run
 
 
@@ -5,10 +7,10 @@ rule aggregate:
     """Tidy tables over every run (failed and infeasible ones included) and the headline
     (summary.md, and summary.tex for a paper)."""
     input:
-        f"{OUT}/plan.tsv",
-        f"{OUT}/study.json",
-        f"{OUT}/calibration.json",
-        expand(f"{OUT}/runs/{{pid}}/status.json", pid=FEASIBLE),
+        rules.plan.output.plan,
+        rules.plan.output.study,
+        rules.calibrate.output,
+        expand(rules.train.output[0], pid=FEASIBLE),
     output:
         runs=report(f"{OUT}/runs.csv", caption="../report/runs.rst", category="3. Tables"),
         parquet=f"{OUT}/runs.parquet",
@@ -25,7 +27,34 @@ rule aggregate:
         py=PY,
         study_dir=lambda w, output: os.path.dirname(output.runs),
     shell:
-        "{params.py:q} -m scalestudy.analysis.aggregate {params.study_dir:q} > {log:q} 2>&1"
+        "{params.py:q} -m scalestudy.report.summary {params.study_dir:q} > {log:q} 2>&1"
+
+
+rule predict_before_run:
+    """The larger points' step time predicted before they run: the performance model on this
+    host's measured blocks, calibrated on the measured points with N <= calibrate_on_max_n."""
+    input:
+        study=STUDY_FILE,
+        calibration=rules.calibrate.output[0],
+        microbench=MICROBENCH_OUTPUTS,
+        plan=rules.plan.output.plan,
+        study_json=rules.plan.output.study,
+        small=expand(rules.train.output[0],
+                     pid=[pid for pid in FEASIBLE
+                          if BEFORE_RUN_MAX_N is not None and POINTS[pid].n <= BEFORE_RUN_MAX_N]),
+    output:
+        f"{OUT}/predict/predicted_before_run.csv",
+    log:
+        f"{OUT}/logs/predict_before_run.log",
+    conda:
+        ENV
+    params:
+        py=PY,
+        results=lambda w, input: os.path.dirname(os.path.dirname(input.plan)),
+        out=lambda w, output: os.path.dirname(output[0]),
+    shell:
+        "{params.py:q} -m scalestudy.report.predict {input.study:q} --results {params.results:q}"
+        " --out {params.out:q} --before-run > {log:q} 2>&1"
 
 
 rule predict:
@@ -34,11 +63,10 @@ rule predict:
     terms."""
     input:
         study=STUDY_FILE,
-        runs=f"{OUT}/runs.csv",
-        calibration=f"{OUT}/calibration.json",
+        runs=rules.aggregate.output.runs,
+        calibration=rules.calibrate.output[0],
         microbench=MICROBENCH_OUTPUTS,
-        before_run=([f"{OUT}/predict/predicted_before_run.csv"]
-                    if BEFORE_RUN_MAX_N is not None else []),
+        before_run=rules.predict_before_run.output if BEFORE_RUN_MAX_N is not None else [],
     output:
         predictions=f"{OUT}/predict/study_predictions.csv",
         residuals=f"{OUT}/predict/predict_vs_measured.csv",
@@ -58,32 +86,5 @@ rule predict:
         results=lambda w, input: os.path.dirname(os.path.dirname(input.runs)),
         out=lambda w, output: os.path.dirname(output.predictions),
     shell:
-        "{params.py:q} -m scalestudy.perf.predict {input.study:q} --results {params.results:q}"
+        "{params.py:q} -m scalestudy.report.predict {input.study:q} --results {params.results:q}"
         " --out {params.out:q} > {log:q} 2>&1"
-
-
-rule predict_before_run:
-    """The larger points' step time predicted before they run: the performance model on this
-    host's measured blocks, calibrated on the measured points with N <= calibrate_on_max_n."""
-    input:
-        study=STUDY_FILE,
-        calibration=f"{OUT}/calibration.json",
-        microbench=MICROBENCH_OUTPUTS,
-        plan=f"{OUT}/plan.tsv",
-        study_json=f"{OUT}/study.json",
-        small=expand(f"{OUT}/runs/{{pid}}/status.json",
-                     pid=[pid for pid in FEASIBLE
-                          if BEFORE_RUN_MAX_N is not None and POINTS[pid].n <= BEFORE_RUN_MAX_N]),
-    output:
-        f"{OUT}/predict/predicted_before_run.csv",
-    log:
-        f"{OUT}/logs/predict_before_run.log",
-    conda:
-        ENV
-    params:
-        py=PY,
-        results=lambda w, input: os.path.dirname(os.path.dirname(input.plan)),
-        out=lambda w, output: os.path.dirname(output[0]),
-    shell:
-        "{params.py:q} -m scalestudy.perf.predict {input.study:q} --results {params.results:q}"
-        " --out {params.out:q} --before-run > {log:q} 2>&1"

@@ -7,6 +7,9 @@
 # Both jobs are timed: they hold the host's only `timed_slot`, like training.
 # Needs OUT, PY and STUDY from the Snakefile; include this file and add MICROBENCH_OUTPUTS
 # to `rule all`.
+import shlex
+
+from scalestudy.run.launch import local_torchrun
 
 MB = STUDY.get("microbench") or {}
 MB_GROUPS = sorted(set(MB.get("group_sizes", [2])))

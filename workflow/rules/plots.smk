@@ -1,11 +1,13 @@
+import os
+
 localrules: plots, front_page
 
 
 rule plots:
     """Efficiency, throughput and MFU figures, each with the CSV it was drawn from."""
     input:
-        f"{OUT}/runs.csv",
-        f"{OUT}/efficiency.csv",
+        rules.aggregate.output.runs,
+        rules.aggregate.output.efficiency,
     output:
         png=[report(f"{OUT}/figures/{fig}.png", caption=f"../report/{fig}.rst",
                     category="2. Figures") for fig in FIGURES],
@@ -27,9 +29,9 @@ rule front_page:
     """The report's front page: the answer per series, the efficiency figures, the headline
     table and the points that did not run (workflow/report/workflow.rst shows it first)."""
     input:
-        f"{OUT}/runs.csv",
-        f"{OUT}/efficiency.csv",
-        expand(f"{OUT}/figures/{{fig}}.png", fig=FIGURES),
+        rules.aggregate.output.runs,
+        rules.aggregate.output.efficiency,
+        rules.plots.output.png,
     output:
         report(f"{OUT}/report/front.html", caption="../report/front.rst", category="1. Answer"),
     log:

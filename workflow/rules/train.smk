@@ -1,3 +1,11 @@
+import json
+import os
+import shlex
+
+from scalestudy.measure.microbench import block_specs
+from scalestudy.perf.stepmodel import gemm_shapes
+from scalestudy.run import slurm
+
 #: whether the calibrate job measures this host's building blocks for the performance model
 HOST_MODEL = bool((STUDY.get("microbench") or {}).get("enabled"))
 
@@ -42,10 +50,11 @@ rule train:
     """One sweep point under torchrun. Always ends with status.json (ok, oom, timeout,
     crashed): a failed point is data, not a failed job."""
     input:
+        point=rules.point_spec.output[0],
         # predict.before_run: a point above calibrate_on_max_n waits for the prediction
-        lambda w: [f"{OUT}/runs/{w.pid}/point.json"] + (
-            [f"{OUT}/predict/predicted_before_run.csv"]
-            if BEFORE_RUN_MAX_N is not None and POINTS[w.pid].n > BEFORE_RUN_MAX_N else []),
+        before_run=lambda w: (rules.predict_before_run.output
+                              if BEFORE_RUN_MAX_N is not None and POINTS[w.pid].n > BEFORE_RUN_MAX_N
+                              else []),
     output:
         f"{OUT}/runs/{{pid}}/status.json",
     log:
@@ -54,8 +63,8 @@ rule train:
         ENV
     params:
         py=PY,
-        point=lambda w, input: input[0],
-        run_dir=lambda w, input: os.path.dirname(input[0]),
+        point=lambda w, input: input.point,
+        run_dir=lambda w, input: os.path.dirname(input.point),
     resources:
         timed_slot=1,
         # Slurm: nodes, tasks, cpus_per_task, mem_mb, runtime, gres, mpi (multi-node), ...

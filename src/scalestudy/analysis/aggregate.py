@@ -1,7 +1,6 @@
-"""Run records → tidy tables: ``runs.csv`` (+ ``runs.parquet``), ``efficiency.csv``, ``summary.md``
-(+ ``summary.tex``).
-
-    python -m scalestudy.analysis.aggregate RESULTS/STUDY      (or: scalestudy aggregate RESULTS/STUDY)
+"""Run records → tidy tables: the rows of ``runs.csv`` (+ ``runs.parquet``) and
+``efficiency.csv`` (``scalestudy.report.summary`` writes them, with ``summary.md`` and
+``summary.tex``: ``scalestudy aggregate RESULTS/STUDY``).
 
 Reads ``plan.tsv`` (every point × repeat, feasible or not), each ``runs/<id>/{summary,
 status}.json`` + ``steps.jsonl`` (``point.json`` only for a run without ``summary.json``), and
@@ -10,7 +9,7 @@ One row per planned run, failed and infeasible ones included: a run dir without
 ``status.json`` is ``not_run``; an infeasible plan row is ``infeasible`` with the planner's
 reason. Step times are the steady-state window (declared warm-up steps dropped); per run the
 median, IQR and a bootstrap 95% CI; per (series, N) the repeats are pooled and the CI comes
-from a hierarchical bootstrap (repeats, then steps). Every file is written atomically.
+from a hierarchical bootstrap (repeats, then steps).
 
 Runs are read one by one into plain lists; their statistics are computed in batches of runs
 with equal step counts (``stats.*_rows``) and the tables are built once at the end.
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import zlib
 from functools import lru_cache
 from pathlib import Path
@@ -34,7 +32,6 @@ from scalestudy.config.point import Point, PointError
 from scalestudy.config.vocab import FlopsConvention
 from scalestudy.perf import flops, hardware
 from scalestudy.record import read as rread
-from scalestudy.record.io import atomic_paths, clean_temps
 from scalestudy.record.states import RunState
 
 RUN_COLUMNS = [
@@ -107,6 +104,62 @@ _STEP_COLUMNS = ("step_time_median_s", "step_time_q25_s", "step_time_q75_s", "st
 _CONSTANTS = ("tokens", "n", "model_flops", "hardware_flops", "peak", "ceiling")
 
 
+def _read_records(run_dir: str | None, pid: str, chash: str | None
+                  ) -> tuple[dict, dict, dict | None, list[str]]:
+    """A run folder's ``point.json``, ``summary.json`` ({} when absent or damaged),
+    ``status.json`` (None) and why any of them, or ``env.json``, cannot be used."""
+    damaged: list[str] = []
+    point, summary, status = {}, {}, None
+    if run_dir:
+        point, why = rread.read_point(run_dir, pid, chash)
+        damaged += [why] if why else []
+        point = point or {}
+        summary, why = rread.read_summary(run_dir, pid, chash)
+        damaged += [why] if why else []
+        summary = summary or {}
+        status, why = rread.read_status(run_dir)
+        damaged += [why] if why else []
+        damaged += [w for w in [rread.read_env(run_dir)[1]] if w]
+    return point, summary, status, damaged
+
+
+def _add_rate_columns(row: dict, plan_row: dict, point: dict, summary: dict,
+                      calibration: dict | None, conv: str, state: RunState) -> tuple:
+    """Add a run's FLOPs per step, peak and measured ceiling (TFLOP/s per device), memory
+    (GB), loss and energy columns to ``row``; return its ``_CONSTANTS``."""
+    mf = _num((summary.get("model_flops_per_step") or {}).get(conv))
+    hf = _num((summary.get("hardware_flops_per_step") or {}).get(conv))
+    if not math.isfinite(mf):
+        mf = _flops_from_point(point, "model", conv)
+    if not math.isfinite(hf):
+        hf = _flops_from_point(point, "hardware", conv)
+    row["model_flops_per_step"], row["hardware_flops_per_step"] = mf, hf
+
+    precision = plan_row.get("precision") or summary.get("dtype")
+    peak, source, key = summary.get("peak_flops_per_device"), summary.get("peak_source"), summary.get("hardware")
+    if not summary and point.get("platform", {}).get("hardware") and precision:
+        key, peak, source = _resolve_peak(point["platform"]["hardware"], precision)
+    peak = _num(peak)
+    row.update(device_type=summary.get("device_type") or point.get("platform", {}).get("device"),
+               device_name=summary.get("device_name"), hardware=key,
+               peak_tflops=peak / 1e12, peak_source=source)
+
+    ceiling = float("nan")
+    if calibration and calibration.get("dtype") == precision and (
+            row["device_type"] in (None, calibration.get("device_type"))):
+        ceiling = _num(calibration.get("flops_per_s"))
+    row["measured_ceiling_tflops"] = ceiling / 1e12
+
+    mem = _num(summary.get("peak_memory_bytes"))
+    row.update(peak_memory_gb=mem / 1e9, memory_kind=summary.get("memory_kind"),
+               memory_note=summary.get("memory_note"),
+               loss_first=summary.get("loss_first"), loss_last=summary.get("loss_last"),
+               n_params=summary.get("n_params"))
+    row.update(energy_columns(summary) if state == RunState.OK else {})
+    return (_num(plan_row.get("tokens_per_step")), _num(plan_row.get("n")), mf, hf, peak,
+                 ceiling)
+
+
 def read_run(plan_row: dict, run_dir, calibration: dict | None, convention: str | None,
              detect_warmup: bool = False) -> tuple[dict, list[float], tuple]:
     """A run's row of ``runs.csv`` without the step-time columns (``_STEP_COLUMNS``), its
@@ -120,18 +173,7 @@ def read_run(plan_row: dict, run_dir, calibration: dict | None, convention: str 
     run_dir = None if run_dir is None else str(run_dir)
     pid, chash = str(plan_row.get("point_id")), plan_row.get("config_hash")
     chash = chash if isinstance(chash, str) and chash else None
-    damaged: list[str] = []  # why the run's records cannot be used
-    point, summary, status = {}, {}, None
-    if run_dir:
-        point, why = rread.read_point(run_dir, pid, chash)
-        damaged += [why] if why else []
-        point = point or {}
-        summary, why = rread.read_summary(run_dir, pid, chash)
-        damaged += [why] if why else []
-        summary = summary or {}
-        status, why = rread.read_status(run_dir)
-        damaged += [why] if why else []
-        damaged += [w for w in [rread.read_env(run_dir)[1]] if w]
+    point, summary, status, damaged = _read_records(run_dir, pid, chash)
 
     feasible = rread.feasible(plan_row)
     conv = convention or point.get("flops_convention") or FlopsConvention.MEGATRON
@@ -162,37 +204,7 @@ def read_run(plan_row: dict, run_dir, calibration: dict | None, convention: str 
             state, reason = RunState.INVALID, "status ok but no steady-state steps in steps.jsonl"
     row["status"], row["reason"] = str(state), reason
 
-    mf = _num((summary.get("model_flops_per_step") or {}).get(conv))
-    hf = _num((summary.get("hardware_flops_per_step") or {}).get(conv))
-    if not math.isfinite(mf):
-        mf = _flops_from_point(point, "model", conv)
-    if not math.isfinite(hf):
-        hf = _flops_from_point(point, "hardware", conv)
-    row["model_flops_per_step"], row["hardware_flops_per_step"] = mf, hf
-
-    precision = plan_row.get("precision") or summary.get("dtype")
-    peak, source, key = summary.get("peak_flops_per_device"), summary.get("peak_source"), summary.get("hardware")
-    if not summary and point.get("platform", {}).get("hardware") and precision:
-        key, peak, source = _resolve_peak(point["platform"]["hardware"], precision)
-    peak = _num(peak)
-    row.update(device_type=summary.get("device_type") or point.get("platform", {}).get("device"),
-               device_name=summary.get("device_name"), hardware=key,
-               peak_tflops=peak / 1e12, peak_source=source)
-
-    ceiling = float("nan")
-    if calibration and calibration.get("dtype") == precision and (
-            row["device_type"] in (None, calibration.get("device_type"))):
-        ceiling = _num(calibration.get("flops_per_s"))
-    row["measured_ceiling_tflops"] = ceiling / 1e12
-
-    mem = _num(summary.get("peak_memory_bytes"))
-    row.update(peak_memory_gb=mem / 1e9, memory_kind=summary.get("memory_kind"),
-               memory_note=summary.get("memory_note"),
-               loss_first=summary.get("loss_first"), loss_last=summary.get("loss_last"),
-               n_params=summary.get("n_params"))
-    row.update(energy_columns(summary) if state == RunState.OK else {})
-    constants = (_num(plan_row.get("tokens_per_step")), _num(plan_row.get("n")), mf, hf, peak,
-                 ceiling)
+    constants = _add_rate_columns(row, plan_row, point, summary, calibration, conv, state)
     return row, times, constants
 
 
@@ -254,17 +266,6 @@ def step_columns(times: list[list[float]], seeds: list[int], constants: np.ndarr
     return cols, dists
 
 
-def run_row(plan_row: dict, run_dir: Path, calibration: dict | None, convention: str | None,
-            detect_warmup: bool = False) -> tuple[dict, list[float], np.ndarray]:
-    """One tidy row of ``runs.csv``, the run's steady-state step times (s) and the bootstrap
-    distribution of their median (``read_run`` + ``step_columns`` for one run)."""
-    row, times, constants = read_run(plan_row, run_dir, calibration, convention, detect_warmup)
-    cols, dists = step_columns([times], [_seed(str(plan_row.get("point_id")))], [constants])
-    for c, v in cols.items():
-        row[c] = v[0].item()
-    return row, times, dists[0]
-
-
 def _named_baselines(study: dict | None) -> dict[str, int]:
     out = {}
     for s in (study or {}).get("series", []) or []:
@@ -295,6 +296,104 @@ def _median(values: list[float]) -> float:
     return float(v[h]) if len(v) % 2 else (v[h - 1] + v[h]) / 2
 
 
+def _n_row(series: str, mode: str, n: int, recs: list[dict], times: dict[str, list[float]],
+           dists: dict[str, np.ndarray] | None, cis: dict[str, tuple[float, float]] | None
+           ) -> tuple[dict, np.ndarray]:
+    """One (series, N) row of ``efficiency.csv`` before its curve columns (``point_id`` a
+    label, the CI NaN when not known yet) and the bootstrap distribution of its pooled median
+    step time (s): the repeats' ``recs``, arguments as :func:`efficiency_rows`."""
+    ok = [r for r in recs if r["status"] == "ok" and times.get(r["point_id"])]
+    groups = [times[r["point_id"]] for r in ok]
+    ci = None
+    if len(ok) == 1 and dists is not None and ok[0]["point_id"] in dists:
+        boot = dists[ok[0]["point_id"]]
+        ci = (cis or {}).get(ok[0]["point_id"])
+    elif groups:  # hierarchical over repeats
+        boot = stats.bootstrap_medians(groups, seed=_seed(f"{series}|{n}"))
+    else:
+        boot = np.empty(0)
+    if len(groups) == 1:
+        median = _median(groups[0])
+    else:
+        median = float(np.median(np.concatenate(groups))) if groups else np.nan
+    first = recs[0]
+
+    def med(col):
+        v = [r[col] for r in ok if pd.notna(r[col])]
+        return _median(v) if v else np.nan
+
+    return {
+        "series": series, "mode": mode, "model": first["model"], "n": n,
+        "dp": first["dp"], "tp": first["tp"], "pp": first["pp"], "cp": first["cp"],
+        "global_batch": first["global_batch"], "tokens_per_step": first["tokens_per_step"],
+        "n_repeats": len(recs), "n_ok": len(groups),
+        "step_time_s": median, "step_time_ci_lo_s": ci[0] if ci else np.nan,
+        "step_time_ci_hi_s": ci[1] if ci else np.nan,
+        "mfu": med("mfu"), "hfu": med("hfu"),
+        "util_vs_measured_ceiling": med("util_vs_measured_ceiling"),
+        "status": _series_status([r["status"] for r in recs]),
+        "reason": "; ".join(sorted({f"{r['status']}: {r['reason']}" for r in recs
+                                    if r["status"] != "ok" and r["reason"]})),
+        "point_id": f"{series} N={n}",
+    }, boot
+
+
+def _fill_step_time_cis(pairs: list[tuple[dict, np.ndarray]]) -> None:
+    """Set the step-time CI (s) of each (row, bootstrap distribution) whose CI is not known
+    yet (NaN), in batches of equal bootstrap sizes."""
+    by_size: dict[int, list[tuple[dict, np.ndarray]]] = {}
+    for r, b in pairs:
+        if len(b) and np.isnan(r["step_time_ci_lo_s"]):  # (NaN: not known yet)
+            by_size.setdefault(len(b), []).append((r, b))
+    for same in by_size.values():
+        for a in range(0, len(same), 256):
+            chunk = same[a:a + 256]
+            lo, hi = stats.percentile_ci_rows(np.array([b for _, b in chunk]))
+            for (r, _), x, z in zip(chunk, lo.tolist(), hi.tolist()):
+                r["step_time_ci_lo_s"], r["step_time_ci_hi_s"] = x, z
+
+
+def _add_curve(series: str, mode: str, per_n_recs: dict[int, list[dict]], per_n: list[dict],
+               boot: dict[int, np.ndarray], named: dict[str, int]) -> str | None:
+    """Complete one series' rows (``per_n``, from :func:`_n_row`) with its efficiency and
+    speedup curve; the message when the series has no curve."""
+    ns = [r["n"] for r in per_n]
+    base = named.get(series) or next((b for k, b in named.items() if series.startswith(k + "-")), None)
+    planned = [r["baseline_n"] for recs in per_n_recs.values() for r in recs if pd.notna(r["baseline_n"])]
+    statuses = [r["status"] for r in per_n]
+    note, message = "", None
+    if base is None and planned:
+        base = int(planned[0])
+        if not any(n == base and st == "ok" for n, st in zip(ns, statuses)):
+            note = f"planned baseline N0={base} did not run successfully; baseline = smallest N that did"
+            base = None
+    tok = [r["tokens_per_step"] for r in per_n]
+    problem = eff.invariant_problem(series, mode, ns, tok, [r["point_id"] for r in per_n])
+    cols, cnote = eff.curve(ns, tok, [r["step_time_s"] for r in per_n], statuses, base,
+                            boot=None if problem else boot)
+    if problem:
+        message = f"series {series!r} ({mode}): no efficiency curve: {problem}"
+        for c in ("efficiency", "efficiency_ci_lo", "efficiency_ci_hi", "speedup",
+                  "speedup_ci_lo", "speedup_ci_hi"):
+            cols[c] = np.full(len(ns), np.nan)
+        text = f"invariant broken: {problem}"
+    else:
+        text = "; ".join(x for x in (note, cnote) if x)
+        if not np.isfinite(cols["efficiency"]).any():
+            message = f"series {series!r} ({mode}): no efficiency curve: {text}"
+    for i, r in enumerate(per_n):
+        r.pop("point_id")
+        for c in ("baseline_n", "step_time_s", "tokens_per_s_per_device", "efficiency",
+                  "efficiency_ci_lo", "efficiency_ci_hi", "speedup", "speedup_ci_lo",
+                  "speedup_ci_hi", "ideal_speedup"):
+            r[c] = cols[c][i]
+        r["note"] = text
+        # a longer step means fewer tokens/s: the CI bounds swap
+        r["tokens_per_s_per_device_ci_lo"] = r["tokens_per_step"] / (r["step_time_ci_hi_s"] * r["n"])
+        r["tokens_per_s_per_device_ci_hi"] = r["tokens_per_step"] / (r["step_time_ci_lo_s"] * r["n"])
+    return message
+
+
 def efficiency_rows(runs: pd.DataFrame, times: dict[str, list[float]],
                     study: dict | None = None,
                     dists: dict[str, np.ndarray] | None = None,
@@ -317,104 +416,18 @@ def efficiency_rows(runs: pd.DataFrame, times: dict[str, list[float]],
         mode = str(next(iter(per_n_recs.values()))[0]["mode"])
         per_n, boot = [], {}
         for n in sorted(per_n_recs):
-            recs = per_n_recs[n]
-            ok = [r for r in recs if r["status"] == "ok" and times.get(r["point_id"])]
-            groups = [times[r["point_id"]] for r in ok]
-            ci = None
-            if len(ok) == 1 and dists is not None and ok[0]["point_id"] in dists:
-                boot[n] = dists[ok[0]["point_id"]]
-                ci = (cis or {}).get(ok[0]["point_id"])
-            elif groups:  # hierarchical over repeats
-                boot[n] = stats.bootstrap_medians(groups, seed=_seed(f"{series}|{n}"))
-            else:
-                boot[n] = np.empty(0)
-            if len(groups) == 1:
-                median = _median(groups[0])
-            else:
-                median = float(np.median(np.concatenate(groups))) if groups else np.nan
-            first = recs[0]
-
-            def med(col):
-                v = [r[col] for r in ok if pd.notna(r[col])]
-                return _median(v) if v else np.nan
-
-            per_n.append({
-                "series": series, "mode": mode, "model": first["model"], "n": n,
-                "dp": first["dp"], "tp": first["tp"], "pp": first["pp"], "cp": first["cp"],
-                "global_batch": first["global_batch"], "tokens_per_step": first["tokens_per_step"],
-                "n_repeats": len(recs), "n_ok": len(groups),
-                "step_time_s": median, "step_time_ci_lo_s": ci[0] if ci else np.nan,
-                "step_time_ci_hi_s": ci[1] if ci else np.nan,
-                "mfu": med("mfu"), "hfu": med("hfu"),
-                "util_vs_measured_ceiling": med("util_vs_measured_ceiling"),
-                "status": _series_status([r["status"] for r in recs]),
-                "reason": "; ".join(sorted({f"{r['status']}: {r['reason']}" for r in recs
-                                            if r["status"] != "ok" and r["reason"]})),
-                "point_id": f"{series} N={n}",
-            })
+            row, boot[n] = _n_row(series, mode, n, per_n_recs[n], times, dists, cis)
+            per_n.append(row)
         series_rows.append((series, mode, per_n_recs, per_n, boot))
 
-    # the step-time CIs of all (series, N), in batches of equal bootstrap sizes
-    by_size: dict[int, list[tuple[dict, np.ndarray]]] = {}
-    for _, _, _, per_n, boot in series_rows:
-        for r in per_n:
-            b = boot[r["n"]]
-            if len(b) and np.isnan(r["step_time_ci_lo_s"]):  # (NaN: not known yet)
-                by_size.setdefault(len(b), []).append((r, b))
-    for pairs in by_size.values():
-        for a in range(0, len(pairs), 256):
-            chunk = pairs[a:a + 256]
-            lo, hi = stats.percentile_ci_rows(np.array([b for _, b in chunk]))
-            for (r, _), x, z in zip(chunk, lo.tolist(), hi.tolist()):
-                r["step_time_ci_lo_s"], r["step_time_ci_hi_s"] = x, z
+    _fill_step_time_cis([(r, boot[r["n"]]) for *_, per_n, boot in series_rows for r in per_n])
 
     rows, messages = [], []
     for series, mode, per_n_recs, per_n, boot in series_rows:
-        ns = [r["n"] for r in per_n]
-        base = named.get(series) or next((b for k, b in named.items() if series.startswith(k + "-")), None)
-        planned = [r["baseline_n"] for recs in per_n_recs.values() for r in recs if pd.notna(r["baseline_n"])]
-        statuses = [r["status"] for r in per_n]
-        note = ""
-        if base is None and planned:
-            base = int(planned[0])
-            if not any(n == base and st == "ok" for n, st in zip(ns, statuses)):
-                note = f"planned baseline N0={base} did not run successfully; baseline = smallest N that did"
-                base = None
-        tok = [r["tokens_per_step"] for r in per_n]
-        problem = eff.invariant_problem(series, mode, ns, tok, [r["point_id"] for r in per_n])
-        cols, cnote = eff.curve(ns, tok, [r["step_time_s"] for r in per_n], statuses, base,
-                                boot=None if problem else boot)
-        if problem:
-            messages.append(f"series {series!r} ({mode}): no efficiency curve: {problem}")
-            for c in ("efficiency", "efficiency_ci_lo", "efficiency_ci_hi", "speedup",
-                      "speedup_ci_lo", "speedup_ci_hi"):
-                cols[c] = np.full(len(ns), np.nan)
-            text = f"invariant broken: {problem}"
-        else:
-            text = "; ".join(x for x in (note, cnote) if x)
-            if not np.isfinite(cols["efficiency"]).any():
-                messages.append(f"series {series!r} ({mode}): no efficiency curve: {text}")
-        for i, r in enumerate(per_n):
-            r.pop("point_id")
-            for c in ("baseline_n", "step_time_s", "tokens_per_s_per_device", "efficiency",
-                      "efficiency_ci_lo", "efficiency_ci_hi", "speedup", "speedup_ci_lo",
-                      "speedup_ci_hi", "ideal_speedup"):
-                r[c] = cols[c][i]
-            r["note"] = text
-            # a longer step means fewer tokens/s: the CI bounds swap
-            r["tokens_per_s_per_device_ci_lo"] = r["tokens_per_step"] / (r["step_time_ci_hi_s"] * r["n"])
-            r["tokens_per_s_per_device_ci_hi"] = r["tokens_per_step"] / (r["step_time_ci_lo_s"] * r["n"])
-            rows.append(r)
+        message = _add_curve(series, mode, per_n_recs, per_n, boot, named)
+        messages += [message] if message else []
+        rows += per_n
     return pd.DataFrame(rows, columns=EFFICIENCY_COLUMNS), messages
-
-
-#: The tables aggregate writes (file stems, for stale temp files of a killed run).
-TABLE_STEMS = ("runs", "efficiency", "summary")
-
-
-def _write_csv(path: Path, df: pd.DataFrame) -> None:
-    with atomic_paths([path]) as (tmp,):
-        df.to_csv(tmp, index=False, float_format="%.6g")
 
 
 def load_plan(study_dir: Path) -> pd.DataFrame:
@@ -470,46 +483,3 @@ def collect(study_dir: Path, detect_warmup: bool = False) -> tuple[pd.DataFrame,
     context = {"study": study, "calibration": calibration, "messages": messages,
                "convention": convention, "times": dict(zip(ids, times))}
     return runs, efficiency, context
-
-
-def run(study_dir: Path, detect_warmup: bool = False) -> None:
-    """Write ``runs.csv``, ``runs.parquet``, ``efficiency.csv``, ``summary.md`` and
-    ``summary.tex`` (atomically)."""
-    from scalestudy.report import summary as report
-
-    study_dir = Path(study_dir)
-    clean_temps(study_dir, TABLE_STEMS)  # a killed aggregate's leftovers
-    runs, efficiency, context = collect(study_dir, detect_warmup)
-    names = ("runs.csv", "runs.parquet", "efficiency.csv", "summary.md", "summary.tex")
-    with atomic_paths([study_dir / n for n in names]) as (t_runs, t_parquet, t_eff, t_md, t_tex):
-        runs.to_csv(t_runs, index=False, float_format="%.6g")
-        try:
-            runs.to_parquet(t_parquet, index=False)
-        except (TypeError, ValueError, ImportError):  # mixed-type object column: store as text
-            obj = runs.select_dtypes(include="object").columns
-            runs.astype({c: "string" for c in obj}).to_parquet(t_parquet, index=False)
-        efficiency.to_csv(t_eff, index=False, float_format="%.6g")
-        t_md.write_text(report.summary_markdown(runs, efficiency, context))
-        t_tex.write_text(report.summary_latex(runs, efficiency, context))
-    for msg in context["messages"]:
-        print(msg, file=sys.stderr)
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m scalestudy.analysis.aggregate", description=__doc__.split("\n\n")[0])
-    p.add_argument("study_dir", type=Path)
-    p.add_argument("--detect-warmup", action="store_true",
-                   help="also drop a slow start the declared warm-up missed")
-    args = p.parse_args(argv)
-    try:
-        run(args.study_dir, args.detect_warmup)
-    except (rread.RecordError, OSError) as e:
-        print(f"scalestudy: error: {rread.one_line(e)}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,6 +18,7 @@ import pandas as pd
 
 from scalestudy.analysis.stats import ALPHA, percentile_ci_rows
 from scalestudy.config.vocab import ScalingMode, member
+from scalestudy.perf.flops import per_device_throughput
 from scalestudy.record.states import RunState
 
 OK = RunState.OK
@@ -29,19 +30,6 @@ class InvariantError(ValueError):
 
 def _mode(mode: str) -> ScalingMode:
     return member(ScalingMode, mode, "mode")
-
-
-def per_device_throughput(tokens_per_step, step_time_s, n):
-    """X(N) = tokens per step / (T(N) · N): tokens/s per device (scalars or arrays). The
-    efficiency of a point is X(N) / X(N0), whatever the mode (see the module doc)."""
-    return tokens_per_step / (step_time_s * n)
-
-
-def invariant_value(df: pd.DataFrame, mode: str) -> pd.Series:
-    """Tokens per device per step (weak) or tokens per step (strong), per row."""
-    if _mode(mode) == "weak":
-        return df["tokens_per_step"].astype(float) / df["n"].astype(float)
-    return df["tokens_per_step"].astype(float)
 
 
 def invariant_problem(series: str, mode: str, ns, tokens_per_step, labels=None) -> str | None:

@@ -32,7 +32,7 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from scalestudy.config import limits
-
+from scalestudy.config.sitepolicy import is_secret
 from scalestudy.config.vocab import (
     TRAIN_PRECISIONS, Arch, AttentionKernel, Checkpointing, Device, DPMode, DType,
     FlopsConvention, FlopsSource, MetricsFormat, MLPKind, PPPartition, PPSchedule, ScalingMode,
@@ -636,8 +636,6 @@ def measured_site(site: Mapping, cpu: bool = False) -> dict:
     environment variable contributes its name only (its value, redacted in records, never
     enters the hash). ``cpu``: a CPU point, whose unset ``cpus_per_proc`` means 1 (so 1 is
     the same point as unset)."""
-    from scalestudy.config.sitepolicy import is_secret
-
     out = {}
     for k in HASHED_SITE:
         v = site.get(k) if isinstance(site, AbcMapping) else None

@@ -20,8 +20,8 @@ program (``LD_PRELOAD``, ``PYTHONPATH``, ``SCALESTUDY_STEP_HOOK``, ``torchrun --
   password or secret (:func:`is_secret`) is replaced by :data:`REDACTED` in every record
   (``study.json``, ``point.json``, the command line in ``stdout.log`` and ``env.json``); the
   real value travels to the launch outside the results, in the environment of Snakemake's jobs
-  (:data:`SECRETS_ENV`, set by the Snakefile from the study and profile it reads), and is put
-  back by :func:`resolve_env` when the point starts.
+  (:data:`SECRETS_ENV`, set by ``scalestudy.run.workflow`` from the study and profile the
+  Snakefile reads), and is put back by :func:`resolve_env` when the point starts.
 """
 
 from __future__ import annotations

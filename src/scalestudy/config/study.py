@@ -22,8 +22,12 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from scalestudy.config import limits
+from scalestudy.config import devices, limits
+from scalestudy.config.point import Model, PointError, Workload
+from scalestudy.config.sitepolicy import SiteError, check_site
+from scalestudy.config.template import TemplateError, check_template
 from scalestudy.config.vocab import SCHEMA_ENUMS
+from scalestudy.paths import schema_file
 
 #: libyaml's parser when PyYAML was built with it (the pure-Python one is ~10x slower).
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -41,8 +45,6 @@ def schema() -> dict:
 
 @lru_cache(maxsize=1)
 def _schema() -> dict:
-    from scalestudy.paths import schema_file
-
     root = yaml.safe_load(schema_file().read_text())
     for name, values in SCHEMA_ENUMS.items():
         if name in root["$defs"]:
@@ -313,8 +315,6 @@ def validate(raw, source: str = "study", trust_site: bool = False) -> dict:
         if m.get("bias") is None:
             m["bias"] = not llama
     _check_semantics(study, source)
-    from scalestudy.config.sitepolicy import SiteError, check_site
-
     try:
         check_site(study["platform"]["site"], trusted=trust_site, where="platform.site")
     except SiteError as e:
@@ -372,18 +372,14 @@ def _check_semantics(study: dict, source: str) -> None:
                              f"predict (the series sweep N = {ns}); pick a value between "
                              f"{ns[0]} and {ns[-1] - 1}")
     if study["platform"]["hardware"] is not None:
-        from scalestudy.perf import hardware
-
-        if hardware.device_key(study["platform"]["hardware"]) is None:
-            keys = ", ".join(hardware.devices())
+        if devices.device_key(study["platform"]["hardware"]) is None:
+            keys = ", ".join(devices.devices())
             raise StudyError(f"{source}: platform.hardware: unknown device "
                              f"{study['platform']['hardware']!r}; use one of {keys} or null")
 
 
 def _check_model(name: str, m: dict, source: str) -> None:
     """The model block's own rules (``config.point.Model``: kv_heads, the arch's options)."""
-    from scalestudy.config.point import Model, PointError
-
     try:
         Model(name=name, **m)
     except PointError as e:
@@ -393,9 +389,6 @@ def _check_model(name: str, m: dict, source: str) -> None:
 def _check_workload(spec, where: str) -> None:
     """A ``workload:`` entry: a bare ``command`` has no argv, a template must be a list of
     strings with known placeholders, ``metrics: log`` needs its expressions."""
-    from scalestudy.config.point import PointError, Workload
-    from scalestudy.run.workload import TemplateError, check_template
-
     if isinstance(spec, dict):
         try:
             check_template(spec.get("command"))

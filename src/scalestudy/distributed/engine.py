@@ -24,7 +24,7 @@ from scalestudy.distributed import pipeline
 from scalestudy.distributed.checkpointing import apply_checkpointing
 from scalestudy.distributed.clipping import clip_grad_norm_
 from scalestudy.distributed.data_parallel import apply_data_parallel, make_optimizer, uses_fsdp2
-from scalestudy.distributed.mesh import build_mesh, grad_mesh, is_dtensor
+from scalestudy.distributed.mesh import build_mesh, grad_mesh
 from scalestudy.distributed.tensor_parallel import tensor_parallelize
 from scalestudy.models import build_model
 from scalestudy.perf import partition
@@ -209,33 +209,6 @@ class Engine:
         if self.has_last:
             return torch.stack([loss.detach().float() for loss in losses]).sum()  # each is /ga
         return None
-
-    # ---------------------------------------------------------------- state
-    @torch.no_grad()
-    def gathered_state_dict(self) -> dict[str, torch.Tensor]:
-        """Collective over the whole world: full unsharded fp32 parameters on CPU, keyed like
-        the single-process model's ``state_dict``."""
-        local: dict[str, torch.Tensor] = {}
-        for name, p in self.named_params:
-            if is_dtensor(p):
-                t = p.full_tensor()
-            elif hasattr(p, "_st_info"):  # TP shard localised for DDP (zero1 with tp > 1)
-                spec = p._st_info
-                from torch.distributed.tensor import DTensor
-
-                t = DTensor.from_local(p.detach(), spec.mesh, spec.placements, run_check=False,
-                                       shape=spec.shape, stride=spec.stride).full_tensor()
-            else:
-                t = p
-            local[name] = t.detach().float().cpu().clone()
-        if self.point.pp > 1:
-            parts: list = [None] * self.point.pp
-            dist.all_gather_object(parts, local, group=self.pp_mesh.get_group())
-            for part in parts:
-                local.update(part)
-        if self.point.model.tied_embeddings and "tok_embeddings.weight" in local:
-            local["output.weight"] = local["tok_embeddings.weight"]
-        return local
 
     def close(self) -> None:
         """Drop model, optimizer and schedule references."""

@@ -1,7 +1,7 @@
 """The models the built-in trainer trains, each readable in one sitting: ``gpt`` (GPT-2 /
 Megatron style) and ``llama`` (RMSNorm, RoPE, grouped-query attention, SwiGLU). ``build_model``
-turns a :class:`scalestudy.config.point.Model` into its ``nn.Module`` by ``model.arch``;
-``presets`` holds published shapes (Llama 3)."""
+turns a :class:`scalestudy.config.point.Model` into its ``nn.Module`` by ``model.arch``
+(published shapes: ``scalestudy.config.presets``)."""
 
 from __future__ import annotations
 

@@ -27,7 +27,10 @@ import math
 import sys
 from importlib import resources
 
+import yaml
+
 from scalestudy.perf import validation
+from scalestudy.record.io import write_text
 
 #: The declared fit subset (module doc): Megatron-LM SC21 Table 1 (A100) and torchtitan's
 #: published performance table (A100 and H100, FSDP / FSDP + TP).
@@ -98,10 +101,6 @@ def fit(fit_tables=FIT_TABLES, errors: dict | None = None) -> dict:
 
 def write(result: dict) -> str:
     """Store ``result`` as ``data/perf_fit.yaml`` (in the source tree the package runs from)."""
-    import yaml
-
-    from scalestudy.record.io import write_text
-
     path = str(resources.files("scalestudy").joinpath("data", "perf_fit.yaml"))
     head = ("# Written by `python -m scalestudy.perf.fit --write` (scalestudy/perf/fit.py): the\n"
             "# fitted constants of the step model, the subset they were fitted on and every\n"

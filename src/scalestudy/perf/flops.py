@@ -198,6 +198,13 @@ def utilisation(flops_per_step, step_time_s, n, peak_flops_per_device):
     return flops_per_step / (step_time_s * n * peak_flops_per_device)
 
 
+def per_device_throughput(tokens_per_step, step_time_s, n):
+    """X(N) = tokens per step / (T(N) · N): tokens/s per device (scalars or arrays). The
+    efficiency of a point is X(N) / X(N0), whatever the mode
+    (``scalestudy.analysis.efficiency``)."""
+    return tokens_per_step / (step_time_s * n)
+
+
 def point_flops_table(point) -> dict:
     """:func:`flops_table` of a point, as its workload knows it: the built-in trainer and a
     command with ``flops_per_token: shape`` from the model block; a stated FLOPs-per-token

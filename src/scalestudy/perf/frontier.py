@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import math
 
-from scalestudy.analysis.efficiency import per_device_throughput
 from scalestudy.config.point import Model, Parallel, Platform, Point, Train
 from scalestudy.perf import stepmodel
+from scalestudy.perf.flops import per_device_throughput
 from scalestudy.perf.tables import breakdown_row, shape_columns
 from scalestudy.reference_data import load
 

@@ -1,5 +1,6 @@
 """The hardware description: device peaks (the MFU denominator) and systems (the performance
-model's presets), both read from one file shipped with the package, ``data/hardware.yaml``.
+model's presets), both read from one file shipped with the package, ``data/hardware.yaml``
+(``scalestudy.config.devices`` reads it and names its devices).
 
 A device the table does not know, a CPU, or a precision that is not an MFU denominator of the
 device (fp32 on a GPU) gets no peak: ``(None, None, None)``, never a fallback guess.
@@ -11,44 +12,13 @@ from __future__ import annotations
 
 import os
 import platform as pyplatform
-import re
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from scalestudy.config.devices import device_key, devices, table
 from scalestudy.config.vocab import DType, member
-
-TABLE = "hardware.yaml"
-
-
-@lru_cache(maxsize=1)
-def table() -> dict:
-    """The parsed ``data/hardware.yaml``: ``{"devices": {...}, "systems": {...}}``."""
-    import yaml
-
-    text = resources.files("scalestudy").joinpath("data", TABLE).read_text()
-    return yaml.safe_load(text)
-
-
-def devices() -> dict[str, dict]:
-    return table()["devices"]
-
-
-def device_key(device_name_or_key: str | None) -> str | None:
-    """Table key for a device name (``"NVIDIA H100 80GB HBM3"``), a key (``"H100-SXM5"``,
-    any case) or an alias (``MI250X``); ``None`` when the table has no row for it."""
-    if not device_name_or_key:
-        return None
-    name = str(device_name_or_key).strip().lower()
-    for key, d in devices().items():
-        if name == key.lower() or name in (a.lower() for a in d.get("aliases", ())):
-            return key
-    for key, d in devices().items():
-        if any(re.search(p, name, flags=re.IGNORECASE) for p in d.get("names", ())):
-            return key
-    return None
-
 
 def resolve_peak(device_name_or_key: str | None,
                  dtype: str) -> tuple[str | None, float | None, str | None]:
@@ -68,18 +38,6 @@ def memory_gb(device_name_or_key: str | None) -> float | None:
     """Memory per device (GB) of a known device, else None."""
     key = device_key(device_name_or_key)
     return None if key is None else float(devices()[key]["memory_gb"])
-
-
-def peaks_table():
-    """The devices as a table: ``device, unit, mfu_dtypes, peak_tflops_dense (bf16),
-    memory_gb, source`` (the peak of the first MFU dtype: bf16, or fp16 on Volta; a pandas
-    DataFrame, for documentation and checks)."""
-    import pandas as pd
-
-    return pd.DataFrame([{"device": k, "unit": d["unit"], "mfu_dtypes": "/".join(d["mfu_dtypes"]),
-                          "peak_tflops_dense": d["peak_tflops"][d["mfu_dtypes"][0]],
-                          "memory_gb": d["memory_gb"], "source": d["source"]}
-                         for k, d in devices().items()])
 
 
 def cpu_name() -> str:

@@ -185,11 +185,10 @@ def layer_activation_bytes(point: Point, tp: int | None = None,
 def estimate(point: Point) -> dict:
     """Bytes per device by component for the most loaded pipeline stage, plus
     ``total_bytes``, ``stage`` (which stage), ``params_per_device`` and ``per_stage`` (the
-    totals of every stage). The point's mesh and stages must be feasible
-    (``scalestudy.plan.constraints``): ValueError otherwise."""
-    from scalestudy.plan import constraints
-
-    reason = constraints.mesh(point) or constraints.stages(point)
+    totals of every stage). The layers must split into the point's stages
+    (``scalestudy.perf.partition``): ValueError otherwise; the other rules are the caller's
+    (``scalestudy.plan.constraints``)."""
+    reason = partition.problem(point)
     if reason:
         raise ValueError(f"memory estimate: {reason}")
     model, par = point.model, point.parallel
@@ -220,23 +219,7 @@ def estimate(point: Point) -> dict:
     for r in range(pp):
         lr = rank_layers[r]
         n = stage_params(model, tp, pp, r, lr)
-        shard = n / dp
-        # FSDP units: each layer, and the root (what the stage holds besides its layers)
-        root = n - lr * one_layer
-        unit = max(one_layer, root)
-        if dp_mode == DPMode.FSDP:
-            weights = wb * min(n, shard + root + 2 * one_layer)
-        elif dp_mode == DPMode.FSDP_GRAD_OP:
-            weights = wb * (n + shard)
-        else:
-            weights = wb * n
-        replicated_grads = dp_mode in (DPMode.DDP, DPMode.ZERO1)
-        if replicated_grads:
-            grads = wb * n
-        else:  # the shard + an unsharded unit's gradient and its reduce-scatter input
-            grads = wb * min(n, shard + 2 * unit) if dp > 1 else wb * n
-        opt = ob * (n if dp_mode == DPMode.DDP else shard)
-        comm = wb * n if (replicated_grads and dp > 1) else 0.0
+        weights, grads, opt, comm = state_bytes(n, lr, one_layer, dp, dp_mode, wb, ob)
         flight = in_flight(par.pp_schedule, pp, m, r, virtual)
         n_ck = checkpointed_layers(layers, pp, r, virtual, ckpt, counts)
         act = flight * (n_ck * ckpt_layer + (lr - n_ck) * kept)
@@ -255,7 +238,39 @@ def estimate(point: Point) -> dict:
         comp["params_per_device"] = n
         comp["in_flight_micro_batches"] = flight
         stages.append(comp)
-    worst = max(range(pp), key=lambda r: stages[r]["total_bytes"])
+    return most_loaded(stages)
+
+
+def state_bytes(n: int, layers: int, one_layer: int, dp: int, dp_mode: DPMode, wb: int,
+                ob: int) -> tuple[float, float, float, float]:
+    """Weights, gradients, optimizer state and communication buffers (bytes per device) of a
+    stage holding ``n`` parameters, ``layers`` layers of ``one_layer`` parameters each, with
+    ``dp`` replicas of them; ``wb``: bytes per weight / gradient, ``ob``: optimizer bytes per
+    parameter."""
+    shard = n / dp
+    # FSDP units: each layer, and the root (what the stage holds besides its layers)
+    root = n - layers * one_layer
+    unit = max(one_layer, root)
+    if dp_mode == DPMode.FSDP:
+        weights = wb * min(n, shard + root + 2 * one_layer)
+    elif dp_mode == DPMode.FSDP_GRAD_OP:
+        weights = wb * (n + shard)
+    else:
+        weights = wb * n
+    replicated_grads = dp_mode in (DPMode.DDP, DPMode.ZERO1)
+    if replicated_grads:
+        grads = wb * n
+    else:  # the shard + an unsharded unit's gradient and its reduce-scatter input
+        grads = wb * min(n, shard + 2 * unit) if dp > 1 else wb * n
+    opt = ob * (n if dp_mode == DPMode.DDP else shard)
+    comm = wb * n if (replicated_grads and dp > 1) else 0.0
+    return weights, grads, opt, comm
+
+
+def most_loaded(stages: list[dict]) -> dict:
+    """:func:`estimate`'s answer from every stage's components (bytes per device): the most
+    loaded stage's, its index (``stage``) and every stage's total (``per_stage``)."""
+    worst = max(range(len(stages)), key=lambda r: stages[r]["total_bytes"])
     out = {k: float(stages[worst][k]) for k in COMPONENTS}
     out["total_bytes"] = float(stages[worst]["total_bytes"])
     out["params_per_device"] = float(stages[worst]["params_per_device"])

@@ -918,6 +918,90 @@ def _layer_costs(point: Point, hw: HardwareSpec, measured: Measured | None) -> L
         launches_bwd=2 * gemm_launches + 1 + kernels.BACKWARD_LAUNCHES * elem_launches)
 
 
+def stage_terms(c, layers: int, ckpts: int, att_re: float, last: bool
+                ) -> tuple[float, float, float]:
+    """(gemm, attention, elementwise) seconds of one micro-batch on a stage of ``layers``
+    layers, ``ckpts`` of them recomputed: every layer forward + backward, the recomputed
+    layers' forward again (``att_re``: the attention recomputed in every layer), the head on
+    the ``last`` stage. ``c``: the layer costs."""
+    gemm = layers * (c.gemm_fwd + c.gemm_bwd) + ckpts * c.gemm_fwd
+    attn = layers * (c.attn_fwd + c.attn_bwd + att_re) + ckpts * c.attn_fwd
+    elem = layers * c.elementwise + ckpts * c.elementwise / 3
+    if last:
+        gemm, elem = gemm + c.head_fwd + c.head_bwd, elem + c.loss
+    return gemm, attn, elem
+
+
+def stage_tp_seconds(c, tp: int, layers: int, ckpts: int, first: bool, last: bool,
+                     tp_hidden: float) -> float:
+    """A stage's tensor-parallel exchanges of one micro-batch (s): 4 per layer, 2 more per
+    recomputed layer; the vocabulary-parallel embedding's all-reduce (``first`` stage); the
+    head's loss exchanges (logits all-gather, or Megatron's three small all-reduces) and its
+    input-gradient exchange (``last`` stage); minus the framework's overlap ``tp_hidden``."""
+    if tp == 1:
+        return 0.0
+    t = ((4 * layers + 2 * ckpts) * c.tp_exchange + (c.tp_embedding if first else 0.0)
+         + ((c.tp_head + c.tp_exchange) if last else 0.0))
+    return t * (1.0 - tp_hidden)
+
+
+def composed_stages(point: Point, blk: dict, c, layers_of: list[int], ckpts: list[int],
+                    comp: list[tuple[float, float, float]]
+                    ) -> tuple[list[tuple[float, float, float]], list[float]]:
+    """Each stage's micro-batch composed from the host's measured blocks (``blk``:
+    ``Measured.block``): its (gemm, attention, elementwise) seconds scaled from the modelled
+    ``comp`` and the rest as overhead (s). ``c``: the layer costs; ``layers_of``, ``ckpts``:
+    layers and recomputed layers per pipeline rank."""
+    pp, l = point.pp, point.model.layers
+    per_layer = c.gemm_fwd + c.gemm_bwd + c.attn_fwd + c.attn_bwd  # one rank, one layer
+    terms, ovhs = list(comp), [0.0] * pp
+    for r in range(pp):
+        full_width = composed_stage_seconds(
+            blk["fwd_bwd_s"], blk["layer_s"], blk["embedding_s"], blk["head_s"], l,
+            layers_of[r], r == 0, r == pp - 1, ckpts[r])
+        mine = (layers_of[r] + ckpts[r] / 3.0) * per_layer + (
+            c.head_fwd + c.head_bwd if r == pp - 1 else 0.0)
+        total = composed_layer_seconds(full_width, mine, point.tp)
+        terms[r], ovhs[r] = split_measured_slot(total, comp[r])
+    return terms, ovhs
+
+
+def dp_step_exposed_seconds(point: Point, hw: HardwareSpec, t_dp_step: float, t_dp_mb: float,
+                            ov: float, t_bwd_mb: float, t_comp: float) -> float:
+    """The data-parallel communication left exposed (s): the per-step traffic ``t_dp_step``
+    and per-micro-batch ``t_dp_mb`` under the overlap fraction ``ov`` of backward ``t_bwd_mb``
+    and compute ``t_comp`` of one micro-batch."""
+    fw, par = hw.framework, point.parallel
+    pp, m = point.pp, max(1, int(point.grad_accum))
+    v = par.virtual_stages if pp > 1 else 1
+    chunks = (point.model.layers / pp if pp == 1 else v) if fw.dp_exposes_one_chunk else None
+    # the distributed optimizer's parameter all-gather (half of zero1's per-step traffic) may
+    # run under the next step's first forward instead (Megatron-Core --overlap-param-gather)
+    gather = t_dp_step / 2 if (fw.dp_gather_overlap and par.dp_mode == DPMode.ZERO1) else 0.0
+    return (dp_exposed_seconds(t_dp_step - gather, t_dp_mb, m, ov, t_bwd_mb, t_comp, chunks)
+            + dp_exposed_seconds(gather, 0.0, m, ov, t_comp / 3, t_comp, chunks))
+
+
+def optimizer_step_seconds(point: Point, params: float, hw: HardwareSpec,
+                           measured: Measured | None, blk: dict | None, ovh,
+                           layers_of: list[int]) -> tuple[float, float]:
+    """(the optimizer's compute on its shard, gradient clipping's norm all-reduce) seconds of
+    one step; ``params``: the largest stage's parameters, ``ovh``: the overhead table."""
+    par, tp, pp, dp = point.parallel, point.tp, point.pp, int(point.dp)
+    opt_params = params / (dp if par.dp_mode != DPMode.DDP else 1)
+    sharded = tp > 1 or pp > 1 or (dp > 1 and par.dp_mode in (DPMode.FSDP, DPMode.FSDP_GRAD_OP))
+    clip = (collective_time("all_reduce", 4, point.n, hw.intra, measured)
+            if point.train.grad_clip and sharded else 0.0)
+    if blk is not None:  # measured on the model's own parameters
+        t_opt_comp = composed_optimizer_seconds(blk["optimizer_s"], blk["optimizer_layer_s"],
+                                                point.model.layers, max(layers_of))
+    else:
+        lps = point.model.layers / pp
+        t_opt_comp = optimizer_seconds(opt_params, hw, overhead_seconds(ovh, "optimizer", lps, tp),
+                                       0.0, measured)
+    return t_opt_comp, clip
+
+
 def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None = None,
                       dp_overlap: float | None = None) -> StepBreakdown:
     """The step of ``point`` on ``hw`` as a ``StepBreakdown`` (module doc). ``measured``:
@@ -944,49 +1028,20 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     t_cp = cp_exchange_seconds(model, s, b, tp, point.cp, ACT_BYTES[dtype != DType.FP32], hw,
                                measured, point.platform.devices_per_node)
 
-    def stage_terms(r: int) -> tuple[float, float, float]:
-        """(gemm, attention, elementwise) seconds of one micro-batch on stage r: every layer
-        forward + backward, the recomputed layers' forward again, the head on the last."""
-        last, lr = r == pp - 1, layers_of[r]
-        gemm = lr * (c.gemm_fwd + c.gemm_bwd) + ckpts[r] * c.gemm_fwd
-        attn = lr * (c.attn_fwd + c.attn_bwd + att_re) + ckpts[r] * c.attn_fwd
-        elem = lr * c.elementwise + ckpts[r] * c.elementwise / 3
-        if last:
-            gemm, elem = gemm + c.head_fwd + c.head_bwd, elem + c.loss
-        return gemm, attn, elem
-
     ovh = hw.overhead if measured is None or not measured.overhead else measured.overhead
     t_ovh = overhead_seconds(ovh, "fwd_bwd", lps, tp)
     gaps = [launch_gap_seconds(c, lps, ckpts[r], r == pp - 1, hw) for r in range(pp)]
     tp_hidden = tp_overlap(fw, sp)
-    comp = [stage_terms(r) for r in range(pp)]
+    comp = [stage_terms(c, layers_of[r], ckpts[r], att_re, r == pp - 1) for r in range(pp)]
     ovhs = [t_ovh] * pp
     # A CPU host that measured the study's own blocks: each stage's micro-batch is composed
     # from them (the arithmetic terms stay as modelled; the rest is the overhead).
     blk = measured.block(point) if (measured is not None and hw.compute_units) else None
     if blk is not None:
-        per_layer = c.gemm_fwd + c.gemm_bwd + c.attn_fwd + c.attn_bwd  # one rank, one layer
-        for r in range(pp):
-            full_width = composed_stage_seconds(
-                blk["fwd_bwd_s"], blk["layer_s"], blk["embedding_s"], blk["head_s"], l,
-                layers_of[r], r == 0, r == pp - 1, ckpts[r])
-            mine = (layers_of[r] + ckpts[r] / 3.0) * per_layer + (
-                c.head_fwd + c.head_bwd if r == pp - 1 else 0.0)
-            total = composed_layer_seconds(full_width, mine, tp)
-            comp[r], ovhs[r] = split_measured_slot(total, comp[r])
+        comp, ovhs = composed_stages(point, blk, c, layers_of, ckpts, comp)
 
-    def stage_tp(r: int) -> float:
-        """4 exchanges per layer, 2 more per recomputed layer; the vocabulary-parallel
-        embedding's all-reduce (first stage); the head's loss exchanges (logits all-gather, or
-        Megatron's three small all-reduces) and its input-gradient exchange (last stage); minus
-        the framework's overlap."""
-        if tp == 1:
-            return 0.0
-        t = ((4 * layers_of[r] + 2 * ckpts[r]) * c.tp_exchange + (c.tp_embedding if r == 0 else 0.0)
-             + ((c.tp_head + c.tp_exchange) if r == pp - 1 else 0.0))
-        return t * (1.0 - tp_hidden)
-
-    tps = [stage_tp(r) for r in range(pp)]
+    tps = [stage_tp_seconds(c, tp, layers_of[r], ckpts[r], r == 0, r == pp - 1, tp_hidden)
+           for r in range(pp)]
     p2ps = [p2p_seconds(point, r, hw, measured) for r in range(pp)]
     cps = [(layers_of[r] + ckpts[r] / 2) * t_cp for r in range(pp)]  # recompute: 1 all-gather
     # core sharing slows the computing phases; measured collectives (timed with the
@@ -1004,24 +1059,10 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     params = max(memory.stage_params(model, tp, pp, r, layers_of[r]) for r in range(pp))
     t_dp_step, t_dp_mb, dp_link = dp_comm_seconds(point, params, hw, measured)
     ov = dp_overlap_fraction(point, hw, dp_overlap)
-    chunks = (lps if pp == 1 else v) if fw.dp_exposes_one_chunk else None
-    # the distributed optimizer's parameter all-gather (half of zero1's per-step traffic) may
-    # run under the next step's first forward instead (Megatron-Core --overlap-param-gather)
-    gather = t_dp_step / 2 if (fw.dp_gather_overlap and par.dp_mode == DPMode.ZERO1) else 0.0
-    t_dp_exposed = (dp_exposed_seconds(t_dp_step - gather, t_dp_mb, m, ov, t_bwd_mb, t_comp, chunks)
-                    + dp_exposed_seconds(gather, 0.0, m, ov, t_comp / 3, t_comp, chunks))
+    t_dp_exposed = dp_step_exposed_seconds(point, hw, t_dp_step, t_dp_mb, ov, t_bwd_mb, t_comp)
 
     # optimizer on its shard; clipping reduces the squared norm of sharded gradients
-    opt_params = params / (dp if par.dp_mode != DPMode.DDP else 1)
-    sharded = tp > 1 or pp > 1 or (dp > 1 and par.dp_mode in (DPMode.FSDP, DPMode.FSDP_GRAD_OP))
-    clip = (collective_time("all_reduce", 4, n, hw.intra, measured)
-            if point.train.grad_clip and sharded else 0.0)
-    if blk is not None:  # measured on the model's own parameters
-        t_opt_comp = composed_optimizer_seconds(blk["optimizer_s"], blk["optimizer_layer_s"],
-                                                l, max(layers_of))
-    else:
-        t_opt_comp = optimizer_seconds(opt_params, hw, overhead_seconds(ovh, "optimizer", lps, tp),
-                                       0.0, measured)
+    t_opt_comp, clip = optimizer_step_seconds(point, params, hw, measured, blk, ovh, layers_of)
     t_opt = cs * t_opt_comp + ms * clip
 
     slow = cs

@@ -33,9 +33,10 @@ from __future__ import annotations
 
 from typing import Callable
 
+from scalestudy.config.limits import CPU_PROCESS_BASELINE_BYTES
 from scalestudy.config.point import Point
 from scalestudy.config.vocab import AttentionKernel, Device, DPMode, PPSchedule
-from scalestudy.perf import partition
+from scalestudy.perf import hardware, memory, partition
 
 #: Fraction of a device's memory a point may plan to use (the rest: workspace, fragmentation).
 MEMORY_HEADROOM = 0.9
@@ -163,8 +164,6 @@ RULES: tuple[Callable[[Point], str | None], ...] = (
 def memory_fit(p: Point, capacity_bytes: float, known: dict | None = None) -> str | None:
     """The memory model's estimate (``known``: computed already) against
     ``MEMORY_HEADROOM`` of the device's capacity."""
-    from scalestudy.perf import memory
-
     ok, reason = memory.fits(p, capacity_bytes, MEMORY_HEADROOM, known)
     return None if ok else reason
 
@@ -192,13 +191,9 @@ def capacity_bytes(platform, procs_per_node: int = 1) -> float | None:
     if platform.memory_per_device_gb:
         return float(platform.memory_per_device_gb) * 1e9
     if platform.hardware:
-        from scalestudy.perf import hardware
-
         gb = hardware.memory_gb(platform.hardware)
         return None if gb is None else gb * 1e9
     if platform.device == Device.CPU:
-        from scalestudy.config.limits import CPU_PROCESS_BASELINE_BYTES
-
         site = platform.site or {}
         procs = max(1, int(procs_per_node))
         if _site_int(site, "mem_per_proc_mb"):

@@ -20,9 +20,11 @@ from scalestudy.config import limits
 from scalestudy.config.point import (Model, Parallel, Platform, Point, PointError, Train,
                                      Workload, identify, point_id)
 from scalestudy.config.study import StudyError
+from scalestudy.config.template import TemplateError, command_argv
 from scalestudy.config.vocab import ScalingMode
 from scalestudy.perf import memory
 from scalestudy.plan import constraints
+from scalestudy.record.io import write_json, write_text
 
 SWEEPABLE = ("tp", "pp", "cp", "micro_batch", "dp_mode", "pp_schedule", "activation_checkpointing")
 PLAN_COLUMNS = [
@@ -138,8 +140,6 @@ def series_points(study: dict, series: dict) -> list[Point]:
 def _check_command(p: Point, series: str) -> None:
     """Fill the command template for ``p`` once, so a template that cannot be filled (an
     unknown placeholder, a value it refuses) stops the study before any job."""
-    from scalestudy.run.workload import TemplateError, command_argv
-
     try:
         command_argv(p, "/point_dir", python="python")
     except TemplateError as e:
@@ -211,8 +211,6 @@ def plan_table(points: list[Point]) -> str:
 def write_plan(points: list[Point], study_dir: Path, study: dict | None = None) -> str:
     """Write ``plan.tsv`` (and the resolved ``study.json`` when ``study`` is given) into
     ``study_dir``, atomically; returns a one-line summary."""
-    from scalestudy.record.io import write_json, write_text
-
     write_text(Path(study_dir) / "plan.tsv", plan_table(points))
     if study is not None:
         write_json(Path(study_dir) / "study.json", study)

@@ -208,7 +208,7 @@ STEP_TIME_RANGE_S = (1e-9, 1e7)
 
 def parse_steps(text: str, source: str = "steps.jsonl") -> tuple[list[dict], str | None]:
     """The records of a ``steps.jsonl`` text and the first problem (None: it meets the
-    contract of ``scalestudy.train.metrics``): a line that is not a JSON object, a missing
+    contract of ``scalestudy.record.steps``): a line that is not a JSON object, a missing
     key, a step time or token count that is not a finite positive number, a loss that is not
     a number or null, a ``warmup`` that is not a bool, step numbers not consecutive (each the
     previous one + 1: no gap, no repeat)."""

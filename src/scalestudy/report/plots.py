@@ -247,7 +247,7 @@ def _study_style(study_dir: Path) -> str:
 
 def run(study_dir: Path, references: list[str] | None = None,
         style: str | None = None) -> list[Path]:
-    """Draw every figure of a study directory (after ``aggregate.run``); returns the paths
+    """Draw every figure of a study directory (after ``report.summary.aggregate_study``); returns the paths
     written (PNG, PDF and CSV per figure). ``references`` defaults to the study's own list,
     ``style`` to the study's ``report.figure_style``."""
     study_dir = Path(study_dir)

@@ -246,7 +246,7 @@ def _model(study: dict | None, study_dir: Path):
     or ``(None, None, why not)``."""
     from dataclasses import replace
 
-    from scalestudy.perf import hardware
+    from scalestudy.config import devices
     from scalestudy.perf.stepmodel import HardwareSpec, Measured
 
     if not study:
@@ -265,8 +265,8 @@ def _model(study: dict | None, study_dir: Path):
             elif measured.matmul:
                 what += " + microbench"
             return hw, measured, what
-        key = hardware.device_key(plat.get("hardware"))
-        systems = hardware.table()["systems"]
+        key = devices.device_key(plat.get("hardware"))
+        systems = devices.table()["systems"]
         name = next((s for s, d in systems.items() if key and d.get("device") == key), None)
         if name is None:
             return None, None, f"no system preset for hardware {plat.get('hardware')!r}"

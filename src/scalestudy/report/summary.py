@@ -1,12 +1,24 @@
 """``summary.md``: the headline table a person pastes into a paper, with the notes that make
-its numbers readable (FLOPs convention, peak, statistics, failed points)."""
+its numbers readable (FLOPs convention, peak, statistics, failed points); and the study's
+tables written together with it (``runs.csv``, ``runs.parquet``, ``efficiency.csv``,
+``summary.md``, ``summary.tex``: :func:`aggregate_study`).
+
+    python -m scalestudy.report.summary RESULTS/STUDY      (or: scalestudy aggregate RESULTS/STUDY)
+"""
 
 from __future__ import annotations
 
+import argparse
 import math
+import sys
 from collections import namedtuple
+from pathlib import Path
 
 import pandas as pd
+
+from scalestudy.analysis.aggregate import collect
+from scalestudy.record import read as rread
+from scalestudy.record.io import atomic_paths, clean_temps
 
 CPU_NOTE = ("CPU/gloo runs test correctness and communication volume, not cluster "
             "communication time.")
@@ -284,3 +296,47 @@ def summary_latex(runs: pd.DataFrame, efficiency: pd.DataFrame, context: dict) -
         "\\end{table}",
     ]
     return "\n".join(lines) + "\n"
+
+
+#: The tables :func:`aggregate_study` writes (file stems, for stale temp files of a killed run).
+TABLE_STEMS = ("runs", "efficiency", "summary")
+
+
+def aggregate_study(study_dir: Path, detect_warmup: bool = False) -> None:
+    """Write ``runs.csv``, ``runs.parquet``, ``efficiency.csv``, ``summary.md`` and
+    ``summary.tex`` (all or none, atomically)."""
+    study_dir = Path(study_dir)
+    clean_temps(study_dir, TABLE_STEMS)  # a killed aggregate's leftovers
+    runs, efficiency, context = collect(study_dir, detect_warmup)
+    names = ("runs.csv", "runs.parquet", "efficiency.csv", "summary.md", "summary.tex")
+    with atomic_paths([study_dir / n for n in names]) as (t_runs, t_parquet, t_eff, t_md, t_tex):
+        runs.to_csv(t_runs, index=False, float_format="%.6g")
+        try:
+            runs.to_parquet(t_parquet, index=False)
+        except (TypeError, ValueError, ImportError):  # mixed-type object column: store as text
+            obj = runs.select_dtypes(include="object").columns
+            runs.astype({c: "string" for c in obj}).to_parquet(t_parquet, index=False)
+        efficiency.to_csv(t_eff, index=False, float_format="%.6g")
+        t_md.write_text(summary_markdown(runs, efficiency, context))
+        t_tex.write_text(summary_latex(runs, efficiency, context))
+    for msg in context["messages"]:
+        print(msg, file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m scalestudy.report.summary",
+                                description="Run records -> runs.csv, efficiency.csv, summary.md")
+    p.add_argument("study_dir", type=Path)
+    p.add_argument("--detect-warmup", action="store_true",
+                   help="also drop a slow start the declared warm-up missed")
+    args = p.parse_args(argv)
+    try:
+        aggregate_study(args.study_dir, args.detect_warmup)
+    except (rread.RecordError, OSError) as e:
+        print(f"scalestudy: error: {rread.one_line(e)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,10 +1,11 @@
 """What the runner records for a command workload, which writes no ``summary.json`` or
 ``env.json`` of its own: ``env.json`` (the command template, its expanded argv, the launch
 line, the host), and after a clean exit the canonical ``steps.jsonl`` (warm-up flagged) and
-``summary.json`` (``scalestudy.record.summary``, the built-in trainer's keys), from
+``summary.json`` (``scalestudy.perf.run_summary``, the built-in trainer's keys), from
 
 - ``steps_jsonl``: the ``steps.jsonl`` the command wrote into ``$SCALESTUDY_POINT_DIR``
-  (``scalestudy.train.metrics``: the contract and the ``StepLogger`` helper), or
+  (``scalestudy.record.steps``: the contract; ``scalestudy.train.metrics.StepLogger``: the
+  helper), or
 - a log parser over ``stdout.log`` (``scalestudy.run.logparse``: the ``megatron`` and
   ``torchtitan`` presets or the study's own expressions).
 
@@ -23,18 +24,18 @@ from pathlib import Path
 
 from scalestudy.config.point import Point
 from scalestudy.config.vocab import Device, MetricsFormat
+from scalestudy.perf.hardware import cpu_name
+from scalestudy.perf.run_summary import summary
 from scalestudy.record.env import common_env
 from scalestudy.record.io import write_json
-from scalestudy.record.read import RecordError, read_steps, read_text
+from scalestudy.record.read import RecordError, parse_steps, read_steps, read_text
+from scalestudy.record.steps import STEPS_FILE, write_steps
 from scalestudy.run import logparse, workload
-from scalestudy.train.metrics import STEPS_FILE, parse_steps, write_steps
 
 
 def device_facts(point: Point) -> tuple[str, str | None]:
     """``(device_type, device_name)`` the command ran on: the platform's device; for ``auto``
     and ``cuda`` torch is asked (the only torch import of the runner)."""
-    from scalestudy.perf.hardware import cpu_name
-
     if point.platform.device == Device.CPU:
         return "cpu", cpu_name()
     try:
@@ -137,8 +138,6 @@ def steps_from_log(point: Point, log: Path) -> tuple[list[dict], str | None, str
 def command_record(point: Point, run_dir: Path, log: Path, wall_s: float) -> str | None:
     """Read a cleanly finished command's metrics and write ``steps.jsonl`` and
     ``summary.json``; returns None, or why the run is ``invalid``."""
-    from scalestudy.record.summary import summary
-
     memory_note = None
     if point.workload.metrics == MetricsFormat.STEPS_JSONL:
         records, problem = steps_from_jsonl(point, run_dir)

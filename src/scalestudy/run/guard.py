@@ -1,6 +1,6 @@
 """What every launcher of a study does before it runs a point (``scalestudy run``, ``snakemake``
-from the repository root, an installed package: they all parse ``workflow/Snakefile``, which
-calls :func:`claim_study`).
+from the repository root, an installed package: they all parse ``workflow/Snakefile``, where
+``scalestudy.run.workflow.workflow_setup`` calls :func:`claim_study`).
 
 - **One lock per study**: ``results/<study>/.lock``, held with ``fcntl.flock`` (exclusive,
   non-blocking) for the launcher's whole life, so two launchers of the same study never train

@@ -18,7 +18,7 @@
 
 The per-rank script is the built-in trainer (``-m scalestudy.train POINT_JSON RUN_DIR``) or,
 for a ``command`` workload, the study's argv filled from the point
-(``scalestudy.run.workload``), run by torchrun as it is (``--no-python ARGV``): the same
+(``scalestudy.config.template``), run by torchrun as it is (``--no-python ARGV``): the same
 launcher, rendezvous and Slurm steps either way.
 """
 
@@ -32,6 +32,7 @@ from typing import Mapping
 
 from scalestudy.config import sitepolicy
 from scalestudy.config.point import Point
+from scalestudy.config.template import command_argv
 from scalestudy.run.slurm import cpus_per_task, is_gpu, point_site
 
 #: The per-rank entry point of the built-in trainer (``python -m ENTRY POINT_JSON RUN_DIR``).
@@ -48,8 +49,6 @@ def script_argv(point: Point, run_dir: str | os.PathLike, python: str = sys.exec
     ``--no-python`` and a command workload's argv (its program run as it is)."""
     run_dir = Path(run_dir)
     if point.workload.is_command:
-        from scalestudy.run.workload import command_argv
-
         return ["--no-python", *command_argv(point, run_dir, python)]
     return ["-m", module, str(run_dir / "point.json"), str(run_dir)]
 

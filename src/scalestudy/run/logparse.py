@@ -65,6 +65,8 @@ import math
 import re
 from typing import Iterable, Mapping
 
+from scalestudy.record.steps import step_record
+
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 #: The quantities a parser may name, besides ``line``.
 QUANTITIES = ("step", "step_time_s", "step_time_ms", "tokens_per_s", "tokens_per_s_per_device",
@@ -207,13 +209,11 @@ def unmeasured(found: list[dict]) -> str | None:
 
 def to_steps(found: list[dict], *, n: int, seq_len: int, tokens_per_step: float,
              warmup_steps: int, steps: int, name: str = "log") -> tuple[list[dict], str | None]:
-    """``steps.jsonl`` records (``scalestudy.train.metrics``) from :func:`read_lines`' output,
+    """``steps.jsonl`` records (``scalestudy.record.steps``) from :func:`read_lines`' output,
     and the first problem (None when the metrics are complete): no logged step, a step without
     a time, a time that is not a positive number, tokens per step other than the point's, a
     last logged step other than the point's ``steps``, no step after the warm-up. A negative
     (unmeasured) peak memory is left out (:func:`unmeasured` says why)."""
-    from scalestudy.train.metrics import step_record
-
     if not found:
         return [], f"no line of stdout.log matches the {name} metrics line"
     by_step: dict[int, dict] = {}

@@ -10,7 +10,6 @@ of the config hash, so a point keeps its id on every machine). :data:`SITE_KEYS`
 from __future__ import annotations
 
 import math
-import os
 from typing import Mapping
 
 from scalestudy.config.point import Platform, Point
@@ -197,23 +196,3 @@ def rule_resources(resources_of) -> dict:
     def one(key):
         return lambda wildcards: resources_of(wildcards).get(key)
     return {key: one(key) for key in RESOURCE_KEYS}
-
-
-def slurm_env_record(environ: Mapping = os.environ) -> dict | None:
-    """What a rank sees of Slurm (for ``env.json``), or None outside Slurm."""
-    if not environ.get("SLURM_JOB_ID"):
-        return None
-    names = {
-        "job_id": "SLURM_JOB_ID", "job_name": "SLURM_JOB_NAME",
-        "job_nodelist": "SLURM_JOB_NODELIST", "job_num_nodes": "SLURM_JOB_NUM_NODES",
-        "partition": "SLURM_JOB_PARTITION", "account": "SLURM_JOB_ACCOUNT",
-        "step_id": "SLURM_STEP_ID", "step_nodelist": "SLURM_STEP_NODELIST",
-        "step_num_nodes": "SLURM_STEP_NUM_NODES", "ntasks": "SLURM_NTASKS",
-        "node_id": "SLURM_NODEID", "procid": "SLURM_PROCID", "nodename": "SLURMD_NODENAME",
-        "cpus_per_task": "SLURM_CPUS_PER_TASK", "job_gpus": "SLURM_JOB_GPUS",
-        "step_gpus": "SLURM_STEP_GPUS", "gpus_on_node": "SLURM_GPUS_ON_NODE",
-        "cuda_visible_devices": "CUDA_VISIBLE_DEVICES",
-        "rocr_visible_devices": "ROCR_VISIBLE_DEVICES",
-        "hip_visible_devices": "HIP_VISIBLE_DEVICES",
-    }
-    return {key: environ[var] for key, var in names.items() if var in environ}

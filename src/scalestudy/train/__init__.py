@@ -1,3 +1,3 @@
 """The per-point trainer: ``python -m scalestudy.train POINT_JSON RUN_DIR`` under torchrun
 (``loop``), its device helpers (``device``), the synthetic data (``data``), the record it
-writes (``record``) and an optional step hook (``hooks``)."""
+writes (``run_files``) and an optional step hook (``hooks``)."""

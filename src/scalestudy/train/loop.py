@@ -4,7 +4,7 @@
 
 The only code that talks to devices (with ``scalestudy.models`` and
 ``scalestudy.distributed``). Every rank trains; rank 0 writes ``steps.jsonl``,
-``summary.json`` and ``env.json`` (``scalestudy.train.record``). Timing: the device is
+``summary.json`` and ``env.json`` (``scalestudy.train.run_files``). Timing: the device is
 synchronised before each clock read; a step is the optimizer step over the whole global batch
 (all micro-batches); its time is the maximum over ranks; the first ``warmup_steps`` are marked
 and excluded from the summary. The runner (``scalestudy.run.runner``) writes ``status.json``
@@ -32,7 +32,7 @@ from scalestudy.train.device import (cpu_rss_bytes, local_device, peak_memory_by
                                      resolve_device_type)
 from scalestudy.train.metrics import StepTimer
 from scalestudy.train.hooks import step_hook
-from scalestudy.train.record import rank_view, write_record
+from scalestudy.train.run_files import rank_view, write_record
 
 
 def timed_steps(engine: Engine, batches: list[torch.Tensor], device: torch.device,

@@ -1,23 +1,8 @@
-"""The ``steps.jsonl`` contract, and a small helper that meets it from any training script.
+"""Time training steps and write ``steps.jsonl`` from any training script.
 
-``steps.jsonl`` holds one JSON object per line, one line per optimizer step, in step order:
-
-====================  =====================================================================
-``step``              int, the optimizer step (0-based)
-``step_time_s``       float > 0: wall time of the whole optimizer step (every micro-batch,
-                      the optimizer update), the device synchronised before each clock read;
-                      with several ranks the slowest rank's time
-``loss``              float or null: the step's mean training loss (nats)
-``tokens``            int > 0: tokens the step trained, all ranks together
-                      (global batch × sequence length)
-``peak_memory_bytes`` optional int: the most any rank's device allocated
-``warmup``            optional bool: excluded from timing (scalestudy sets it from the
-                      point's ``train.warmup_steps``: the first steps are warm-up)
-====================  =====================================================================
-
-The built-in trainer writes it through :func:`step_record` and :func:`write_steps`. A
-``command`` workload (``scalestudy.run.workload``) writes it into ``$SCALESTUDY_POINT_DIR``;
-the easiest way is :class:`StepLogger`::
+The file's contract is ``scalestudy.record.steps``. A ``command`` workload
+(``scalestudy.run.workload``) writes it into ``$SCALESTUDY_POINT_DIR``; the easiest way is
+:class:`StepLogger`::
 
     from scalestudy.train.metrics import StepLogger
 
@@ -36,15 +21,12 @@ a device or a process group is involved, so the module itself is cheap to import
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 
-from scalestudy.record.read import REQUIRED, parse_steps  # the contract's one checker
-
-STEPS_FILE = "steps.jsonl"
-POINT_DIR_ENV = "SCALESTUDY_POINT_DIR"
+from scalestudy.record.steps import (POINT_DIR_ENV, STEPS_FILE, merge_ranks, step_record,
+                                     write_steps)
 
 
 def synchronize(device) -> None:
@@ -61,37 +43,6 @@ def synchronize(device) -> None:
         backend = getattr(torch, device.type, None)
         if backend is not None and hasattr(backend, "synchronize"):
             backend.synchronize()
-
-
-def step_record(step: int, step_time_s: float, loss: float | None, tokens: int | float,
-                warmup: bool | None = None, peak_memory_bytes: int | None = None) -> dict:
-    """One line of ``steps.jsonl`` (see the module doc for the keys)."""
-    rec = {"step": int(step), "step_time_s": float(step_time_s),
-           "loss": None if loss is None else float(loss), "tokens": _int(tokens)}
-    if warmup is not None:
-        rec["warmup"] = bool(warmup)
-    if peak_memory_bytes is not None:
-        rec["peak_memory_bytes"] = int(peak_memory_bytes)
-    return rec
-
-
-def _int(x):
-    return int(x) if float(x).is_integer() else float(x)
-
-
-def steps_text(records: list[dict]) -> str:
-    return "".join(json.dumps(r) + "\n" for r in records)
-
-
-def write_steps(path: str | os.PathLike, records: list[dict]) -> Path:
-    """Write ``records`` as ``steps.jsonl`` at ``path`` (a folder: its ``steps.jsonl``),
-    atomically."""
-    from scalestudy.record.io import write_text
-
-    path = Path(path)
-    if path.is_dir():
-        path = path / STEPS_FILE
-    return write_text(path, steps_text(records))
 
 
 class StepTimer:
@@ -221,20 +172,4 @@ class StepLogger:
         return merged
 
 
-def merge_ranks(per_rank: list[list[dict]]) -> list[dict]:
-    """One record per step from every rank's records: the slowest rank's time, the mean loss
-    over the ranks that report one, the largest peak memory, rank 0's tokens."""
-    n = min(len(r) for r in per_rank) if per_rank else 0
-    out = []
-    for i in range(n):
-        recs = [r[i] for r in per_rank]
-        losses = [r["loss"] for r in recs if r.get("loss") is not None]
-        peaks = [r["peak_memory_bytes"] for r in recs if r.get("peak_memory_bytes") is not None]
-        out.append(step_record(recs[0]["step"], max(r["step_time_s"] for r in recs),
-                               sum(losses) / len(losses) if losses else None, recs[0]["tokens"],
-                               recs[0].get("warmup"), max(peaks) if peaks else None))
-    return out
-
-
-__all__ = ["StepLogger", "StepTimer", "step_record", "write_steps", "parse_steps",
-           "merge_ranks", "synchronize", "STEPS_FILE", "REQUIRED"]
+__all__ = ["StepLogger", "StepTimer", "synchronize"]

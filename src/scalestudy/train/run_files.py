@@ -15,11 +15,11 @@ import torch.distributed as dist
 from scalestudy.config.point import Point
 from scalestudy.record.env import common_env
 from scalestudy.record.io import write_json
-from scalestudy.record.summary import summary as run_summary
+from scalestudy.perf.run_summary import summary as run_summary
 from scalestudy.train import energy
 from scalestudy.train.data import SyntheticTokens
 from scalestudy.train.device import detect_device
-from scalestudy.train.metrics import STEPS_FILE, step_record, write_steps
+from scalestudy.record.steps import STEPS_FILE, step_record, write_steps
 
 _SLURM_VARS = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_NNODES", "SLURM_NTASKS",
                "SLURM_PROCID", "SLURM_NODEID", "SLURM_LOCALID", "SLURMD_NODENAME",

@@ -1,4 +1,4 @@
-"""Published model shapes, for ``tune``, ``predict`` and study files
+"""Published model shapes (data, no trainer), for ``tune``, ``predict`` and study files
 (``workflow/config/llama3.yaml`` repeats them; a test keeps the two equal).
 
 Llama 3 (Dubey et al. 2024, "The Llama 3 Herd of Models"): the architecture arguments of

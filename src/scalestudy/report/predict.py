@@ -31,14 +31,29 @@ row, in the fit or not, leave-one-table-out) and ``validation.png``.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
 
-from scalestudy.analysis.efficiency import per_device_throughput
-from scalestudy.config.point import Point
-from scalestudy.perf import frontier, stepmodel, validation
-from scalestudy.perf.tables import breakdown_row, shape_columns
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from scalestudy.analysis.aggregate import collect  # noqa: E402
+from scalestudy.config.point import Point  # noqa: E402
+from scalestudy.config.study import before_run_max_n, load_study  # noqa: E402
+from scalestudy.perf import frontier, stepmodel, validation  # noqa: E402
+from scalestudy.perf.flops import per_device_throughput  # noqa: E402
+from scalestudy.perf.hardware import fitted  # noqa: E402
+from scalestudy.perf.tables import breakdown_row, shape_columns  # noqa: E402
+from scalestudy.plan.planner import plan_points  # noqa: E402
+from scalestudy.record.io import atomic_path, read_record, write_text  # noqa: E402
+from scalestudy.report import style as fstyle  # noqa: E402
 
 #: Breakdown terms in stacked-bar order, with their legend labels.
 TERM_LABELS = {
@@ -86,15 +101,8 @@ def figures(df, comp, out: Path) -> list[Path]:
     """``predict_mfu.png`` (% of peak per model: both means of the logged lines, with their
     ranges, and the published value) and ``predict_scaling.png`` (weak and strong efficiency
     per model, both strong batches, the published points), in the project's figure style."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from scalestudy.report.style import PALETTE, applied, series_styles
-
     paths = []
-    with applied("default"):
+    with fstyle.applied("default"):
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         models = list(dict.fromkeys(comp["model"]))
         x = range(len(models))
@@ -103,10 +111,10 @@ def figures(df, comp, out: Path) -> list[Path]:
             c = comp[comp["metric"].str.contains(key)].set_index("model").loc[models]
             err = [c["predicted"] - c["predicted_low"], c["predicted_high"] - c["predicted"]]
             ax.bar([i + (j - 1) * 0.27 for i in x], c["predicted"], width=0.27, yerr=err,
-                   capsize=3, label=label, color=PALETTE[j])
+                   capsize=3, label=label, color=fstyle.PALETTE[j])
         pub = comp[comp["metric"].str.contains("time-weighted")].set_index("model").loc[models]
         ax.bar([i + 0.27 for i in x], pub["published"], width=0.27, label="published",
-               color=PALETTE[-1])
+               color=fstyle.PALETTE[-1])
         ax.set_xticks(list(x), models)
         ax.set_ylabel("% of 191.5 TFLOPS (recompute counted)")
         ax.set_title("Per-GCD utilisation: model vs Dash et al. 2024")
@@ -115,7 +123,7 @@ def figures(df, comp, out: Path) -> list[Path]:
         paths.append(_save(fig, out / "predict_mfu.png"))
 
         fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-        st = series_styles(sorted(df["model"].unique()))
+        st = fstyle.series_styles(sorted(df["model"].unique()))
         for ax, kind in zip(axes, ("weak", "strong")):
             for model, g in df[df["series"] == kind].groupby("model"):
                 g, s = g.sort_values("n"), st[model]
@@ -146,23 +154,14 @@ def term_styles() -> dict:
     """``{term: {"color", "hatch"}}``: one Okabe–Ito colour per breakdown term (the project's
     palette, ``report.style.PALETTE``), the same in every figure; past the palette's length
     the colours repeat with a hatch, so no two terms look alike."""
-    from scalestudy.report.style import PALETTE
-
-    return {k: {"color": PALETTE[i % len(PALETTE)],
-                "hatch": "" if i < len(PALETTE) else "//"}
+    return {k: {"color": fstyle.PALETTE[i % len(fstyle.PALETTE)],
+                "hatch": "" if i < len(fstyle.PALETTE) else "//"}
             for i, k in enumerate(TERM_LABELS)}
 
 
 def breakdown_figure(brk, path: Path, title: str = "Where the step goes") -> Path:
     """A stacked bar per point: each term's share (%) of the (logged) step time, in the
     project's figure style (``report.style``: palette, fonts, legend beside the axes)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from scalestudy.report import style as fstyle
-
     keys = [k for k in TERM_LABELS if k in brk and (brk[k] > 0).any()]
     styles = term_styles()
     with fstyle.applied("default"):
@@ -189,8 +188,6 @@ def study_predictions(points: list[Point], hw: stepmodel.HardwareSpec,
     """Predicted step time (with its range), throughput, MFU and efficiency (vs each series'
     ``baseline_n``) of the feasible points of a planned study (one row per config, repeats
     collapsed). ``breakdown``: a list that receives each point's ``breakdown_row``."""
-    import pandas as pd
-
     rows, seen = [], set()
     for p in points:
         if not p.feasible or p.config_hash in seen:
@@ -244,10 +241,6 @@ def before_run_calibration(pred, runs, max_n: int, predicted_at: str = ""):
     ``series, n, config_hash, step_time_s`` (the model), ``calibration_factor``,
     ``calibrated_on`` (the points it came from), ``predicted_before_run_s``, ``predicted_at``
     (UTC, ISO 8601). Raises ``ValueError`` when no calibration point has been measured."""
-    import statistics
-
-    import pandas as pd
-
     ok = runs[runs["status"] == "ok"]
     meas = ok.groupby("config_hash")["step_time_median_s"].median()
     small = pred[(pred["n"] <= max_n) & pred["config_hash"].isin(meas.index)]
@@ -276,9 +269,7 @@ def before_run_calibration(pred, runs, max_n: int, predicted_at: str = ""):
 
 def _save(fig, path: Path) -> Path:
     """Write a matplotlib figure atomically and close it."""
-    from scalestudy.report.style import save
-
-    return save(fig, path)[0]
+    return fstyle.save(fig, path)[0]
 
 
 def residual_figure(df, path: Path) -> Path:
@@ -286,13 +277,6 @@ def residual_figure(df, path: Path) -> Path:
     where the study asked for it, the prediction made before the point ran (open markers);
     below, the residuals (%) with the ±30% band. The project's figure style
     (``report.style``: Okabe–Ito palette, a marker and line style per series)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from scalestudy.report import style as fstyle
-
     before = "predicted_before_run_s" in df and df["predicted_before_run_s"].notna().any()
     styles = fstyle.series_styles(sorted(df["series"].unique()))
     with fstyle.applied("default"):
@@ -390,15 +374,10 @@ def validation_figure(rows, path: Path, style: str = "default") -> Path:
     """Predicted against published, one marker per modelled row, one colour and marker per
     table, every metric as its ratio to the published value (log scale), the ±10% and ±20%
     bands shaded."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from scalestudy.report.style import applied, legend, new_figure, save, series_styles
-
     ok = rows[rows["skip"] == ""].reset_index(drop=True)
-    st = series_styles(sorted(ok["table"].unique()))
-    with applied(style):
-        fig, ax = new_figure(style)
+    st = fstyle.series_styles(sorted(ok["table"].unique()))
+    with fstyle.applied(style):
+        fig, ax = fstyle.new_figure(style)
         ax.axhspan(0.8, 1.2, color="0.92", zorder=0, label="±20%")
         ax.axhspan(0.9, 1.1, color="0.82", zorder=0, label="±10%")
         ax.axhline(1.0, color="black", lw=0.8)
@@ -413,16 +392,14 @@ def validation_figure(rows, path: Path, style: str = "default") -> Path:
         ax.set_ylabel("predicted / published (optimism > 1)")
         ax.set_xlabel("published row")
         ax.set_title("Step model vs published tables")
-        legend(fig, ax, style)
-    return save(fig, path, style)[0]
+        fstyle.legend(fig, ax, style)
+    return fstyle.save(fig, path, style)[0]
 
 
 def started_before(vm, runs, study_dir: Path):
     """``vm`` with ``started_at`` (the first start of each config's runs, UTC, from their
     ``status.json``) and ``predicted_before_start`` (the prediction's ``predicted_at`` is
     earlier: it was made before the point ran; NA where either is unknown)."""
-    import pandas as pd
-
     starts = {}
     for h, g in runs.groupby("config_hash"):
         t = [x for x in (_started(study_dir, pid) for pid in g["point_id"]) if x]
@@ -437,8 +414,6 @@ def started_before(vm, runs, study_dir: Path):
 
 def _started(study_dir: Path, point_id) -> str | None:
     """When a point's run started (``status.json`` ``started``, UTC), or None."""
-    from scalestudy.record.io import read_record
-
     if not point_id or not isinstance(point_id, str):
         return None
     rec = read_record(study_dir / "runs" / point_id / "status.json")
@@ -447,11 +422,6 @@ def _started(study_dir: Path, point_id) -> str | None:
 
 def _predict_before_run(study: dict, pred, study_dir: Path, path: Path) -> int:
     """``scalestudy predict STUDY --before-run``: write ``predicted_before_run.csv``."""
-    import datetime as dt
-
-    from scalestudy.analysis.aggregate import collect
-    from scalestudy.config.study import before_run_max_n
-
     max_n = before_run_max_n(study)
     if max_n is None:
         print("scalestudy predict: --before-run needs predict: {before_run: "
@@ -474,8 +444,6 @@ def _predict_before_run(study: dict, pred, study_dir: Path, path: Path) -> int:
 
 
 def _write_csv(df, path: Path) -> None:
-    from scalestudy.record.io import atomic_path
-
     with atomic_path(path) as tmp:
         df.to_csv(tmp, index=False)
 
@@ -513,17 +481,13 @@ def main(argv: list[str] | None = None) -> int:
                          "points' prediction, before they run, to predict/predicted_before_run.csv")
     a = ap.parse_args(argv)
 
-    import pandas as pd
 
-    from scalestudy.record.io import write_text
 
     def load_hw(name: str) -> stepmodel.HardwareSpec:
         hw = stepmodel.HardwareSpec.load(name)
         return hw.with_framework(a.framework) if a.framework else hw
 
     if a.validate:
-        from scalestudy.perf.hardware import fitted
-
         out = Path(a.out or f"{a.results}/validation")
         rows = validation.validate()
         summary = validation.summary(rows)
@@ -540,9 +504,6 @@ def main(argv: list[str] | None = None) -> int:
         explicit = stepmodel.Measured.from_csv(a.matmul_csv, a.collectives_csv)
     compare_published, name = True, "frontier"
     if a.study:
-        from scalestudy.plan.planner import plan_points
-        from scalestudy.config.study import load_study
-
         # nothing is launched from here: the site settings' policy does not apply
         study = load_study(a.study, trust_site=True)
         name = study["name"]

@@ -1,0 +1,78 @@
+"""The ``steps.jsonl`` contract: the file's name, the one line per step, writing it.
+
+``steps.jsonl`` holds one JSON object per line, one line per optimizer step, in step order:
+
+====================  =====================================================================
+``step``              int, the optimizer step (0-based)
+``step_time_s``       float > 0: wall time of the whole optimizer step (every micro-batch,
+                      the optimizer update), the device synchronised before each clock read;
+                      with several ranks the slowest rank's time
+``loss``              float or null: the step's mean training loss (nats)
+``tokens``            int > 0: tokens the step trained, all ranks together
+                      (global batch × sequence length)
+``peak_memory_bytes`` optional int: the most any rank's device allocated
+``warmup``            optional bool: excluded from timing (scalestudy sets it from the
+                      point's ``train.warmup_steps``: the first steps are warm-up)
+====================  =====================================================================
+
+The built-in trainer writes it through :func:`step_record` and :func:`write_steps`, a command
+workload through ``scalestudy.train.metrics.StepLogger``; the runner rewrites it with the
+warm-up flags. ``scalestudy.record.read`` reads and checks it (``parse_steps``,
+``read_steps``): the one reader of the trainer, the runner, aggregate and status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from scalestudy.record.io import write_text
+
+STEPS_FILE = "steps.jsonl"
+#: the environment variable naming a command workload's point folder
+POINT_DIR_ENV = "SCALESTUDY_POINT_DIR"
+
+
+def step_record(step: int, step_time_s: float, loss: float | None, tokens: int | float,
+                warmup: bool | None = None, peak_memory_bytes: int | None = None) -> dict:
+    """One line of ``steps.jsonl`` (see the module doc for the keys)."""
+    rec = {"step": int(step), "step_time_s": float(step_time_s),
+           "loss": None if loss is None else float(loss), "tokens": _int(tokens)}
+    if warmup is not None:
+        rec["warmup"] = bool(warmup)
+    if peak_memory_bytes is not None:
+        rec["peak_memory_bytes"] = int(peak_memory_bytes)
+    return rec
+
+
+def _int(x):
+    return int(x) if float(x).is_integer() else float(x)
+
+
+def steps_text(records: list[dict]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def write_steps(path: str | os.PathLike, records: list[dict]) -> Path:
+    """Write ``records`` as ``steps.jsonl`` at ``path`` (a folder: its ``steps.jsonl``),
+    atomically."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / STEPS_FILE
+    return write_text(path, steps_text(records))
+
+
+def merge_ranks(per_rank: list[list[dict]]) -> list[dict]:
+    """One record per step from every rank's records: the slowest rank's time, the mean loss
+    over the ranks that report one, the largest peak memory, rank 0's tokens."""
+    n = min(len(r) for r in per_rank) if per_rank else 0
+    out = []
+    for i in range(n):
+        recs = [r[i] for r in per_rank]
+        losses = [r["loss"] for r in recs if r.get("loss") is not None]
+        peaks = [r["peak_memory_bytes"] for r in recs if r.get("peak_memory_bytes") is not None]
+        out.append(step_record(recs[0]["step"], max(r["step_time_s"] for r in recs),
+                               sum(losses) / len(losses) if losses else None, recs[0]["tokens"],
+                               recs[0].get("warmup"), max(peaks) if peaks else None))
+    return out

@@ -1,0 +1,70 @@
+"""What the Snakefile's rules read, built by one call from Snakemake's ``config``
+(:func:`workflow_setup`): the study loaded and validated, its site resolved (the study's
+``platform.site``, then a Slurm profile's ``site``) and checked against the site policy, the
+secret ``site.env`` values split off the records, the sweep points planned and, for the
+launcher's own process, the study claimed (:func:`scalestudy.run.guard.claim_study`)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Mapping, MutableMapping
+
+from scalestudy.config import sitepolicy
+from scalestudy.config.point import Platform, Point
+from scalestudy.config.study import before_run_max_n, load_study
+from scalestudy.plan.planner import plan_points
+from scalestudy.run import slurm
+from scalestudy.run.guard import claim_study
+
+DEFAULT_STUDY = "workflow/config/default.yaml"
+
+
+@dataclass(frozen=True)
+class WorkflowSetup:
+    """One study as the rules see it."""
+
+    study_file: str  # the study file, as given
+    study: dict  # the validated study, ``platform.site`` resolved with secrets redacted
+    platform: Platform  # the study's platform (redacted site)
+    points: dict[str, Point]  # every planned point (feasible or not) by id, in study order
+    feasible: tuple[str, ...]  # the ids of the points that run
+    out: str  # the study's results folder: <results>/<study name>
+    before_run_max_n: int | None  # predict.before_run's calibrate_on_max_n (None: off)
+    lock: int | None  # the study lock's descriptor, held while this process lives (None: not taken)
+
+
+def is_true(value) -> bool:
+    """A Snakemake ``--config`` flag (a string there, a bool from Python) read as a bool."""
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def workflow_setup(config: Mapping, *, claim: bool = False,
+                   environ: MutableMapping[str, str] = os.environ) -> WorkflowSetup:
+    """The study of Snakemake's ``config`` (keys ``study``, ``results``, ``trust_site``: as
+    ``scalestudy run --trust-site``, ``site``: a profile's site settings), ready for the rules.
+
+    The secret ``site.env`` values go into ``environ[SECRETS_ENV]`` (removed when there are
+    none): local and Slurm jobs inherit them and the launch puts them back (run/launch.py).
+    ``claim``: take the study's lock and clear damaged statuses (the launcher's main process;
+    jobs that re-parse the Snakefile take nothing). Raises :class:`StudyError` for an invalid
+    study, ``ValueError`` or :class:`sitepolicy.SiteError` for a refused site."""
+    study_file = config.get("study", DEFAULT_STUDY)
+    trust_site = is_true(config.get("trust_site", False))
+    study = load_study(study_file, trust_site=trust_site)
+    # unhashed, so a point keeps its id on a laptop and on a cluster
+    site = slurm.resolve_site(study["platform"].get("site"), config.get("site"))
+    sitepolicy.check_site(site, trusted=trust_site)
+    study["platform"]["site"], secrets = sitepolicy.split_secrets(site)
+    if secrets:
+        environ[sitepolicy.SECRETS_ENV] = json.dumps(secrets)
+    else:
+        environ.pop(sitepolicy.SECRETS_ENV, None)
+    points = {p.point_id: p for p in plan_points(study, study_file)}
+    feasible = tuple(pid for pid, p in points.items() if p.feasible)
+    out = f"{config.get('results', 'results')}/{study['name']}"
+    return WorkflowSetup(
+        study_file=study_file, study=study, platform=Platform(**study["platform"]),
+        points=points, feasible=feasible, out=out, before_run_max_n=before_run_max_n(study),
+        lock=claim_study(out, feasible) if claim else None)

@@ -1,0 +1,115 @@
+"""The package's imports follow its stages (docs/architecture.md, "Stages"): every import of a
+scalestudy module, at the top of a file or inside a function, points from a stage to one it
+may use, and no module imports itself back through others."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import scalestudy
+
+PACKAGE = Path(scalestudy.__file__).parent
+
+# stage -> the stages it may import (besides itself). The study side: config <- plan <- run and
+# the trainer (models, distributed, train), measure on top; the record side: record <- analysis
+# <- report; perf (the performance model: pure, no figures, no report formats, no trainer)
+# over config and record, under plan, analysis and report; the CLI over all of them.
+STAGES: dict[str, set[str]] = {
+    "paths": set(),
+    "reference_data": set(),
+    "config": {"paths"},
+    "record": {"config", "paths"},
+    "perf": {"config", "record", "reference_data"},
+    "plan": {"config", "perf", "record", "reference_data"},
+    "models": {"config"},
+    "distributed": {"config", "models", "perf", "plan"},
+    "train": {"config", "distributed", "models", "perf", "plan", "record"},
+    "run": {"config", "paths", "perf", "plan", "record"},
+    "measure": {"config", "distributed", "models", "perf", "plan", "record", "run", "train"},
+    "analysis": {"config", "perf", "record"},
+    "report": {"analysis", "config", "paths", "perf", "plan", "record", "reference_data"},
+}
+STAGES["cli"] = set(STAGES) - {"distributed", "models", "train", "measure"}
+
+
+def module_name(path: Path) -> str:
+    parts = ["scalestudy", *path.relative_to(PACKAGE).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported(path: Path, known: set[str]) -> set[str]:
+    """The scalestudy modules a file imports, anywhere in it (a ``from pkg import name``
+    counts as ``pkg.name`` when that is a module, else as ``pkg``)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: relative import"
+            out |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known
+                    else node.module for a in node.names}
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "import_module":
+            assert "hooks" in path.name, f"{path}: importlib hides an import from this test"
+    return {m for m in out if m.split(".")[0] == "scalestudy"}
+
+
+def stage(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "scalestudy"
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {m: imported(p, set(mods)) - {m} for m, p in mods.items()}
+
+
+def test_every_stage_is_declared():
+    found = {stage(m) for m in modules()} - {"scalestudy"}
+    assert found == set(STAGES), "declare a new stage (or drop a gone one) in STAGES"
+
+
+def test_stage_order_is_acyclic():
+    done: set[str] = set()
+
+    def visit(s: str, path: tuple[str, ...]) -> None:
+        assert s not in path, f"stage circle: {' -> '.join(path + (s,))}"
+        if s not in done:
+            for t in STAGES[s]:
+                visit(t, path + (s,))
+            done.add(s)
+
+    for s in STAGES:
+        visit(s, ())
+
+
+def test_imports_follow_the_stages():
+    wrong = sorted(f"{m} -> {t}" for m, targets in graph().items() for t in targets
+                   if stage(t) not in STAGES.get(stage(m), set()) | {stage(m)}
+                   and stage(t) != "scalestudy")
+    assert not wrong, "imports against the stage order:\n" + "\n".join(wrong)
+
+
+def test_no_import_circle():
+    g = graph()
+    state: dict[str, int] = {}
+    circles = []
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for t in sorted(g.get(m, ())):
+            if state.get(t) == 1:
+                stack = path + [m]
+                circles.append(" -> ".join(stack[stack.index(t):] + [t]))
+            elif t in g and t not in state:
+                visit(t, path + [m])
+        state[m] = 2
+
+    for m in sorted(g):
+        if m not in state:
+            visit(m, [])
+    assert not circles, "import circles:\n" + "\n".join(circles)
