@@ -29,10 +29,11 @@ setup-foreign: setup
 run: setup
 	$(VENV)/bin/scalestudy run "$(STUDY)"
 
-# two workers (pytest-xdist), a test file per worker at a time: most tests wait on one
-# process at a time (an import, a Snakemake run, one rank), so the 2 cores run two of them
+# three pytest-xdist workers, a test file per worker at a time, in the order of tests/conftest.py
+# (the longest files first; not xdist's order by test count): on 2 cores, a third worker fills
+# the time the others wait (Slurm's status polls, a job's start, one rank at a time)
 test: setup
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --durations=15
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15
 
 # the benchmarks are not installed: `python -m benchmarks` from the repository root
 bench: setup

@@ -33,13 +33,14 @@ TINY = {
 }
 
 
-# The files that take longest (seconds on the 2-core CI box), first: under ``-n 2 --dist
-# loadfile`` a worker takes the next file when it is done with one, so the long ones starting
-# first keep the end of the run short (longest processing time first). The Slurm and install
-# tests wait more than they compute, beside the CPU-bound parity runs.
-LONGEST_FIRST = ("test_parallel_parity.py", "test_slurm.py", "test_foreign.py", "test_install.py",
-                 "test_faults.py", "test_examples.py", "test_workflow.py", "test_sitepolicy.py",
-                 "test_rendezvous.py", "test_trust.py")
+# The files that take longest (seconds on the 2-core CI box), first, and the first reader of the
+# shared tiny study among them (so that it is made while the others run): under ``--dist
+# loadfile --no-loadscope-reorder`` a worker takes the next file in this order when it is done
+# with one, so the long ones starting first keep the end of the run short (longest
+# processing time first). The Slurm and install tests wait more than they compute.
+LONGEST_FIRST = ("test_parallel_parity.py", "test_foreign.py", "test_workflow.py", "test_slurm.py",
+                 "test_faults.py", "test_install.py", "test_examples.py", "test_compare.py",
+                 "test_sitepolicy.py", "test_rendezvous.py", "test_trust.py")
 
 
 def pytest_collection_modifyitems(items):

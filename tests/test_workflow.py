@@ -98,7 +98,7 @@ def test_extending_the_grid_runs_only_new_points(tiny_study_run, tmp_path):
     runs_dir = results / "tiny" / "runs"
     before = {p.parent.name: p.stat().st_mtime_ns for p in runs_dir.glob("*/status.json")}
     extended = dict(TINY)
-    extended["series"] = [dict(TINY["series"][0], gpus=[1, 2, 4]), TINY["series"][1]]
+    extended["series"] = [dict(TINY["series"][0], gpus=[1, 2, 3]), TINY["series"][1]]
     study_file.write_text(yaml.safe_dump(extended))
     r = snakemake(study_file, results)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -106,9 +106,9 @@ def test_extending_the_grid_runs_only_new_points(tiny_study_run, tmp_path):
     after = {p.parent.name: p.stat().st_mtime_ns for p in runs_dir.glob("*/status.json")}
     assert {k: after[k] for k in before} == before  # old points untouched
     new = set(after) - set(before)
-    assert len(new) == 1 and "_n4_" in new.pop()
+    assert len(new) == 1 and "_n3_" in new.pop()
     eff = pd.read_csv(results / "tiny" / "efficiency.csv")
-    assert 4 in set(eff.loc[eff["series"] == "weak", "n"])
+    assert 3 in set(eff.loc[eff["series"] == "weak", "n"])
 
 
 def test_bad_study_fails_before_any_job(tmp_path):
