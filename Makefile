@@ -29,11 +29,11 @@ setup-foreign: setup
 run: setup
 	$(VENV)/bin/scalestudy run "$(STUDY)"
 
-# four pytest-xdist workers, a test file per worker at a time, in the order of tests/conftest.py
-# (the longest files first; not xdist's order by test count): on 2 cores, more workers fill
+# three pytest-xdist workers, a test file per worker at a time, in the order of tests/conftest.py
+# (the longest files first; not xdist's order by test count): on 2 cores, a third worker fills
 # the time the others wait (Slurm's status polls, a job's start, one rank at a time)
 test: setup
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 4 --dist loadfile --no-loadscope-reorder --durations=15
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15
 
 # the benchmarks are not installed: `python -m benchmarks` from the repository root
 bench: setup
