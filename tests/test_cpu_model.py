@@ -211,12 +211,14 @@ def test_before_run_calibration_by_hand():
 
 def test_versus_measured_joins_the_prediction_made_before_the_run(tmp_path):
     pred, runs = _pred_and_runs()
-    before = predict.before_run_calibration(pred, runs, 2, "2026-12-01T10:00:00+00:00")
+    # time stamps in milliseconds (the runner's and the prediction's): a point that starts
+    # within the second its prediction was written is still ordered after it
+    before = predict.before_run_calibration(pred, runs, 2, "2026-12-01T10:00:00.100+00:00")
     vm = predict.versus_measured(pred, runs, before)
     r = vm.set_index("config_hash").loc["r"]
     assert r["before_run_residual"] == pytest.approx(0.0)  # 5.0 predicted, 5.0 measured
     assert pd.isna(vm.set_index("config_hash").loc["p", "predicted_before_run_s"])
-    for pid, started in (("R", "2026-12-01T10:00:05+00:00"), ("T", "2026-12-01T09:59:00+00:00")):
+    for pid, started in (("R", "2026-12-01T10:00:00.250+00:00"), ("T", "2026-12-01T09:59:00+00:00")):
         (tmp_path / "runs" / pid).mkdir(parents=True)
         (tmp_path / "runs" / pid / "status.json").write_text(json.dumps({"started": started}))
     vm = predict.started_before(vm, runs, tmp_path).set_index("config_hash")

@@ -406,8 +406,8 @@ def started_before(vm, runs, study_dir: Path):
         starts[h] = min(t, key=pd.Timestamp) if t else None
     out = vm.copy()
     out["started_at"] = out["config_hash"].map(starts)
-    pa = pd.to_datetime(out.get("predicted_at"), utc=True, errors="coerce")
-    st = pd.to_datetime(out["started_at"], utc=True, errors="coerce")
+    pa = pd.to_datetime(out.get("predicted_at"), utc=True, errors="coerce", format="ISO8601")
+    st = pd.to_datetime(out["started_at"], utc=True, errors="coerce", format="ISO8601")
     out["predicted_before_start"] = (pa < st).where(pa.notna() & st.notna())
     return out
 
@@ -428,7 +428,7 @@ def _predict_before_run(study: dict, pred, study_dir: Path, path: Path) -> int:
               "{calibrate_on_max_n: N}} in the study file", file=sys.stderr)
         return 2
     runs, _, _ = collect(study_dir)
-    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
     try:
         before = before_run_calibration(pred, runs, max_n, now)
     except ValueError as e:

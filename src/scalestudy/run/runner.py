@@ -64,7 +64,7 @@ def memory_limit_preexec(limit_mb: float | None):
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _tail(log: Path, n: int = 40) -> list[str]:
