@@ -68,6 +68,18 @@ def test_composed_stage_and_optimizer_seconds_by_hand():
     assert composed_optimizer_seconds(2, 1.5, 2, 1) == 1.5
 
 
+def test_in_step_optimizer_is_the_step_block_less_its_micro_batch():
+    blk = {"fwd_bwd_s": 8e-3, "optimizer_s": 1.5e-3, "optimizer_layer_s": 6e-4}
+    # measured without a step block (an older calibration.json): the isolated optimizer
+    assert stepmodel.in_step_optimizer(blk) == (1.5e-3, 6e-4)
+    # a step of 10.4 ms = its 8 ms micro-batch + 2.4 ms of optimizer after a backward:
+    # 1.6x the isolated block, one layer's share alike (0.96 ms)
+    whole, layer = stepmodel.in_step_optimizer({**blk, "step_s": 10.4e-3})
+    assert whole == pytest.approx(2.4e-3) and layer == pytest.approx(6e-4 * 1.6)
+    # a step measured faster than its micro-batch (noise) gives no negative time
+    assert stepmodel.in_step_optimizer({**blk, "step_s": 7e-3}) == (0.0, 0.0)
+
+
 def test_composed_layer_seconds_takes_the_other_ranks_arithmetic_out():
     assert composed_layer_seconds(10, 2, 1) == 10
     assert composed_layer_seconds(10, 2, 2) == 8
@@ -296,5 +308,5 @@ def test_blocks_of_a_llama_model_are_timed():
     m = Model(arch="llama", layers=2, hidden=32, heads=2, seq_len=16, vocab=64)
     rows = bench_blocks([block_spec(m, 1, "plain")], samples=1, warmup=0, min_time_s=0.0)
     assert {r["block"] for r in rows} == {"fwd_bwd", "layer", "embedding", "head", "optimizer",
-                                          "optimizer_layer"}
+                                          "optimizer_layer", "step"}
     assert all(r["seconds"] > 0 for r in rows)

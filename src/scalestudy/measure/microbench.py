@@ -405,7 +405,7 @@ def _overhead_samples(GPT, cfg, layout: str, samples: int, warmup: int) -> list[
 # --- the study's own building blocks (a CPU host's performance model) -----------------------
 
 #: The blocks ``bench_blocks`` times (seconds per call).
-BLOCKS = ("fwd_bwd", "layer", "embedding", "head", "optimizer", "optimizer_layer")
+BLOCKS = ("fwd_bwd", "layer", "embedding", "head", "optimizer", "optimizer_layer", "step")
 
 
 def block_spec(model: Model, micro_batch: int, layout: str) -> dict:
@@ -456,7 +456,12 @@ def bench_blocks(specs: list[dict], samples: int = 7, warmup: int = 3,
     whole micro-batch (embedding, layers, final norm, head, loss; forward and backward);
     ``layer`` one transformer layer's forward and backward alone; ``embedding`` the token
     (and position) embeddings'; ``head`` the final norm, head and loss; ``optimizer``
-    clipping + AdamW step over all parameters; ``optimizer_layer`` the same over one layer's.
+    clipping + AdamW step over all parameters; ``optimizer_layer`` the same over one layer's;
+    ``step`` a whole one-micro-batch step as the trainer runs it (the micro-batch on freshly
+    cleared gradients, clipping, AdamW, ``zero_grad(set_to_none=True)``): the optimizer
+    after a backward, its caches as a step leaves them (``stepmodel.in_step_optimizer``).
+    The blocks are sampled in rounds (one sample of each block per round), so a drift of the
+    host's speed during the job reaches every block alike.
     ``tp`` layout: the model under ``tensor_parallelize`` on a one-rank mesh, i.e. DTensor's
     dispatch at full width (``stepmodel.composed_layer_seconds`` takes the sharded arithmetic
     out). Rows ``key, layout, micro_batch, block, sample, seconds`` (``key``:
@@ -550,12 +555,18 @@ def _block_samples(cfg: Model, b: int, layout: str, mesh, samples: int, warmup: 
         clip_grad_norm_(lparams, 1.0, cpu)
         lopt.step()
 
-    out = []
-    for name, call in (("fwd_bwd", fwd_bwd), ("layer", one_layer), ("embedding", embedding),
-                       ("head", head), ("optimizer", optimizer),
-                       ("optimizer_layer", optimizer_layer)):
-        out.append((name, timed_samples(call, cpu, warmup, samples, min_time_s)))
-    return out
+    def step():
+        fwd_bwd()
+        optimizer()
+        opt.zero_grad(set_to_none=True)
+
+    calls = dict(zip(BLOCKS, (fwd_bwd, one_layer, embedding, head, optimizer, optimizer_layer,
+                              step)))
+    out = {name: [] for name in BLOCKS}
+    for i in range(samples):  # rounds: one sample of every block each
+        for name, call in calls.items():
+            out[name] += timed_samples(call, cpu, warmup if i == 0 else 0, 1, min_time_s)
+    return list(out.items())
 
 
 def _sharing_child(work, reps: int, barrier, queue) -> None:

@@ -105,7 +105,8 @@ class Measured:
     study's own model timed piece by piece (``microbench.bench_blocks``: ``fwd_bwd_s`` a
     whole micro-batch forward + backward, ``layer_s`` one layer's, ``embedding_s``,
     ``head_s`` (final norm, head, loss), ``optimizer_s`` (all parameters),
-    ``optimizer_layer_s`` (one layer's));
+    ``optimizer_layer_s`` (one layer's), ``step_s`` (a one-micro-batch step as the trainer
+    runs it));
     ``core_sharing``: ``{procs: factor}``, the measured slowdown of each of ``procs``
     processes sharing the host's cores (``microbench.bench_core_sharing``)."""
 
@@ -772,6 +773,18 @@ def composed_optimizer_seconds(optimizer_s: float, optimizer_layer_s: float, lay
                stage_layers * optimizer_layer_s)
 
 
+def in_step_optimizer(blk: dict) -> tuple[float, float]:
+    """(all parameters', one layer's) clipping + AdamW seconds as a step runs them, from the
+    measured blocks ``blk``: the ``step`` block (one micro-batch on cleared gradients, then the
+    optimizer and ``zero_grad``) less its micro-batch (``fwd_bwd``), i.e. the optimizer after
+    a backward rather than back to back with itself; one layer's share scaled alike. Blocks
+    measured without ``step`` keep the isolated ``optimizer`` block."""
+    if "step_s" not in blk or blk["optimizer_s"] <= 0:
+        return blk["optimizer_s"], blk["optimizer_layer_s"]
+    whole = max(blk["step_s"] - blk["fwd_bwd_s"], 0.0)
+    return whole, blk["optimizer_layer_s"] * whole / blk["optimizer_s"]
+
+
 def split_measured_slot(total_s: float, modelled: tuple) -> tuple[tuple, float]:
     """``((gemm, attention, elementwise), overhead)`` of a measured slot of ``total_s``
     seconds: the modelled arithmetic terms as they are and the rest (dispatch, autograd,
@@ -993,8 +1006,8 @@ def optimizer_step_seconds(point: Point, params: float, hw: HardwareSpec,
     clip = (collective_time("all_reduce", 4, point.n, hw.intra, measured)
             if point.train.grad_clip and sharded else 0.0)
     if blk is not None:  # measured on the model's own parameters
-        t_opt_comp = composed_optimizer_seconds(blk["optimizer_s"], blk["optimizer_layer_s"],
-                                                point.model.layers, max(layers_of))
+        t_opt_comp = composed_optimizer_seconds(*in_step_optimizer(blk), point.model.layers,
+                                                max(layers_of))
     else:
         lps = point.model.layers / pp
         t_opt_comp = optimizer_seconds(opt_params, hw, overhead_seconds(ovh, "optimizer", lps, tp),
@@ -1141,6 +1154,7 @@ __all__ = [
     "HardwareSpec", "Link", "Measured", "Prediction", "StepBreakdown", "attention_seconds",
     "block_key", "blocks_from_rows", "boundary_crosses_node", "collective_time",
     "composed_layer_seconds", "composed_optimizer_seconds", "composed_stage_seconds",
+    "in_step_optimizer",
     "core_sharing_from_rows", "core_sharing_slowdown", "cp_exchange_seconds", "cp_local",
     "dp_comm_seconds", "dp_exposed_seconds", "dp_overlap_fraction", "elementwise_bytes",
     "elementwise_seconds", "gemm_efficiency", "local_procs", "oversubscribed",
