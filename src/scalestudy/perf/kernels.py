@@ -106,7 +106,8 @@ def loss_bytes_per_logit(fusion: str, act_bytes: int) -> float:
     return 32.0 if (_check(fusion) == "eager" and act_bytes < 4) else 20.0
 
 
-#: How a framework adds each micro-batch's gradients to the step's (``Framework.grad_accumulation``).
+#: How a framework adds each micro-batch's gradients to the step's
+#: (``Framework.grad_accumulation``).
 GRAD_ACCUMULATION = ("autograd", "hp_grad_copy", "fsdp2", "fused")
 
 

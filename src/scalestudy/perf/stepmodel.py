@@ -608,8 +608,8 @@ def dp_comm_seconds(point: Point, params: float, hw: HardwareSpec,
     reduce-scatter per step and an all-gather per micro-batch; ``fsdp``: two all-gathers per
     micro-batch (forward and backward); where the framework syncs every micro-batch
     (:func:`syncs_every_micro_batch`) the other ``m - 1`` micro-batches' reduce-scatters too,
-    spread over the ``m`` micro-batches (the last one's is the step's). Ring costs (``collective_time``) on the inter-node
-    link when ``tp·dp`` exceeds a node, at ``dp_members_per_node`` × the per-device NIC share:
+    spread over the ``m`` micro-batches (the last one's is the step's). Ring costs
+    (``collective_time``) on the inter-node link when ``tp·dp`` exceeds a node, at ``dp_members_per_node`` × the per-device NIC share:
     a ring that visits a group's members on one node in a row leaves the node once, so the
     ``devices_per_node / g`` groups of a node share its NICs."""
     dp = int(point.dp)
@@ -1121,8 +1121,8 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     # study's process counts) already carry it, declared ones get it too
     cs = core_sharing_slowdown(point, hw, measured)
     ms = 1.0 if (measured is not None and measured.collectives and blk is not None) else cs
-    slots = [cs * (sum(comp[r]) + ovhs[r] + gaps[r] + accs[r]) + ms * (tps[r] + p2ps[r] + cps[r])
-             for r in range(pp)]
+    slots = [cs * (sum(comp[r]) + ovhs[r] + gaps[r] + accs[r])
+             + ms * (tps[r] + p2ps[r] + cps[r]) for r in range(pp)]
     worst = max(range(pp), key=lambda r: slots[r])
     t_pipe, t_bubble = pipeline_seconds(slots, m, v)
     t_comp = sum(comp[worst])
