@@ -65,6 +65,31 @@ def test_one_hardware_description():
     assert hardware.memory_gb("AMD EPYC 7763") is None
 
 
+def test_a_framework_inherits_what_it_does_not_state(monkeypatch):
+    """An entry naming another as ``inherits`` takes its keys, its own winning; a missing or
+    circular base is an error."""
+    table = {"base": {"fused_qkv": True, "dropout": True, "grad_accumulation": "autograd"},
+             "child": {"inherits": "base", "grad_accumulation": "hp_grad_copy"},
+             "self": {"inherits": "self"}, "orphan": {"inherits": "none"}}
+    monkeypatch.setattr(hardware, "frameworks", lambda: table)
+    fw, _ = hardware.load_framework("child")
+    assert (fw.name, fw.fused_qkv, fw.dropout, fw.grad_accumulation) == (
+        "child", True, True, "hp_grad_copy")
+    for bad in ("self", "orphan"):
+        with pytest.raises(ValueError, match="inherits"):
+            hardware.load_framework(bad)
+
+
+def test_deepspeed_precisions_are_two_descriptions():
+    """The shipped bf16 description differs from the fp16 one only where DeepSpeed's code
+    does (BF16_Optimizer: fp32 accumulation, an all-reduce of the gradients)."""
+    fp16, _ = hardware.load_framework("megatron-deepspeed")
+    bf16, _ = hardware.load_framework("megatron-deepspeed-bf16")
+    differ = {f for f in vars(fp16) if getattr(fp16, f) != getattr(bf16, f)}
+    assert differ == {"name", "grad_accumulation", "zero1_all_reduce"}
+    assert (bf16.grad_accumulation, bf16.zero1_all_reduce) == ("hp_grad_copy", True)
+
+
 def test_detect_cpu():
     from scalestudy.train.device import detect_device
 

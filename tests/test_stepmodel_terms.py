@@ -238,6 +238,88 @@ def test_dp_comm_and_exposure_by_hand():
     assert sm.dp_exposed_seconds(0.0, 2.0, 4, 1.0, 0.0, 1.5) == pytest.approx(4 * 0.5)
 
 
+def test_zero1_all_reduce_and_fsdp_sync_every_micro_batch_by_hand():
+    """DeepSpeed's BF16_Optimizer all-reduces the whole gradient (then all-gathers the
+    parameters); FSDP2 left syncing reduce-scatters every micro-batch, but not under PP."""
+    P = 1e6
+    ar, ag = 1e-5 + 1.5 * 4 * P / 1e10, 1e-5 + 0.75 * 4 * P / 1e10
+    z1 = point(dp=4, dp_mode="zero1")
+    assert sm.dp_comm_seconds(z1, P, hw_(framework=Framework(zero1_all_reduce=True)))[0] == \
+        pytest.approx(ar + ag)
+    sync = hw_(framework=Framework(fsdp_sync_every_micro_batch=True))
+    # 4 micro-batches: the last reduce-scatter is the step's, 3 more spread over the 4
+    t, t_mb, _ = sm.dp_comm_seconds(point(dp=4, m=4, dp_mode="fsdp"), P, sync)
+    assert t == pytest.approx(ag) and t_mb == pytest.approx(2 * ag + 3 / 4 * ag)
+    assert sm.dp_comm_seconds(point(dp=4, m=1, dp_mode="fsdp"), P, sync)[1] == pytest.approx(2 * ag)
+    t, t_mb, _ = sm.dp_comm_seconds(point(dp=4, pp=2, m=2, dp_mode="fsdp"), P, sync)
+    assert t == pytest.approx(ag) and t_mb == pytest.approx(2 * ag)
+    assert not sm.syncs_every_micro_batch(point(dp=4, dp_mode="zero1"), sync.framework)
+
+
+def test_grad_accumulation_by_hand():
+    """Bytes per parameter per micro-batch (first micro-batch, later ones) of each framework's
+    gradient accumulation, and its seconds at memory bandwidth."""
+    from scalestudy.perf import kernels
+
+    assert kernels.grad_accumulation_bytes("autograd", 2) == (6.0, 0.0)  # grad += new
+    assert kernels.grad_accumulation_bytes("autograd", 4) == (12.0, 0.0)
+    assert kernels.grad_accumulation_bytes("hp_grad_copy", 2) == (18.0, 18.0)  # cast + add
+    assert kernels.grad_accumulation_bytes("fsdp2", 2) == (10.0, 6.0)
+    assert kernels.grad_accumulation_bytes("fused", 2) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="grad_accumulation"):
+        kernels.grad_accumulation_bytes("magic", 2)
+    assert [kernels.accumulated_grad_bytes(m, 2) for m in kernels.GRAD_ACCUMULATION] == [2, 4, 4, 2]
+    hw = hw_(mem_bw=1e12, mem_bw_efficiency=0.5)
+    assert sm.grad_accumulation_seconds(1e9, 4, "autograd", 2, hw) == pytest.approx(3 * 6e9 / 0.5e12)
+    assert sm.grad_accumulation_seconds(1e9, 4, "hp_grad_copy", 2, hw) == pytest.approx(4 * 18e9 / 0.5e12)
+    assert sm.grad_accumulation_seconds(1e9, 4, "fsdp2", 2, hw) == pytest.approx((6 + 3 * 10) * 1e9 / 0.5e12)
+    assert sm.grad_accumulation_seconds(1e9, 1, "autograd", 2, hw) == 0.0
+    assert sm.grad_accumulation_seconds(1e9, 4, "fused", 2, hw) == 0.0
+    assert sm.grad_bytes_of(point(precision="bf16"), Framework()) == 2
+    assert sm.grad_bytes_of(point(precision="bf16"), Framework(grad_bytes=4)) == 4
+
+
+def test_grad_accumulation_in_the_step_by_hand():
+    """Each stage's slot carries its gradient accumulation, m slots of the bottleneck's: the
+    model of 8 GPT layers (12h^2 + 13h parameters each), learned positions, a final norm and
+    an untied head, h = 256, V = 1000, s = 128."""
+    h, V = 256, 1000
+    P = 8 * (12 * h * h + 13 * h) + V * h + 128 * h + 2 * h + V * h
+    hw = hw_(mem_bw=1e12, mem_bw_efficiency=0.5)
+    b = sm.predict_step_time(point(m=4, precision="bf16"), hw)  # autograd, bf16 gradients
+    assert b.grad_accum_s == pytest.approx(3 * 6 * P / 0.5e12)
+    assert b.step_time_s == pytest.approx(sum(b.terms().values()))
+    fw = Framework(grad_accumulation="hp_grad_copy")
+    c = sm.predict_step_time(point(m=4, precision="bf16"), hw_(mem_bw=1e12, mem_bw_efficiency=0.5,
+                                                               framework=fw))
+    assert c.grad_accum_s == pytest.approx(4 * 18 * P / 0.5e12)
+    assert c.micro_batch_slot_s - b.micro_batch_slot_s == pytest.approx((72 - 18) * P / 4 / 0.5e12)
+
+
+def test_tied_embedding_gradient_all_reduce_by_hand():
+    """The first and the last stage all-reduce the shared word embedding's gradient (2 ranks),
+    across nodes when the stages are on different nodes, once per step."""
+    fw = Framework(tied_grad_all_reduce=True)
+    tied = dict(MODEL, tied_embeddings=True)
+
+    def p(**kw):
+        return memory_point(tied, 2, "none", precision="bf16", **kw)
+
+    n = 1000 * 256 * 2  # vocab x hidden, bf16
+    # tp 1 x dp 8 per stage: stage 0 on node 0, stage 1 on node 1: the inter-node link
+    assert sm.tied_grad_seconds(p(dp=8, pp=2, grad_accum=2), hw_(framework=fw), 2) == \
+        pytest.approx(1e-4 + n / 1e9)
+    # dp 2: both stages on one node; fp32 gradients (BF16_Optimizer's) are twice the bytes
+    assert sm.tied_grad_seconds(p(dp=2, pp=2, grad_accum=2), hw_(framework=fw), 4) == \
+        pytest.approx(1e-5 + 2 * n / 1e10)
+    assert sm.tied_grad_seconds(p(dp=8, pp=2, grad_accum=2), hw_(), 2) == 0.0  # torch: none
+    assert sm.tied_grad_seconds(p(dp=8), hw_(framework=fw), 2) == 0.0  # one stage
+    b = sm.predict_step_time(p(dp=8, pp=2, grad_accum=2), hw_(framework=fw, mem_bw=1e30))
+    nodp = sm.predict_step_time(p(dp=8, pp=2, grad_accum=2),
+                                hw_(framework=Framework(), mem_bw=1e30))
+    assert b.dp_comm_exposed_s - nodp.dp_comm_exposed_s == pytest.approx(1e-4 + n / 1e9)
+
+
 def test_dp_overlap_fraction_rules():
     fw = Framework(dp_overlap=0.9, dp_overlap_pp=0.3)
     hw = hw_(framework=fw)

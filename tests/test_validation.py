@@ -142,6 +142,11 @@ def test_case_from_a_row_and_its_skips():
     assert v.case(row(metric="loss")).skip.startswith("metric")
     assert v.case(row(device="H100-HBM2e-500W")).system == "grand-teton-h100"
     assert v.case(row(framework="torchtitan-asynctp")).framework == "torchtitan-asynctp"
+    # DeepSpeed runs bf16 and fp16 through different optimizers: two descriptions
+    assert v.case(row(framework="megatron-deepspeed")).framework == "megatron-deepspeed-bf16"
+    assert v.case(row(framework="megatron-deepspeed", precision="fp16")).framework == \
+        "megatron-deepspeed"
+    assert v.framework_of("Megatron-LM", "bf16") == "megatron-lm"
     assert v.case(row(compile="true")).point.train.compile
 
 

@@ -187,7 +187,20 @@ class Framework:
     of ``b·s`` values, Megatron) instead of gathering them (scalestudy's trainer).
     ``fusion``: how its memory-bound kernels are fused (``scalestudy.perf.kernels``: eager,
     fused, compiled); ``dropout``: its models run dropout (attention probabilities and hidden
-    states, p > 0: Megatron-LM's defaults until 2022)."""
+    states, p > 0: Megatron-LM's defaults until 2022).
+
+    ``grad_accumulation``: how a stage adds each micro-batch's gradients to the step's
+    (``scalestudy.perf.kernels.GRAD_ACCUMULATION``: ``autograd``, ``hp_grad_copy``,
+    ``fsdp2``, ``fused``); ``grad_bytes``: the width of the gradients the backward
+    produces (None: the training precision's, i.e. 16-bit parameters; 4 where the parameters
+    stay fp32 under autocast). ``zero1_all_reduce``: its ZeRO-1 reduces the whole gradient with
+    an all-reduce (then all-gathers the updated parameters) instead of reduce-scattering it.
+    ``tied_grad_all_reduce``: with pipeline stages, the first and the last stage all-reduce
+    the gradient of the word embedding they share (tied embeddings) after the flush.
+    ``fsdp_sync_every_micro_batch``: its FSDP reduce-scatters every micro-batch's gradients
+    (FSDP2's default) instead of disabling the sync until the last one.
+    An entry of ``hardware.yaml`` may name another as ``inherits`` and state only what
+    differs."""
 
     name: str = "torch"
     fused_qkv: bool = False
@@ -204,6 +217,11 @@ class Framework:
     vocab_parallel_loss: bool = False
     fusion: str = "eager"
     dropout: bool = False
+    grad_accumulation: str = "autograd"
+    grad_bytes: int | None = None
+    zero1_all_reduce: bool = False
+    tied_grad_all_reduce: bool = False
+    fsdp_sync_every_micro_batch: bool = False
     source: str = ""
 
     @classmethod
@@ -216,14 +234,17 @@ class Framework:
                 kw[f], assume[f] = a.value, a
         for f in ("fused_qkv", "dp_exposes_one_chunk", "dp_gather_overlap", "tp_overlap_needs_sp",
                   "pp_overlap_needs_interleaving", "pp_partitioned", "vocab_parallel_loss",
-                  "dropout"):
+                  "dropout", "zero1_all_reduce", "tied_grad_all_reduce",
+                  "fsdp_sync_every_micro_batch"):
             if f in d:
                 kw[f] = bool(d[f])
-        if "pp_transfers_per_neighbour" in d:
-            kw["pp_transfers_per_neighbour"] = int(d["pp_transfers_per_neighbour"])
-        if "fusion" in d:
-            kw["fusion"] = str(d["fusion"])
-        unknown = set(d) - {"description", "source"} - {f.name for f in fields(cls)}
+        for f in ("pp_transfers_per_neighbour", "grad_bytes"):
+            if d.get(f) is not None:
+                kw[f] = int(d[f])
+        for f in ("fusion", "grad_accumulation"):
+            if f in d:
+                kw[f] = str(d[f])
+        unknown = set(d) - {"description", "source", "inherits"} - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"framework {name!r}: unknown keys {sorted(unknown)}")
         return cls(**kw), assume
@@ -239,7 +260,19 @@ def load_framework(name: str) -> tuple[Framework, dict]:
     if name not in frameworks():
         raise ValueError(f"framework {name!r}: no such entry; use one of "
                          f"{', '.join(sorted(frameworks()))}")
-    return Framework.from_dict(frameworks()[name], name)
+    return Framework.from_dict(framework_entry(name), name)
+
+
+def framework_entry(name: str) -> dict:
+    """The ``frameworks:`` entry ``name`` with what it ``inherits`` filled in (its own keys
+    win)."""
+    d = dict(frameworks()[name])
+    base = d.pop("inherits", None)
+    if base is None:
+        return d
+    if base == name or base not in frameworks():
+        raise ValueError(f"framework {name!r}: inherits {base!r}, which is not another entry")
+    return {**framework_entry(base), **d}
 
 
 #: The assumptions a system may declare, and which field of HardwareSpec each sets.

@@ -106,6 +106,49 @@ def loss_bytes_per_logit(fusion: str, act_bytes: int) -> float:
     return 32.0 if (_check(fusion) == "eager" and act_bytes < 4) else 20.0
 
 
+#: How a framework adds each micro-batch's gradients to the step's
+#: (``Framework.grad_accumulation``).
+GRAD_ACCUMULATION = ("autograd", "hp_grad_copy", "fsdp2", "fused")
+
+
+def grad_accumulation_bytes(mode: str, grad_bytes: int) -> tuple[float, float]:
+    """``(bytes moved per parameter for a micro-batch, for the first micro-batch of a step)``
+    when adding its gradients (``grad_bytes`` wide, as the backward produces them) to the
+    step's:
+
+    - ``autograd`` — PyTorch's ``AccumulateGrad`` adds the new gradient into ``param.grad`` in
+      place (``variable_grad += new_grad``: read 2, write 1 at ``grad_bytes``); the first
+      backward after ``zero_grad(set_to_none=True)`` stores its gradient as it is (0).
+    - ``hp_grad_copy`` — DeepSpeed's ``BF16_Optimizer.update_hp_grads`` after every backward:
+      ``hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype))``: the cast writes an fp32 copy (read
+      ``grad_bytes``, write 4), the add reads it and the fp32 accumulator and writes the
+      accumulator (12); the low-precision gradients are freed before each backward
+      (``clear_lp_grads``), so the first micro-batch pays too.
+    - ``fsdp2`` — FSDP2 without gradient sync keeps an fp32 copy of the unsharded gradient:
+      the first micro-batch casts into it (``to_accumulated_grad_if_needed``: read
+      ``grad_bytes``, write 4), later ones add to it (``accumulate_unsharded_grad_if_needed``:
+      ``unsharded_accumulated_grad += unsharded_param.grad``: read 4 and ``grad_bytes``, write
+      4) (torch ``distributed/fsdp/_fully_shard/_fsdp_param.py``).
+    - ``fused`` — Megatron's ``gradient_accumulation_fusion``: the weight-gradient product
+      accumulates into ``main_grad`` in its epilogue (``wgrad_gemm_accum_fp32``), inside a
+      compute-bound product: nothing extra."""
+    if mode == "autograd":
+        return 3.0 * grad_bytes, 0.0
+    if mode == "hp_grad_copy":
+        return grad_bytes + 4.0 + 12.0, grad_bytes + 4.0 + 12.0
+    if mode == "fsdp2":
+        return 4.0 + grad_bytes + 4.0, grad_bytes + 4.0
+    if mode == "fused":
+        return 0.0, 0.0
+    raise ValueError(f"grad_accumulation={mode!r}: use one of {', '.join(GRAD_ACCUMULATION)}")
+
+
+def accumulated_grad_bytes(mode: str, grad_bytes: int) -> int:
+    """Bytes per element of the gradient a step has accumulated: fp32 (4) for DeepSpeed's
+    BF16_Optimizer (``weight._hp_grad``) and FSDP2's accumulator, ``grad_bytes`` otherwise."""
+    return 4 if mode in ("hp_grad_copy", "fsdp2") else grad_bytes
+
+
 def layer_traffic(model: Model, fusion: str, tp: int = 1, sp: bool = False,
                   dropout: bool = False) -> float:
     """Elements per token one layer's memory-bound kernels move, forward + backward."""

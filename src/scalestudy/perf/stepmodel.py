@@ -22,6 +22,9 @@ Terms (seconds per step; ``docs/performance-model.md`` has the full table with s
   ``Q Kᵀ`` / ``A V`` products at GEMM rates.
 - ``elementwise_s`` — memory-bound kernels (norms, residual adds, activation, loss) at the
   device's bandwidth (``elementwise_bytes`` / ``elementwise_seconds``).
+- ``grad_accum_s`` — adding each micro-batch's gradients to the step's, memory-bound, as the
+  framework does it (``grad_accumulation_seconds``: PyTorch's in-place ``AccumulateGrad``,
+  DeepSpeed's BF16_Optimizer fp32 copy, or fused into the weight-gradient product).
 - ``overhead_s`` — framework overhead per micro-batch (measured on a CPU host; 0 on GPUs).
 - ``tp_comm_s`` — exposed tensor-parallel collectives (``tp_collective_seconds``), minus the
   framework's declared overlap.
@@ -30,7 +33,8 @@ Terms (seconds per step; ``docs/performance-model.md`` has the full table with s
 - ``pp_bubble_s`` — the pipeline fill and drain (``pipeline_seconds``): the other stages'
   micro-batch slots, divided by ``v``.
 - ``dp_comm_exposed_s`` — the data-parallel gradient traffic left after the framework's
-  overlap (``dp_comm_seconds`` / ``dp_exposed_seconds``).
+  overlap (``dp_comm_seconds`` / ``dp_exposed_seconds``), and before it the tied embedding's
+  gradient all-reduce between the first and the last pipeline stage (``tied_grad_seconds``).
 - ``optimizer_s`` — AdamW over the optimizer shard at memory bandwidth, plus clipping
   (``optimizer_seconds``).
 
@@ -599,10 +603,14 @@ def dp_comm_seconds(point: Point, params: float, hw: HardwareSpec,
     """``(per_step_s, per_micro_batch_s, link)`` of the data-parallel gradient traffic of a
     device holding ``params`` parameters (gradients at the activation width: 2 bytes in
     bf16/fp16). ``ddp``: one all-reduce; ``zero1``: reduce-scatter of the gradients and
-    all-gather of the updated weights (same volume, Rajbhandari et al. 2020); ``fsdp_grad_op``:
+    all-gather of the updated weights (same volume, Rajbhandari et al. 2020), or an all-reduce
+    of the gradients and the all-gather where the framework reduces so
+    (``Framework.zero1_all_reduce``: DeepSpeed's BF16_Optimizer); ``fsdp_grad_op``:
     reduce-scatter per step and an all-gather per micro-batch; ``fsdp``: two all-gathers per
-    micro-batch (forward and backward). Ring costs (``collective_time``) on the inter-node
-    link when ``tp·dp`` exceeds a node, at ``dp_members_per_node`` × the per-device NIC share:
+    micro-batch (forward and backward); where the framework syncs every micro-batch
+    (:func:`syncs_every_micro_batch`) the other ``m - 1`` micro-batches' reduce-scatters too,
+    spread over the ``m`` micro-batches (the last one's is the step's). Ring costs
+    (``collective_time``) on the inter-node link when ``tp·dp`` exceeds a node, at ``dp_members_per_node`` × the per-device NIC share:
     a ring that visits a group's members on one node in a row leaves the node once, so the
     ``devices_per_node / g`` groups of a node share its NICs."""
     dp = int(point.dp)
@@ -622,9 +630,13 @@ def dp_comm_seconds(point: Point, params: float, hw: HardwareSpec,
     rs = collective_time("reduce_scatter", nbytes, dp, link, meas, adj)
     ag = collective_time("all_gather", nbytes, dp, link, meas, adj)
     if mode == DPMode.ZERO1:
+        if hw.framework.zero1_all_reduce:
+            rs = collective_time("all_reduce", nbytes, dp, link, meas, adj)
         return rs + ag, 0.0, ("inter" if inter else "intra")
     gathers = 2 if mode == DPMode.FSDP else 1
-    return rs, gathers * ag, ("inter" if inter else "intra")
+    m = max(1, int(point.grad_accum))
+    early = rs * (m - 1) / m if syncs_every_micro_batch(point, hw.framework) else 0.0
+    return rs, gathers * ag + early, ("inter" if inter else "intra")
 
 
 def dp_members_per_node(point: Point, devices_per_node: int) -> int:
@@ -655,6 +667,59 @@ def dp_exposed_seconds(per_step: float, per_micro_batch: float, micro_batches: i
     if chunks and overlap > 0:
         step = max(step, per_step / chunks)
     return step + micro_batches * max(0.0, per_micro_batch - overlap * compute_s)
+
+
+def grad_bytes_of(point: Point, fw: Framework) -> int:
+    """Bytes per element of the gradients the backward produces under ``fw``: its
+    ``grad_bytes`` where it states one (parameters kept in fp32 under autocast), else the
+    training precision's width (16-bit parameters, 4 in fp32)."""
+    return fw.grad_bytes or ACT_BYTES[DType(point.train.precision) != DType.FP32]
+
+
+def grad_accumulation_seconds(params: float, micro_batches: int, mode: str, grad_bytes: int,
+                              hw: HardwareSpec, measured: Measured | None = None) -> float:
+    """Seconds per step a stage holding ``params`` parameters spends adding each
+    micro-batch's gradients to the step's, memory-bound (:func:`elementwise_seconds`): the
+    bytes per parameter of ``kernels.grad_accumulation_bytes(mode, grad_bytes)`` for the first
+    micro-batch and for each of the other ``micro_batches - 1``. It runs after (or inside)
+    each backward on the stage's stream: on its micro-batch slot."""
+    per, first = kernels.grad_accumulation_bytes(mode, grad_bytes)
+    nbytes = (first + per * max(0, micro_batches - 1)) * params
+    return elementwise_seconds(nbytes, hw, measured) if nbytes else 0.0
+
+
+def syncs_every_micro_batch(point: Point, fw: Framework) -> bool:
+    """Whether the point's sharded data parallelism reduce-scatters every micro-batch's
+    gradients (FSDP2's default, kept by frameworks that never disable the sync,
+    ``Framework.fsdp_sync_every_micro_batch``) rather than accumulating them unsharded; not
+    under pipeline stages, whose schedule disables the sync until the last backward
+    (``torch.distributed.pipelining`` ``backward_maybe_with_nosync``)."""
+    return (fw.fsdp_sync_every_micro_batch and point.pp == 1
+            and point.parallel.dp_mode in (DPMode.FSDP, DPMode.FSDP_GRAD_OP))
+
+
+def tied_grad_seconds(point: Point, hw: HardwareSpec, grad_bytes: int,
+                      measured: Measured | None = None) -> float:
+    """Seconds of the tied word embedding's gradient all-reduce between the first and the last
+    pipeline stage (each holds a copy): ``vocab · hidden / tp`` elements of ``grad_bytes``
+    among 2 ranks, once per step after the flush and before the data-parallel reduction, not
+    overlapped (DeepSpeed's ``ReduceTiedGrads``: ``dist.all_reduce(weight._hp_grad or
+    weight.grad, group)``; Megatron-LM: ``all_reduce(word_embeddings_weight.grad,
+    group=mpu.get_embedding_group())``). Every device of the first stage exchanges with its
+    peer ``(pp - 1)·tp·dp`` ranks further on, across nodes when the two are on different nodes
+    (ranks laid out tp, then dp, then pp). 0 without pipeline stages, tied embeddings or a
+    framework that does it (``Framework.tied_grad_all_reduce``)."""
+    model, pp = point.model, point.pp
+    if pp <= 1 or not model.tied_embeddings or not hw.framework.tied_grad_all_reduce:
+        return 0.0
+    k = point.tp * int(point.dp)
+    far = (pp - 1) * k
+    cross = hw.inter is not None and any(
+        node_of(x, hw.devices_per_node) != node_of(x + far, hw.devices_per_node)
+        for x in range(k))
+    nbytes = model.vocab * model.hidden / point.tp * grad_bytes
+    return collective_time("all_reduce", nbytes, 2, hw.inter if cross else hw.intra,
+                           None if cross else measured, adjacent=far == 1)
 
 
 # --- per-step terms -------------------------------------------------------------------------
@@ -807,8 +872,8 @@ class StepBreakdown:
 
     #: the terms, in the order a stacked bar shows them
     TERMS: ClassVar[tuple[str, ...]] = (
-        "gemm_s", "attention_s", "elementwise_s", "overhead_s", "tp_comm_s", "pp_p2p_s",
-        "pp_bubble_s", "dp_comm_exposed_s", "optimizer_s", "cp_comm_s")
+        "gemm_s", "attention_s", "elementwise_s", "grad_accum_s", "overhead_s", "tp_comm_s",
+        "pp_p2p_s", "pp_bubble_s", "dp_comm_exposed_s", "optimizer_s", "cp_comm_s")
 
     step_time_s: float
     gemm_s: float
@@ -821,7 +886,8 @@ class StepBreakdown:
     dp_comm_exposed_s: float
     optimizer_s: float
     cp_comm_s: float = 0.0  # context parallelism's K/V exchange (exposed)
-    dp_comm_s: float = 0.0  # the DP traffic before overlap
+    grad_accum_s: float = 0.0  # adding each micro-batch's gradients (memory-bound)
+    dp_comm_s: float = 0.0  # the DP traffic (and the tied embedding's) before overlap
     bubble_fraction: float = 0.0  # bubble / (m slots of the bottleneck stage)
     micro_batch_slot_s: float = 0.0
     bottleneck_stage: int = 0
@@ -1057,22 +1123,33 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
            for r in range(pp)]
     p2ps = [p2p_seconds(point, r, hw, measured) for r in range(pp)]
     cps = [(layers_of[r] + ckpts[r] / 2) * t_cp for r in range(pp)]  # recompute: 1 all-gather
+    stage_p = [memory.stage_params(model, tp, pp, r, layers_of[r]) for r in range(pp)]
+    # gradient accumulation, per micro-batch on each stage (the measured blocks include it;
+    # a shard synced every micro-batch adds dp times fewer parameters: not counted)
+    gbytes = grad_bytes_of(point, fw)
+    local = blk is None and not syncs_every_micro_batch(point, fw)  # else reduce-scattered
+    accs = [grad_accumulation_seconds(stage_p[r], m, fw.grad_accumulation, gbytes, hw,
+                                      measured) / m if local else 0.0 for r in range(pp)]
     # core sharing slows the computing phases; measured collectives (timed with the
     # study's process counts) already carry it, declared ones get it too
     cs = core_sharing_slowdown(point, hw, measured)
     ms = 1.0 if (measured is not None and measured.collectives and blk is not None) else cs
-    slots = [cs * (sum(comp[r]) + ovhs[r] + gaps[r]) + ms * (tps[r] + p2ps[r] + cps[r])
-             for r in range(pp)]
+    slots = [cs * (sum(comp[r]) + ovhs[r] + gaps[r] + accs[r])
+             + ms * (tps[r] + p2ps[r] + cps[r]) for r in range(pp)]
     worst = max(range(pp), key=lambda r: slots[r])
     t_pipe, t_bubble = pipeline_seconds(slots, m, v)
     t_comp = sum(comp[worst])
     t_bwd_mb = t_comp * 2 / 3  # backward of one micro-batch (no recompute share)
 
-    # data parallelism: the stage with the most parameters reduces last
-    params = max(memory.stage_params(model, tp, pp, r, layers_of[r]) for r in range(pp))
+    # data parallelism: the stage with the most parameters reduces last; before it, the
+    # first and the last stage all-reduce their tied embedding's gradient
+    params = max(stage_p)
     t_dp_step, t_dp_mb, dp_link = dp_comm_seconds(point, params, hw, measured)
     ov = dp_overlap_fraction(point, hw, dp_overlap)
-    t_dp_exposed = dp_step_exposed_seconds(point, hw, t_dp_step, t_dp_mb, ov, t_bwd_mb, t_comp)
+    t_tied = tied_grad_seconds(point, hw, kernels.accumulated_grad_bytes(
+        fw.grad_accumulation, gbytes), measured)
+    t_dp_exposed = t_tied + dp_step_exposed_seconds(point, hw, t_dp_step, t_dp_mb, ov,
+                                                    t_bwd_mb, t_comp)
 
     # optimizer on its shard; clipping reduces the squared norm of sharded gradients
     t_opt_comp, clip = optimizer_step_seconds(point, params, hw, measured, blk, ovh, layers_of)
@@ -1101,7 +1178,8 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
         dp_comm_exposed_s=t_dp_exposed * ms,
         optimizer_s=t_opt,
         cp_comm_s=m * cps[worst] * ms,
-        dp_comm_s=(t_dp_step + m * t_dp_mb) * ms,
+        grad_accum_s=m * accs[worst] * slow,
+        dp_comm_s=(t_tied + t_dp_step + m * t_dp_mb) * ms,
         bubble_fraction=t_bubble / (m * slots[worst]),
         micro_batch_slot_s=slots[worst],
         bottleneck_stage=worst,
@@ -1157,7 +1235,8 @@ __all__ = [
     "in_step_optimizer",
     "core_sharing_from_rows", "core_sharing_slowdown", "cp_exchange_seconds", "cp_local",
     "dp_comm_seconds", "dp_exposed_seconds", "dp_overlap_fraction", "elementwise_bytes",
-    "elementwise_seconds", "gemm_efficiency", "local_procs", "oversubscribed",
+    "elementwise_seconds", "gemm_efficiency", "grad_accumulation_seconds", "grad_bytes_of",
+    "local_procs", "oversubscribed", "syncs_every_micro_batch", "tied_grad_seconds",
     "sharing_factor", "split_measured_slot",
     "gemm_seconds", "gemm_shapes", "layer_gemms", "optimizer_seconds", "p2p_seconds",
     "pipeline_seconds", "predict_range", "predict_step_time", "presets", "product_seconds",

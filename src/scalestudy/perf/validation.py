@@ -60,6 +60,10 @@ FRAMEWORK_OF = (("megatron-deepspeed", "megatron-deepspeed"),
                 ("torchtitan-asynctp", "torchtitan-asynctp"), ("torchtitan", "torchtitan"),
                 ("meta-internal", "megatron-core"),
                 ("deepspeed", "megatron-deepspeed"))
+#: A framework description per training precision where the framework runs each through
+#: different code: DeepSpeed takes bf16 through its BF16_Optimizer and fp16 through its ZeRO
+#: optimizer (``hardware.yaml``: ``megatron-deepspeed-bf16``, ``megatron-deepspeed``).
+FRAMEWORK_OF_PRECISION = {("megatron-deepspeed", "bf16"): "megatron-deepspeed-bf16"}
 #: A table's recompute mode -> the point's (``config.vocab.Checkpointing``). "selective" is
 #: Megatron's (the attention core only, Korthikanti et al. 2022) except under torchtitan,
 #: whose layer-selective checkpointing re-runs every other block and whose op-selective one
@@ -112,12 +116,12 @@ def _flag(x) -> bool:
     return str(x).strip().lower() in ("true", "1", "yes")
 
 
-def framework_of(name: str) -> str:
-    """The framework description for a table's framework column."""
+def framework_of(name: str, precision: str = "") -> str:
+    """The framework description for a table's framework column and precision."""
     low = str(name).lower()
     for prefix, fw in FRAMEWORK_OF:
         if low.startswith(prefix):
-            return fw
+            return FRAMEWORK_OF_PRECISION.get((fw, str(precision).lower()), fw)
     raise ValueError(f"framework {name!r}: no framework description maps to it")
 
 
@@ -174,7 +178,7 @@ def case(r) -> Case:
     if missing:
         return Case(**base, skip=f"the table does not give {', '.join(missing)}")
     try:
-        fw = framework_of(r["framework"])
+        fw = framework_of(r["framework"], r["precision"])
     except ValueError as e:
         return Case(**base, skip=str(e))
     llama = str(r["arch"]).lower() == "llama"
@@ -197,8 +201,8 @@ def case(r) -> Case:
                           sequence_parallel=_flag(r["sequence_parallel"]) and tp > 1,
                           virtual_stages=vp if pp > 1 else 1,
                           # DeepSpeed's PipelineModule partitions by parameters by default
-                          pp_partition=("parameters" if fw == "megatron-deepspeed" and pp > 1
-                                        else "uniform"),
+                          pp_partition=("parameters" if fw.startswith("megatron-deepspeed")
+                                        and pp > 1 else "uniform"),
                           pp_schedule="interleaved1f1b" if (pp > 1 and vp > 1) else "1f1b"),
         train=Train(precision="bf16", compile=_flag(r.get("compile", OPTIONAL["compile"]))),
         platform=Platform(device="cuda", hardware=str(r["device"]), devices_per_node=8),

@@ -58,9 +58,9 @@ from scalestudy.report import style as fstyle  # noqa: E402
 #: Breakdown terms in stacked-bar order, with their legend labels.
 TERM_LABELS = {
     "gemm_s": "GEMMs", "attention_s": "attention", "elementwise_s": "memory-bound kernels",
-    "overhead_s": "framework overhead", "tp_comm_s": "TP comm (exposed)",
+    "grad_accum_s": "gradient accumulation", "overhead_s": "framework overhead", "tp_comm_s": "TP comm (exposed)",
     "pp_p2p_s": "PP p2p (exposed)", "pp_bubble_s": "pipeline bubble",
-    "dp_comm_exposed_s": "DP comm (exposed)", "optimizer_s": "optimizer",
+    "dp_comm_exposed_s": "DP and tied-embedding comm (exposed)", "optimizer_s": "optimizer",
     "cp_comm_s": "CP K/V exchange (exposed)",
     "eval_s": "evaluation (in the logged time)",
 }
