@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[test]"
 	touch $@
 
-# The foreign trainers tests/test_foreign.py sweeps live (the `foreign` extra: torchtitan,
+# The foreign trainers tests/integration/test_foreign.py sweeps live (the `foreign` extra: torchtitan,
 # DeepSpeed), installed with the torch pin so pip can never swap the CPU torch for another
 # build (it fails instead), then checked; DeepSpeed's CPU communication op is compiled here,
 # once, not inside a timed test.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install scalestudy as a user does, into a fresh venv that borrows nothing: the CPU torch pin
 # first (the order of docs/getting-started.md), then the package from this checkout with its
-# declared dependencies resolved by pip. Used by tests/test_install.py, and by .ci/run before the suite
+# declared dependencies resolved by pip. Used by tests/integration/test_install.py, and by .ci/run before the suite
 # (so that pip's download and resolution is not timed with the tests).
 #   scripts/fresh-install.sh VENV [CHECKOUT]
 set -euo pipefail

@@ -3,7 +3,7 @@ Hugging Face ``tokenizer.json`` folder (a byte-level BPE trained with the ``toke
 package on the generated text) and a JSONL dataset of ``{"text": ...}`` lines (seeded
 pseudo-words), as torchtitan 0.2.x reads them (``--model.hf_assets_path``,
 ``--training.dataset c4_test --training.dataset_path``). Also the study of a torchtitan sweep
-on CPU processes through ``tests/titan_cpu.py`` (shared by tests/test_foreign.py and
+on CPU processes through ``tests/titan_cpu.py`` (shared by tests/integration/test_foreign.py and
 ``benchmarks/foreign.py``)."""
 
 from __future__ import annotations

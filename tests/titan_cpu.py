@@ -1,5 +1,5 @@
 """Run torchtitan's own trainer (``python -m torchtitan.train``, release 0.2.2) on CPU
-processes with gloo: what tests/test_foreign.py sweeps as a command workload.
+processes with gloo: what tests/integration/test_foreign.py sweeps as a command workload.
 
 torchtitan 0.2.x has no device option and no CPU path as shipped. This launcher changes only
 device selection and the reduce op, before torchtitan is imported, then runs its ``train``

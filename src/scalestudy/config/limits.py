@@ -4,7 +4,7 @@ A study file may come from someone else: it is read with libyaml's safe loader, 
 constructor that builds objects, and within these bounds, so that no file (binary, deeply
 nested, an alias bomb, gigabytes of device counts) can make ``scalestudy plan`` hang, run out
 of memory or print a traceback. The schema (``workflow/schemas/study.schema.yaml``) states the
-per-field maxima below as ``maximum``/``maxItems`` (``tests/test_hostile.py`` checks they agree).
+per-field maxima below as ``maximum``/``maxItems`` (``tests/unit/test_hostile.py`` checks they agree).
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ and V of one layer), Megatron's distribution of checkpointed inputs over the TP 
 (``--distribute-checkpointed-activations``; the estimate errs high there). ``fits`` leaves
 headroom for them (the planner: 10% of the device's memory).
 
-Checked against published layouts (``data/published_layouts.csv``, ``tests/test_memory.py``):
+Checked against published layouts (``data/published_layouts.csv``, ``tests/unit/test_memory.py``):
 OPT-175B (992 A100 80GB), BLOOM-176B (384 A100 80GB, 5/6 x 10/5 layers on 12 stages), Llama 3
 405B at 8K tokens (8,192 and 16,384 H100 80GB, no checkpointing, 7/8 x 14/7 layers on 16
 stages) and at 128K with CP 16, Korthikanti et al.'s 175B with sequence parallelism and

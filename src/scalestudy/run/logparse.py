@@ -35,7 +35,7 @@ point's ``train.warmup_steps``) is warm-up. Several ranks logging the same step:
 rank's line is kept. Log every step (interval 1) for per-step samples.
 
 Shipped presets (``metrics: megatron`` / ``metrics: torchtitan``), each tested on real log
-lines (``tests/test_logparse.py`` names the sources):
+lines (``tests/unit/test_logparse.py`` names the sources):
 
 - :data:`MEGATRON` reads Megatron-LM's ``training_log`` line (``megatron/training.py``,
   ``megatron/training/training.py`` from core_v0.6.0), every version from 23.04 (and v2.6)
@@ -55,7 +55,7 @@ lines (``tests/test_logparse.py`` names the sources):
   ``Trainer is initialized with local batch size B, global batch size G, gradient accumulation
   steps A, sequence length S, total steps T (warmup W)`` (v0.2.x; 0.3.0 prints it alike)
   gives the global batch, the sequence length and the step count. Run live in CI: v0.2.2 on
-  CPU processes (``tests/test_foreign.py``); v0.3.x cannot train on a CPU (its attention has
+  CPU processes (``tests/integration/test_foreign.py``); v0.3.x cannot train on a CPU (its attention has
   no CPU backward).
 """
 

@@ -13,7 +13,7 @@ from scalestudy.config.sitepolicy import REDACTED, SECRETS_ENV, SiteError
 from scalestudy.config.study import StudyError
 from scalestudy.run.workflow import workflow_setup
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STUDY = str(REPO / "workflow" / "config" / "default.yaml")
 SECRET = "s3cr3t-value"
 

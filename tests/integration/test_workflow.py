@@ -71,7 +71,7 @@ def test_every_output_exists_and_is_consistent(tiny_study_run):
     assert (out / "predict" / "predict_vs_measured.png").stat().st_size > 0
     summary_md = (out / "summary.md").read_text()
     assert "| weak |" in summary_md and "efficiency" in summary_md
-    # paper and report exports (tests/test_exports.py, test_report_browser.py check them)
+    # paper and report exports (tests/unit/test_exports.py, test_report_browser.py check them)
     assert "\\toprule" in (out / "summary.tex").read_text()
     assert 'id="scalestudy-front"' in (out / "report" / "front.html").read_text()
 
@@ -84,7 +84,7 @@ def test_rerun_is_a_noop(tiny_study_run):
 
 
 def test_report_html(tiny_report):
-    # made once per session (conftest); tests/test_report_browser.py opens it in Chromium
+    # made once per session (conftest); tests/integration/test_report_browser.py opens it in Chromium
     assert tiny_report.stat().st_size > 10_000
 
 

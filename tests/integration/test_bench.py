@@ -19,7 +19,7 @@ from benchmarks import __main__ as bench
 from benchmarks import figure, gpu, harness, predict, scale, trainer
 from scalestudy.config.point import Point
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIGURE_KEYS = {"benchmark", "figure", "value", "unit", "target", "op", "met", "note"}
 
 

@@ -17,7 +17,7 @@ from scalestudy.config.point import Model, Point, identify
 from scalestudy.config.sitepolicy import REDACTED, SECRETS_ENV, SiteError
 from scalestudy.run import launch, slurm
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("name, ok", [

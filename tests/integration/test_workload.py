@@ -21,7 +21,7 @@ from scalestudy.config import template as tmpl
 from scalestudy.config.template import TemplateError, expand
 from scalestudy.run import launch, workload
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAKE = str(ROOT / "tests" / "fake_trainer.py")
 
 STUDY = {

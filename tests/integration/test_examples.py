@@ -15,7 +15,7 @@ import pytest
 
 from scalestudy.cli import snakemake_argv
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FSDP_STUDY = ROOT / "examples" / "fsdp_llama" / "study.yaml"
 BYO_STUDY = ROOT / "examples" / "megatron_torchtitan" / "study.yaml"
 TITAN_V03_STUDY = ROOT / "examples" / "torchtitan_v03" / "study.yaml"

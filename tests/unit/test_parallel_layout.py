@@ -20,7 +20,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scalestudy.config.point import Model, Parallel, Point, PointError  # noqa: E402
 from scalestudy.config.study import validate  # noqa: E402

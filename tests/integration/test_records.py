@@ -31,7 +31,7 @@ from scalestudy.record.read import RecordError
 from scalestudy.record.states import RunState
 from scalestudy.report import status as st
 
-CORPUS = Path(__file__).parent / "damaged_records"
+CORPUS = Path(__file__).parents[1] / "damaged_records"
 CASES = sorted(p.name for p in CORPUS.iterdir() if (p / "verdict.json").is_file())
 #: runs.csv / efficiency.csv columns that are times, rates or ratios: > 0 and finite, or empty
 POSITIVE = ("step_time_median_s", "step_time_q25_s", "step_time_q75_s", "step_time_ci_lo_s",

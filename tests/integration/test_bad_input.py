@@ -12,7 +12,7 @@ import pytest
 
 from scalestudy import cli
 
-CASES = sorted((Path(__file__).parent / "bad_studies").glob("*.yaml"))
+CASES = sorted((Path(__file__).parents[1] / "bad_studies").glob("*.yaml"))
 
 
 def _expected(path: Path) -> str:
@@ -46,7 +46,7 @@ def test_bad_study_is_refused_with_one_clear_line(path, command, tmp_path, capsy
 
 @pytest.mark.parametrize("name", ["yaml_syntax", "n_not_divisible_by_tp"])
 def test_the_installed_command_exits_2(name, tmp_path):
-    path = Path(__file__).parent / "bad_studies" / f"{name}.yaml"
+    path = Path(__file__).parents[1] / "bad_studies" / f"{name}.yaml"
     r = subprocess.run([sys.executable, "-m", "scalestudy.cli", "run", str(path), "--results",
                         str(tmp_path / "results")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2

@@ -11,7 +11,7 @@ import pytest
 
 from scalestudy.measure import microbench
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_matmul_csv_and_plot(tmp_path):

@@ -27,7 +27,7 @@ import yaml
 
 from scalestudy.run import launch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "slurm-local.sh"
 CI_PROFILE = REPO / "workflow" / "profiles" / "slurm-ci"
 START_TIMEOUT_S = 120

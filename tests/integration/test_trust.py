@@ -26,9 +26,9 @@ from scalestudy.record import io
 from scalestudy.record.read import RecordError
 from scalestudy.run import guard, runner
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).parent))
-from test_aggregate import make_study  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from synthetic_study import make_study
 from test_faults import fake_launch  # noqa: E402,F401 - the fixture: torchrun replaced by python -c
 
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scalestudy.config.point import Model, Point  # noqa: E402
 from scalestudy.measure.microbench import memory_point  # noqa: E402

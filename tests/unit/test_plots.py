@@ -5,7 +5,7 @@ import pytest
 
 from scalestudy.report.summary import aggregate_study
 from scalestudy.report import plots
-from test_aggregate import make_study
+from synthetic_study import make_study
 
 EXPECTED = {f"{f}.{e}" for f in plots.FIGURES for e in ("png", "pdf", "csv")}
 

@@ -36,7 +36,7 @@ from scalestudy.config.point import Point
 from scalestudy.config.study import load_study
 from scalestudy.plan.planner import plan_points
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT = (REPO / "workflow" / "config" / "default.yaml").read_text()
 SEED = 20261201
 CASES = 600

@@ -34,7 +34,7 @@ from scalestudy.paths import profile
 from conftest import trained
 from foreign_assets import DEBUGMODEL, titan_command, write_assets
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DS_TRAIN = ROOT / "tests" / "ds_train.py"
 NEEDED = ("torchtitan", "triton", "deepspeed")
 STEPS, WARMUP = 4, 1

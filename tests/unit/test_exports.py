@@ -15,7 +15,7 @@ from scalestudy.report.summary import aggregate_study
 from scalestudy.config.study import StudyError, validate
 from scalestudy.config.vocab import FigureStyle
 from scalestudy.report import plots, style, summary
-from test_aggregate import make_study
+from synthetic_study import make_study
 
 matplotlib.use("Agg")
 

@@ -1,8 +1,8 @@
 """The Llama-style built-in model and its configuration: the model block's rules, RoPE as
 Meta writes it, the grouped-query TP rule, the Llama 3 presets (scalestudy.config.presets,
 workflow/config/llama3.yaml, tune), and that the new fields leave existing point ids alone.
-(Parity across layouts: tests/parity_worker.py; FLOPs and parameters: tests/test_flops.py;
-memory: tests/test_memory.py.)"""
+(Parity across layouts: tests/parity_worker.py; FLOPs and parameters: tests/unit/test_flops.py;
+memory: tests/unit/test_memory.py.)"""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from scalestudy.config.presets import LLAMA3, LLAMA3_PARAMS
 from scalestudy.plan import constraints
 from scalestudy.plan.planner import plan_points
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_arch_sets_the_defaults():

@@ -32,8 +32,8 @@ from scalestudy.record.states import RunState
 from scalestudy.run import guard, outcome, runner
 from scalestudy.train import hooks
 
-REPO = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[1]
 
 # --------------------------------------------------------------------------------------------
 # Real log snippets, produced by this repo's trainer under torchrun (gloo, torch 2.13 CPU) with

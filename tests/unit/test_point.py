@@ -14,7 +14,7 @@ from scalestudy.config.study import load_study, schema, validate
 from scalestudy.plan.planner import plan_points
 
 
-DEFAULT_STUDY = Path(__file__).resolve().parents[1] / "workflow" / "config" / "default.yaml"
+DEFAULT_STUDY = Path(__file__).resolve().parents[2] / "workflow" / "config" / "default.yaml"
 
 
 @pytest.fixture(scope="module")

@@ -100,7 +100,7 @@ def test_study_points_and_residuals(tmp_path):
     """A study's own points: predicted on cpu-local, set against a runs.csv."""
     from pathlib import Path
 
-    study = Path(__file__).resolve().parents[1] / "workflow" / "config" / "default.yaml"
+    study = Path(__file__).resolve().parents[2] / "workflow" / "config" / "default.yaml"
     out = tmp_path / "out"
     assert predict_cli.main([str(study), "--results", str(tmp_path), "--out", str(out)]) == 0
     pred = pd.read_csv(out / "study_predictions.csv")
