@@ -125,7 +125,7 @@ def test_a_large_study_parses(tmp_path):
         + "# padding\n" * 380_000
     path = write(tmp_path, text)
     assert 5.5e6 < path.stat().st_size < limits.MAX_FILE_BYTES
-    assert load_study(path)["name"] == "s"
+    assert load_study(path).name == "s"
 
 
 def test_read_text_and_parse_are_usable_alone(tmp_path):
@@ -354,7 +354,7 @@ def test_studies_written_from_python_have_no_aliases(tmp_path):
     from scalestudy.config.study import dump_study
     path = write(tmp_path, dump_study(doc))
     assert "&" not in path.read_text()
-    assert [s["gpus"] for s in load_study(path)["series"]] == [[1, 2], [1, 2]]
+    assert [s.gpus for s in load_study(path).series] == [(1, 2), (1, 2)]
 
 
 def test_unique_items_keeps_json_equality():

@@ -29,9 +29,10 @@ import re
 from collections.abc import Mapping as AbcMapping
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Mapping
 
 from scalestudy.config import limits
+from scalestudy.config.site import Site
 from scalestudy.config.sitepolicy import is_secret
 from scalestudy.config.vocab import (
     TRAIN_PRECISIONS, Arch, AttentionKernel, Checkpointing, Device, DPMode, DType,
@@ -316,10 +317,17 @@ class Platform:
     timeout_s: float = 900  # watchdog on the whole point
     collective_timeout_s: float = 120  # process-group timeout
     memory_limit_mb: int | None = None  # CPU only: RLIMIT_AS per training process (MiB)
-    site: Mapping[str, Any] = field(default_factory=dict)  # Slurm specifics (run.slurm)
+    site: Site = field(default_factory=Site)  # Slurm specifics (a mapping is resolved: Site)
 
     def __post_init__(self):
         _coerce(self, "device", Device)
+        if isinstance(self.site, AbcMapping):  # the JSON form (point.json) or a study's mapping
+            try:
+                object.__setattr__(self, "site", Site.resolve(self.site))
+            except ValueError as e:
+                raise PointError(f"platform.{e}") from None
+        elif not isinstance(self.site, Site):
+            raise PointError(f"platform.site: {_short(self.site)} is not allowed (an object)")
         _check(self)
 
 
@@ -395,6 +403,18 @@ class Workload:
                    patterns=patterns, flops_per_token=spec.get("flops_per_token",
                                                                FlopsSource.SHAPE),
                    cwd=spec.get("cwd"))
+
+    def to_study(self):
+        """The study's ``workload:`` entry of this workload (:meth:`from_study`'s inverse, with
+        ``metrics`` and ``flops_per_token`` stated)."""
+        if not self.is_command:
+            return str(self.kind)
+        metrics = {"log": dict(self.patterns)} if self.metrics == MetricsFormat.LOG else self.metrics
+        spec = {"command": list(self.command), "metrics": metrics,
+                "flops_per_token": self.flops_per_token}
+        if self.cwd is not None:
+            spec["cwd"] = self.cwd
+        return spec
 
 
 @dataclass(frozen=True)
@@ -547,10 +567,7 @@ class Point:
         """The ``point.json`` object (derived batch figures included for readers)."""
         out = {"schema_version": SCHEMA_VERSION}
         for f in fields(self):
-            value = getattr(self, f.name)
-            if dataclasses.is_dataclass(value):
-                value = {g.name: _plain(getattr(value, g.name)) for g in fields(value)}
-            out[f.name] = _plain(value)
+            out[f.name] = json_value(getattr(self, f.name))
         out.update(seq_len=self.seq_len, tokens_per_step=self.tokens_per_step,
                    tokens_per_device_step=self.tokens_per_device_step)
         return out
@@ -606,7 +623,11 @@ def _sub(cls, value, where: str):
     return cls(**value)
 
 
-def _plain(value):
+def json_value(value):
+    """``value`` as JSON holds it: a dataclass as an object of its fields, a tuple as a list,
+    a mapping as a dict (enum members are text already)."""
+    if dataclasses.is_dataclass(value):
+        return {g.name: json_value(getattr(value, g.name)) for g in fields(value)}
     if isinstance(value, tuple):
         return list(value)
     if isinstance(value, (dict, AbcMapping)):  # not typing.Mapping: 10x slower isinstance
@@ -631,18 +652,18 @@ UNHASHED = ("study", "series", "repeat", "baseline_n", "feasible", "reason", "me
             "flops_convention", "references", "retries", "config_hash", "point_id")
 
 
-def measured_site(site: Mapping, cpu: bool = False) -> dict:
+def measured_site(site: Site, cpu: bool = False) -> dict:
     """The :data:`HASHED_SITE` settings of a ``platform.site`` that are set; a secret-looking
     environment variable contributes its name only (its value, redacted in records, never
     enters the hash). ``cpu``: a CPU point, whose unset ``cpus_per_proc`` means 1 (so 1 is
     the same point as unset)."""
     out = {}
     for k in HASHED_SITE:
-        v = site.get(k) if isinstance(site, AbcMapping) else None
-        if v in (None, "", [], {}, False) or (cpu and k == "cpus_per_proc" and v == 1):
+        v = getattr(site, k)
+        if v in (None, "", {}, False) or (cpu and k == "cpus_per_proc" and v == 1):
             continue
-        if k == "env" and isinstance(v, AbcMapping):
-            v = {str(n): ("<secret>" if is_secret(n) else str(x)) for n, x in v.items()}
+        if k == "env":
+            v = {n: ("<secret>" if is_secret(n) else x) for n, x in v.items()}
         out[k] = v
     return out
 
@@ -655,11 +676,10 @@ def config_hash(point: Point) -> str:
     doc = point.to_json()
     for key in UNHASHED + ("schema_version",):
         doc.pop(key, None)
-    site = doc["platform"].get("site") or {}
     doc["platform"] = {k: v for k, v in doc["platform"].items() if k not in UNHASHED_PLATFORM}
     if doc["platform"].get("memory_limit_mb") is None:  # (ids of points without one unchanged)
         doc["platform"].pop("memory_limit_mb", None)
-    measured = measured_site(site, cpu=doc["platform"].get("device") == "cpu")
+    measured = measured_site(point.platform.site, cpu=point.platform.device == Device.CPU)
     if measured:  # (a point without such settings keeps its id)
         doc["platform"]["site"] = measured
     for key, default in HASHED_WHEN_SET.items():
