@@ -65,7 +65,28 @@ def test_not_a_regular_file(tmp_path):
     assert "(file): not a regular file" in refused(fifo)
     if Path("/dev/zero").exists():  # reading it would never end
         assert "not a regular file" in refused("/dev/zero")
-    assert "cannot read the study file" in refused(tmp_path / "missing.yaml")
+    assert refused(tmp_path / "missing.yaml").endswith(
+        "missing.yaml: cannot read the study file (No such file or directory); check the path")
+
+
+def test_study_file_and_records_share_the_capped_reader(tmp_path):
+    """config.files.read_capped: one core, each caller words the problem its own way."""
+    from scalestudy.config.files import ReadProblem, read_capped
+    from scalestudy.record.read import RecordError, read_bytes
+
+    fifo = tmp_path / "status.json"
+    os.mkfifo(fifo)
+    big = write(tmp_path, b"x" * 11, "plan.tsv")
+    assert read_capped(tmp_path / "none", 10) is None and read_capped(big, 11) == b"x" * 11
+    for path, kind in ((tmp_path, "folder"), (fifo, "special"), (big, "size")):
+        with pytest.raises(ReadProblem) as e:
+            read_capped(path, 10)
+        assert e.value.kind == kind
+    with pytest.raises(RecordError, match="^status.json: not a regular file \\(a FIFO"):
+        read_bytes(fifo)
+    with pytest.raises(RecordError, match="^plan.tsv: 11 bytes, more than the 10 a sound"):
+        read_bytes(big, 10)
+    assert "(file): not a regular file (a YAML study file)" in refused(fifo)
 
 
 @pytest.mark.parametrize("data, expected", [

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import copy
 import datetime
+import errno
 import math
+import os
 import re
 from collections import Counter
 from functools import lru_cache
@@ -22,6 +24,7 @@ import jsonschema
 import yaml
 
 from scalestudy.config import devices, limits
+from scalestudy.config.files import ReadProblem, read_capped
 from scalestudy.config.point import Model, PointError, Workload
 from scalestudy.config.sitepolicy import SiteError
 from scalestudy.config.studyspec import Study
@@ -537,22 +540,20 @@ def read_text(path: str | Path) -> str:
     """The text of a study file: a regular file of at most :data:`limits.MAX_FILE_BYTES`
     bytes of UTF-8. Raises :class:`StudyError`."""
     path = Path(path)
+    cap = limits.MAX_FILE_BYTES
     try:
-        st = path.stat()
-        if not path.is_file():
-            kind = "a folder" if path.is_dir() else "not a regular file"
-            raise StudyError(f"{path}: (file): {kind} (a YAML study file)")
-        if st.st_size > limits.MAX_FILE_BYTES:
-            raise StudyError(f"{path}: (file): {st.st_size} bytes is too large "
-                             f"(at most {limits.MAX_FILE_BYTES} bytes)")
-        with open(path, "rb") as f:
-            data = f.read(limits.MAX_FILE_BYTES + 1)
-    except OSError as e:
-        raise StudyError(f"{path}: cannot read the study file ({e.strerror}); "
-                         "check the path") from None
-    if len(data) > limits.MAX_FILE_BYTES:  # grew while we read it
-        raise StudyError(f"{path}: (file): more than {limits.MAX_FILE_BYTES} bytes "
-                         f"(at most {limits.MAX_FILE_BYTES} bytes)")
+        data = read_capped(path, cap)
+    except ReadProblem as e:
+        raise StudyError(f"{path}: " + {
+            "os": f"cannot read the study file ({e.detail}); check the path",
+            "folder": "(file): a folder (a YAML study file)",
+            "special": "(file): not a regular file (a YAML study file)",
+            "swapped": "(file): not a regular file (a YAML study file)",
+            "size": f"(file): {e.detail} bytes is too large (at most {cap} bytes)",
+            "grew": f"(file): more than {cap} bytes (at most {cap} bytes)"}[e.kind]) from None
+    if data is None:
+        raise StudyError(f"{path}: cannot read the study file ({os.strerror(errno.ENOENT)}); "
+                         "check the path")
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
         raise StudyError(f"{path}: (file): UTF-16 text (save the file as UTF-8 text)")
     nul = data.find(b"\0")
