@@ -164,18 +164,18 @@ class Model:
     ``kv_heads`` key/value heads; SwiGLU and no biases by default). ``mlp`` / ``bias`` None:
     the architecture's default."""
 
-    name: str = "model"
-    layers: int = 2
-    hidden: int = 64
-    heads: int = 4
+    name: str = "model"  # the study's name for it (a key of the study's models)
+    layers: int = 2  # transformer blocks (count)
+    hidden: int = 64  # model width (features)
+    heads: int = 4  # attention heads (count; divides hidden)
     seq_len: int = 64  # tokens per sequence
-    vocab: int = 256
+    vocab: int = 256  # vocabulary size (tokens)
     ffn_hidden: int | None = None  # None: 4h (gelu) or Llama's width rule (swiglu, see ffn)
     mlp: MLPKind | None = None  # None: gelu for gpt, swiglu for llama
-    tied_embeddings: bool = False
+    tied_embeddings: bool = False  # the output head shares the input embedding's weights
     bias: bool | None = None  # None: True for gpt, False for llama
-    attention: AttentionKernel = AttentionKernel.FUSED
-    arch: Arch = Arch.GPT
+    attention: AttentionKernel = AttentionKernel.FUSED  # fused (SDPA kernels) or math (s x s)
+    arch: Arch = Arch.GPT  # gpt or llama (the class docstring)
     kv_heads: int | None = None  # key/value heads (grouped-query attention); None: heads
     multiple_of: int | None = None  # SwiGLU width rounded up to this (None: 8)
     ffn_dim_multiplier: float | None = None  # SwiGLU width scale (Llama 3: 1.3 / 1.2)
@@ -247,12 +247,12 @@ class Parallel:
     ``PipelineModule(partition_method="parameters")``) or the layers of every stage in stage
     order (e.g. Llama 3 405B: 7, 8 x 14, 7)."""
 
-    dp_mode: DPMode = DPMode.DDP
-    pp_schedule: PPSchedule = PPSchedule.ONE_F_ONE_B
+    dp_mode: DPMode = DPMode.DDP  # how the data-parallel ranks hold the model state
+    pp_schedule: PPSchedule = PPSchedule.ONE_F_ONE_B  # order of micro-batches in the pipeline
     virtual_stages: int = 1  # pipeline stages per pp rank (interleaved schedule)
-    sequence_parallel: bool = False
-    activation_checkpointing: Checkpointing = Checkpointing.NONE
-    pp_partition: PPPartition | tuple[int, ...] = PPPartition.UNIFORM
+    sequence_parallel: bool = False  # norms run on sequence shards across the tp ranks
+    activation_checkpointing: Checkpointing = Checkpointing.NONE  # what is recomputed
+    pp_partition: PPPartition | tuple[int, ...] = PPPartition.UNIFORM  # layers per stage
 
     def __post_init__(self):
         _coerce(self, "dp_mode", DPMode)
@@ -276,10 +276,10 @@ class Train:
 
     steps: int = 12  # optimizer steps, warm-up included
     warmup_steps: int = 3  # first steps excluded from timing
-    lr: float = 0.003
-    weight_decay: float = 0.0
-    grad_clip: float | None = 1.0
-    seed: int = 0
+    lr: float = 0.003  # AdamW learning rate (constant, no schedule)
+    weight_decay: float = 0.0  # AdamW decoupled weight decay coefficient
+    grad_clip: float | None = 1.0  # max global gradient L2 norm; None: no clipping
+    seed: int = 0  # of the parameters' initialisation and the synthetic tokens
     precision: DType = DType.FP32  # bf16: bf16 compute, fp32 master weights and optimizer state
     compile: bool = False  # torch.compile every block
 
@@ -309,13 +309,13 @@ HASHED_SITE = ("env", "cpus_per_proc", "cpus_per_node", "gpus_per_node", "exclus
 class Platform:
     """Where a point runs. ``hardware`` names a device of the hardware table (None: detect)."""
 
-    device: Device = Device.AUTO
-    hardware: str | None = None
+    device: Device = Device.AUTO  # auto: cuda when a GPU is visible, else cpu
+    hardware: str | None = None  # a device of data/hardware.yaml; None: detect it
     devices_per_node: int = 8  # ranks one node runs (its GPUs; on a CPU host, processes)
-    max_nodes: int = 1
+    max_nodes: int = 1  # nodes available (count); points needing more are skipped
     memory_per_device_gb: float | None = None  # capacity for the memory check (GB, 1e9 B)
-    timeout_s: float = 900  # watchdog on the whole point
-    collective_timeout_s: float = 120  # process-group timeout
+    timeout_s: float = 900  # watchdog on the whole point (seconds)
+    collective_timeout_s: float = 120  # process-group timeout (seconds)
     memory_limit_mb: int | None = None  # CPU only: RLIMIT_AS per training process (MiB)
     site: Site = field(default_factory=Site)  # Slurm specifics (a mapping is resolved: Site)
 
@@ -409,7 +409,8 @@ class Workload:
         ``metrics`` and ``flops_per_token`` stated)."""
         if not self.is_command:
             return str(self.kind)
-        metrics = {"log": dict(self.patterns)} if self.metrics == MetricsFormat.LOG else self.metrics
+        metrics = ({"log": dict(self.patterns)} if self.metrics == MetricsFormat.LOG
+                   else self.metrics)
         spec = {"command": list(self.command), "metrics": metrics,
                 "flops_per_token": self.flops_per_token}
         if self.cwd is not None:

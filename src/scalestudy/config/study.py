@@ -1,4 +1,5 @@
-"""Load a study file: libyaml's safe loader, JSON-schema validation (draft 2020-12), defaults.
+"""Load a study file: libyaml's safe loader, JSON-schema validation (draft 2020-12), defaults;
+the result is the typed :class:`~scalestudy.config.studyspec.Study`, built once.
 
 Every problem is a :class:`StudyError` whose message is one line naming the file, the field and
 the fix, raised before any job starts; no file, however malformed or hostile, gives a
