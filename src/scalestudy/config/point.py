@@ -626,7 +626,9 @@ def _sub(cls, value, where: str):
 
 def json_value(value):
     """``value`` as JSON holds it: a dataclass as an object of its fields, a tuple as a list,
-    a mapping as a dict (enum members are text already)."""
+    a mapping as a dict (enum members are text already); a site as :meth:`Site.to_json`."""
+    if isinstance(value, Site):
+        return value.to_json()
     if dataclasses.is_dataclass(value):
         return {g.name: json_value(getattr(value, g.name)) for g in fields(value)}
     if isinstance(value, tuple):
@@ -720,5 +722,5 @@ def identify(point: Point, repeat: int = 0) -> Point:
 
 __all__ = ["Model", "Parallel", "Train", "Platform", "Workload", "Point", "PointError",
            "SCHEMA_VERSION", "config_hash", "point_id", "identify", "UNHASHED_PLATFORM", "HASHED_SITE",
-           "measured_site",
+           "measured_site", "json_value",
            "swiglu_width"]

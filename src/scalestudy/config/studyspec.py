@@ -73,10 +73,10 @@ class Series:
         set_(self, "pp_partition", tuple(part) if isinstance(part, (list, tuple))
              else _typed(part, PPPartition))
 
-    def parallel(self, study: Parallel) -> Parallel:
-        """The study's parallel settings with this series' own over them."""
-        return replace(study, **{f.name: getattr(self, f.name) for f in fields(Parallel)
-                                 if getattr(self, f.name) is not None})
+    def parallel(self, base: Parallel) -> Parallel:
+        """``base`` (the study's parallel settings) with this series' own over it."""
+        return replace(base, **{f.name: getattr(self, f.name) for f in fields(Parallel)
+                                if getattr(self, f.name) is not None})
 
     @classmethod
     def from_validated(cls, doc: Mapping) -> "Series":
