@@ -143,7 +143,7 @@ def run_one(name: str, args, workdir: Path, done: dict | None = None) -> dict:
 
             harness_rec = done["harness"]
             study = load_study(harness_rec["study"])
-            study_dir = Path(harness_rec["workdir"]) / "results" / study["name"]
+            study_dir = Path(harness_rec["workdir"]) / "results" / study.name
         rec = predict.measure(args.study, workdir / "predict", study_dir=study_dir,
                               timeout=args.timeout)
         # the bench's own N = 1, 2, 4, 8 study: N = 4 and 8 predicted before they run

@@ -181,12 +181,12 @@ def measure(study_file: str | Path | None = None, workdir: str | Path | None = N
                          workdir / "sweep.log", timeout)
     if rc != 0:
         raise RuntimeError(f"the sweep failed (exit {rc}); see {workdir / 'sweep.log'}")
-    report = results / study["name"] / "report.html"
+    report = results / study.name / "report.html"
     report_s, rc_report = _timed(snakemake_argv(str(study_file), str(results), profile, [])
                                  + ["--report", str(report)], workdir / "report.log", timeout)
     logs = sorted((results / ".snakemake" / "log").glob("*.snakemake.log"))
     jobs = parse_snakemake_log(logs[0].read_text()) if logs else []
-    study_dir = results / study["name"]
+    study_dir = results / study.name
     runs = run_records(study_dir)
     rec = split(sweep_s, runs, jobs)
     rec.update(study=str(study_file), workdir=str(workdir), report_s=report_s,

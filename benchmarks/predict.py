@@ -144,7 +144,7 @@ def _sweep(study_file: Path, workdir: Path, timeout: float):
                             stdout=log, stderr=subprocess.STDOUT, timeout=timeout).returncode
     if rc != 0:
         raise RuntimeError(f"the sweep failed (exit {rc}); see {workdir / 'sweep.log'}")
-    return results / study["name"], time.monotonic() - t0
+    return results / study.name, time.monotonic() - t0
 
 
 def measure_before_run(workdir: str | Path | None = None, study_file: str | Path | None = None,

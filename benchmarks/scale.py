@@ -153,7 +153,7 @@ def measure(n_points: int = 10_000, workdir: str | Path | None = None, *, dry_ru
     rec["n_planned"] = len(points)
     rec["n_feasible"] = sum(p.feasible for p in points)
 
-    write_json(study_dir / "study.json", study)
+    write_json(study_dir / "study.json", study.to_json())
     t0 = time.perf_counter()
     rec["n_run_dirs"] = write_records(points, study_dir)
     rec["write_records_s"] = time.perf_counter() - t0

@@ -19,6 +19,7 @@ from pathlib import Path
 from scalestudy import paths
 from scalestudy.config.point import PointError
 from scalestudy.config.study import StudyError
+from scalestudy.config.studyspec import Study
 
 # subcommands implemented by other modules' main(argv) (delegated_main)
 DELEGATED = ("predict", "tune", "run-point", "status", "compare")
@@ -83,22 +84,20 @@ def profile_site(profile: str | None) -> dict | None:
     return site or None
 
 
-def check_profile_site(study: dict, profile: str | None, trust_site: bool) -> None:
+def check_profile_site(study: Study, profile: str | None, trust_site: bool) -> None:
     """The site the Snakefile will run with (the study's, then the profile's), checked now so
     that a refused setting ends with one line before Snakemake starts."""
-    from scalestudy.config.sitepolicy import SiteError, check_site
-    from scalestudy.run.slurm import resolve_site
+    from scalestudy.config.sitepolicy import SiteError
 
     layer = profile_site(profile)
     if not layer:
         return
     where = f"{Path(profile) / 'site'}"
     try:
-        check_site(resolve_site(study["platform"]["site"], layer), trusted=trust_site,
-                   where=where)
+        study.platform.site.merged(layer).check(trusted=trust_site, where=where)
     except SiteError as e:
         raise StudyError(str(e)) from None
-    except ValueError as e:  # resolve_site: an unknown key or a bad number
+    except ValueError as e:  # Site.resolve: an unknown key or a bad number
         raise StudyError(f"{where}: {e}") from None
 
 
@@ -108,13 +107,13 @@ def cmd_plan(args) -> int:
     study, points = _load(args.study, args.trust_site)
     rows = plan_rows(points)
     if args.write:
-        write_plan(points, Path(args.results) / study["name"])
+        write_plan(points, Path(args.results) / study.name)
     table = [PLAN_VIEW] + [["" if r[k] is None else str(r[k]) for k in PLAN_VIEW] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(PLAN_VIEW))]
     for row in table:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     n_ok = sum(p.feasible for p in points)
-    print(f"\n{study['name']}: {len(points)} runs planned, {n_ok} feasible, "
+    print(f"\n{study.name}: {len(points)} runs planned, {n_ok} feasible, "
           f"{len(points) - n_ok} skipped")
     return 0
 
@@ -139,10 +138,10 @@ def cmd_run(args) -> int:
     check_profile_site(study, args.profile, args.trust_site)
     from scalestudy.run import guard
 
-    study_dir = Path(args.results) / study["name"]
+    study_dir = Path(args.results) / study.name
     guard.refuse_escaping_links(study_dir)  # (the Snakefile checks again, and takes the lock)
     if guard.is_locked(study_dir):
-        raise guard.StudyLocked(f"study {study['name']} is being run by another launcher "
+        raise guard.StudyLocked(f"study {study.name} is being run by another launcher "
                                 f"({guard.holder(study_dir / guard.LOCK_FILE)}); wait for it "
                                 "to finish or stop it")
     argv = snakemake_argv(args.study, args.results, args.profile, extra, args.trust_site)
@@ -155,7 +154,7 @@ def cmd_run(args) -> int:
               file=sys.stderr)
         return rc
     if rc == 0 and not args.no_report and not {"-n", "--dry-run", "--dryrun"} & set(extra):
-        report = Path(args.results).resolve() / study["name"] / "report.html"
+        report = Path(args.results).resolve() / study.name / "report.html"
         rc = subprocess.call(snakemake_argv(args.study, args.results, args.profile, [],
                                             args.trust_site) + ["--report", str(report)])
     return rc

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from scalestudy.config.point import Model, Platform, Point
+from scalestudy.config.site import Site
 from scalestudy.run import launch, nodes, slurm
 
 
@@ -63,8 +64,8 @@ def test_single_node_inside_slurm_is_unchanged():
 
 def test_multi_node_is_one_srun_task_per_node():
     site = {"cpus_per_proc": 3}
-    argv = launch.launch_argv(make_point(2, 2), RUN, python="py",
-                              environ={"SLURM_JOB_ID": "1234"}, site=site)
+    argv = launch.launch_argv(make_point(2, 2, site=site), RUN, python="py",
+                              environ={"SLURM_JOB_ID": "1234"})
     assert argv[0] == "srun"
     assert flag(argv, "--nodes") == "2"
     assert flag(argv, "--ntasks") == "2"
@@ -84,14 +85,15 @@ def test_multi_node_is_one_srun_task_per_node():
 
 
 def test_multi_node_gpu_requests_gpus_per_node():
-    argv = launch.launch_argv(make_point(4, 8, "cuda"), RUN, environ={"SLURM_JOB_ID": "7"},
-                              site={"gpus_per_node": 8, "cpus_per_node": 64, "rdzv_port": 6000})
+    argv = launch.launch_argv(make_point(4, 8, "cuda", site={"gpus_per_node": 8, "cpus_per_node": 64,
+                                                             "rdzv_port": 6000}),
+                              RUN, environ={"SLURM_JOB_ID": "7"})
     assert flag(argv, "--gres") == "gpu:8"
     assert flag(argv, "--cpus-per-task") == "64"
     assert flag(argv, "--port") == "6000"
-    fr = launch.launch_argv(make_point(2, 8, "cuda"), RUN, environ={"SLURM_JOB_ID": "7"},
-                            site={"gpu_request": "gpus-per-node",
-                                  "srun_extra": "--gpu-bind=closest"})
+    fr = launch.launch_argv(make_point(2, 8, "cuda", site={"gpu_request": "gpus-per-node",
+                                                           "srun_extra": "--gpu-bind=closest"}),
+                            RUN, environ={"SLURM_JOB_ID": "7"})
     assert flag(fr, "--gpus-per-node") == "8"
     assert "--gpu-bind=closest" in fr and not any(a.startswith("--gres") for a in fr)
 
@@ -109,7 +111,7 @@ def test_multi_node_outside_slurm_emulates_nodes_on_this_host():
         assert flag(a, "--rdzv-endpoint") == "127.0.0.1:5000" and flag(a, "--nnodes") == "2"
         assert flag(a, "--rdzv-conf") == f"is_host={int(i == 0)}"
         assert flag(a, "--local-addr") == "127.0.0.1" and a[-2:] == ["-m", "m"]
-    env = launch.env_additions(make_point(2, 2), {"SLURM_CPUS_PER_TASK": "8"}, site={})
+    env = launch.env_additions(make_point(2, 2), {"SLURM_CPUS_PER_TASK": "8"})
     assert env == {"OMP_NUM_THREADS": "2", "GLOO_SOCKET_IFNAME": "lo",  # 8 cores / 4 procs
                    "NCCL_SOCKET_IFNAME": "lo"}
 
@@ -154,7 +156,7 @@ def test_node_argv_needs_a_nodelist():
 # --- resources and the sbatch line ----------------------------------------------------------
 
 def test_resources_cpu_single_node():
-    r = slurm.point_resources(make_point(1, 2, timeout_s=600), {"partition": "debug"})
+    r = slurm.point_resources(make_point(1, 2, timeout_s=600, site={"partition": "debug"}))
     assert r["nodes"] == 1 and r["tasks"] == 1 and r["cpus_per_task"] == 2
     assert r["runtime"] == 10 + slurm.DEFAULT_RUNTIME_MARGIN_MIN
     assert r["mem_mb"] == 2 * slurm.DEFAULT_CPU_MEM_PER_PROC_MB + 512
@@ -166,32 +168,18 @@ def test_resources_gpu_multi_node():
     site = {"partition": "gpu", "account": "abc123", "constraint": "h100", "gpus_per_node": 4,
             "cpus_per_node": 32, "mem_per_node_mb": 400000, "exclusive": True,
             "extra": "--signal=USR1@60"}
-    r = slurm.point_resources(make_point(3, 4, "cuda", timeout_s=3600), site)
+    r = slurm.point_resources(make_point(3, 4, "cuda", timeout_s=3600, site=site))
     assert r == {"nodes": 3, "tasks": 3, "cpus_per_task": 32, "mem_mb": 400000, "runtime": 65,
                  "tasks_per_gpu": 0, "gres": "gpu:4", "mpi": "srun", "slurm_partition": "gpu",
                  "slurm_account": "abc123", "constraint": "h100",
                  "slurm_extra": "--exclusive --signal=USR1@60"}
-    half = slurm.point_resources(make_point(1, 2, "cuda"), site)
+    half = slurm.point_resources(make_point(1, 2, "cuda", site=site))
     assert half["mem_mb"] == 200000 and half["cpus_per_task"] == 16 and half["gres"] == "gpu:2"
 
 
 def test_resources_reject_more_procs_than_gpus():
     with pytest.raises(ValueError, match="gpus_per_node"):
-        slurm.point_resources(make_point(1, 8, "cuda"), {"gpus_per_node": 4})
-
-
-def test_resolve_site_coerces_profile_strings_and_rejects_typos():
-    # Snakemake hands profile `config:` values over as strings (YAML BaseLoader)
-    s = slurm.resolve_site({"partition": "a", "env": {"X": 1}},
-                            {"gpus_per_node": "8", "exclusive": "true", "env": {"Y": "2"},
-                             "account": ""})
-    assert s["gpus_per_node"] == 8 and s["exclusive"] is True and s["account"] is None
-    assert s["env"] == {"X": "1", "Y": "2"} and s["partition"] == "a"
-    assert slurm.resolve_site({"account": "abc"}, {"account": None})["account"] == "abc"
-    with pytest.raises(ValueError, match="unknown key 'partiton'"):
-        slurm.resolve_site({"partiton": "x"})
-    with pytest.raises(ValueError, match="gpus_per_node"):
-        slurm.resolve_site({"gpus_per_node": "eight"})
+        slurm.point_resources(make_point(1, 8, "cuda", site={"gpus_per_node": 4}))
 
 
 class _Res(dict):
@@ -217,7 +205,7 @@ def sbatch_line(resources):
 
 def test_sbatch_line_multi_node_gpu():
     site = {"partition": "gpu", "gpus_per_node": 4, "cpus_per_node": 32}
-    argv = sbatch_line(slurm.point_resources(make_point(2, 4, "cuda", timeout_s=1800), site))
+    argv = sbatch_line(slurm.point_resources(make_point(2, 4, "cuda", timeout_s=1800, site=site)))
     assert flag(argv, "--nodes") == "2"
     assert flag(argv, "--ntasks") == "2"  # one torchrun launcher per node
     assert flag(argv, "--cpus-per-task") == "32"
@@ -227,13 +215,13 @@ def test_sbatch_line_multi_node_gpu():
 
 
 def test_sbatch_line_single_node_cpu_and_frontier():
-    argv = sbatch_line(slurm.point_resources(make_point(1, 2), {"partition": "debug"}))
+    argv = sbatch_line(slurm.point_resources(make_point(1, 2, site={"partition": "debug"})))
     assert flag(argv, "--nodes") == "1" and flag(argv, "--ntasks") == "1"
     assert flag(argv, "--cpus-per-task") == "2"
     assert flag(argv, "--mem") == str(2 * slurm.DEFAULT_CPU_MEM_PER_PROC_MB + 512)
     fr = {"partition": "batch", "account": "abc123", "gpus_per_node": 8, "cpus_per_node": 56,
           "gpu_request": "gpus-per-node", "exclusive": True}
-    argv = sbatch_line(slurm.point_resources(make_point(16, 8, "cuda", timeout_s=1200), fr))
+    argv = sbatch_line(slurm.point_resources(make_point(16, 8, "cuda", timeout_s=1200, site=fr)))
     assert flag(argv, "--nodes") == "16" and flag(argv, "--ntasks") == "16"
     assert flag(argv, "--gpus-per-node") == "8" and "--exclusive" in argv
     assert flag(argv, "--cpus-per-task") == "56" and flag(argv, "-A") == "abc123"
@@ -244,22 +232,22 @@ def test_sbatch_line_single_node_cpu_and_frontier():
 
 def test_launch_env_keeps_the_callers_environment():
     environ = {"PATH": "/usr/bin", "SLURM_JOB_ID": "3", "PYTHONPATH": "/src"}
-    env = launch.launch_env(make_point(2, 2), environ, site={"cpus_per_proc": 2})
+    env = launch.launch_env(make_point(2, 2, site={"cpus_per_proc": 2}), environ)
     assert env == {**environ, "OMP_NUM_THREADS": "2"}  # srun needs SLURM_JOB_ID
 
 
 def test_launch_env_threads_and_gloo_interface():
-    env = launch.env_additions(make_point(1, 2), {"SLURM_CPUS_PER_TASK": "2"}, site={})
+    env = launch.env_additions(make_point(1, 2), {"SLURM_CPUS_PER_TASK": "2"})
     assert env == {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
-    env = launch.env_additions(make_point(1, 1), {"SLURM_CPUS_PER_TASK": "4"}, site={})
+    env = launch.env_additions(make_point(1, 1), {"SLURM_CPUS_PER_TASK": "4"})
     assert env["OMP_NUM_THREADS"] == "4"
     assert launch.env_additions(make_point(1, 2), {"OMP_NUM_THREADS": "1",
-                                                "GLOO_SOCKET_IFNAME": "eth0"},
-                                site={}) == {"NCCL_SOCKET_IFNAME": "lo"}  # the caller's wins
+                                                "GLOO_SOCKET_IFNAME": "eth0"}) == {
+        "NCCL_SOCKET_IFNAME": "lo"}  # the caller's wins
     # a point on one host talks over loopback whatever the site says (its interfaces are for
     # the cluster's network between nodes)
-    env = launch.env_additions(make_point(1, 2, "cuda"), {},
-                               site={"env": {"NCCL_SOCKET_IFNAME": "hsn0", "NCCL_DEBUG": "WARN"}})
+    env = launch.env_additions(make_point(1, 2, "cuda", site={
+        "env": {"NCCL_SOCKET_IFNAME": "hsn0", "NCCL_DEBUG": "WARN"}}), {})
     assert env["NCCL_SOCKET_IFNAME"] == "lo" and env["NCCL_DEBUG"] == "WARN"
 
 
@@ -267,9 +255,9 @@ def test_launch_env_gpu_site_env_wins():
     site = {"gpus_per_node": 8, "cpus_per_node": 56,
             "env": {"NCCL_NET_GDR_LEVEL": "3", "OMP_NUM_THREADS": "2"}}
     job = {"SLURM_JOB_ID": "1"}
-    env = launch.env_additions(make_point(2, 8, "cuda"), job, site=site)
+    env = launch.env_additions(make_point(2, 8, "cuda", site=site), job)
     assert env == {"NCCL_NET_GDR_LEVEL": "3", "OMP_NUM_THREADS": "2"}
-    env = launch.env_additions(make_point(2, 8, "cuda"), job, site={**site, "env": {}})
+    env = launch.env_additions(make_point(2, 8, "cuda", site={**site, "env": {}}), job)
     assert env == {"OMP_NUM_THREADS": "7"}  # 56 cores / 8 GCDs, no GLOO_SOCKET_IFNAME on GPU
 
 
@@ -282,19 +270,19 @@ def test_rule_resources_drop_absent_keys():
 
 def test_job_resources_of_a_job_that_is_not_a_point():
     # e.g. the calibrate job: one process on one device of a node, under the study's platform
-    plat = Platform(device="cuda", devices_per_node=4, timeout_s=900)
     site = {"partition": "gpu", "gpus_per_node": 4, "cpus_per_node": 32}
-    r = slurm.job_resources(1, 1, plat, site, label="calibrate")
+    plat = Platform(device="cuda", devices_per_node=4, timeout_s=900, site=site)
+    r = slurm.job_resources(1, 1, plat, label="calibrate")
     assert r == {"nodes": 1, "tasks": 1, "cpus_per_task": 8, "mem_mb": 0, "runtime": 20,
                  "tasks_per_gpu": 0, "gres": "gpu:1", "slurm_partition": "gpu"}
     with pytest.raises(ValueError, match="calibrate: procs_per_node=8 exceeds"):
-        slurm.job_resources(1, 8, plat, site, label="calibrate")
+        slurm.job_resources(1, 8, plat, label="calibrate")
     with pytest.raises(ValueError, match="calibrate: nodes=0"):
-        slurm.job_resources(0, 1, plat, site, label="calibrate")
+        slurm.job_resources(0, 1, plat, label="calibrate")
     # a point's resources are the same function of its shape and platform
-    p = make_point(2, 4, "cuda", timeout_s=900)
-    assert slurm.point_resources(p, site) == slurm.job_resources(2, 4, p.platform, site)
-    res = slurm.rule_resources(lambda w: slurm.job_resources(1, 1, plat, site))
+    p = make_point(2, 4, "cuda", timeout_s=900, site=site)
+    assert slurm.point_resources(p) == slurm.job_resources(2, 4, p.platform)
+    res = slurm.rule_resources(lambda w: slurm.job_resources(1, 1, plat))
     assert res["mpi"](None) is None and res["gres"](None) == "gpu:1"
 
 
@@ -360,20 +348,20 @@ def test_two_emulated_nodes_all_reduce(tmp_path):
 def test_profile_site_files(repo, profile):
     """Each shipped profile's site.yaml resolves and yields a valid sbatch line."""
     import yaml
-    site = slurm.resolve_site(yaml.safe_load(
+    site = Site.resolve(yaml.safe_load(
         (repo / "workflow" / "profiles" / profile / "site.yaml").read_text())["site"])
     gpu = profile != "slurm-ci"
-    procs = site["gpus_per_node"] if gpu else 2
-    point = make_point(2, procs, "cuda" if gpu else "cpu", timeout_s=900)
-    argv = sbatch_line(slurm.point_resources(point, site))
+    procs = site.gpus_per_node if gpu else 2
+    point = make_point(2, procs, "cuda" if gpu else "cpu", timeout_s=900, site=site)
+    argv = sbatch_line(slurm.point_resources(point))
     assert flag(argv, "--nodes") == "2" and flag(argv, "--ntasks") == "2"
-    assert flag(argv, "-p") == site["partition"]
+    assert flag(argv, "-p") == site.partition
     if gpu:
-        per_node = flag(argv, "--gres") if site["gpu_request"] == "gres" else \
+        per_node = flag(argv, "--gres") if site.gpu_request == "gres" else \
             "gpu:" + flag(argv, "--gpus-per-node")
         assert per_node == f"gpu:{procs}"
-        assert flag(argv, "--cpus-per-task") == str(site["cpus_per_node"])
+        assert flag(argv, "--cpus-per-task") == str(site.cpus_per_node)
         assert "--exclusive" in argv
     if profile == "frontier":
-        assert site["gpus_per_node"] == 8 and site["env"]["NCCL_NET_GDR_LEVEL"] == "3"
+        assert site.gpus_per_node == 8 and site.env["NCCL_NET_GDR_LEVEL"] == "3"
         assert flag(argv, "--gpus-per-node") == "8"

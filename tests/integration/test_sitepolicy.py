@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,9 @@ import pytest
 from scalestudy import cli
 from scalestudy.config import sitepolicy as sp
 from scalestudy.config.point import Model, Point, identify
+from scalestudy.config.site import Site
 from scalestudy.config.sitepolicy import REDACTED, SECRETS_ENV, SiteError
-from scalestudy.run import launch, slurm
+from scalestudy.run import launch
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -92,7 +94,7 @@ def test_program_options(key, text, trusted, error):
 def test_shipped_profiles_need_no_trust(profile):
     site = cli.profile_site(str(REPO / "workflow" / "profiles" / profile))
     assert (site is None) == (profile == "local")
-    sp.check_site(slurm.resolve_site(site))
+    Site.resolve(site).check()
 
 
 def test_secret_names():
@@ -104,16 +106,18 @@ def test_secret_names():
 
 
 def test_secrets_are_split_redacted_and_put_back():
-    site = {"partition": "gpu", "env": {"NCCL_DEBUG": "WARN", "HF_TOKEN": "hf_s3cr3t"}}
-    public, secrets = sp.split_secrets(site)
-    assert public == {"partition": "gpu", "env": {"NCCL_DEBUG": "WARN", "HF_TOKEN": REDACTED}}
+    site = Site.resolve({"partition": "gpu", "env": {"NCCL_DEBUG": "WARN",
+                                                     "HF_TOKEN": "hf_s3cr3t"}})
+    public, secrets = site.redacted()
+    assert public == replace(site, env={"NCCL_DEBUG": "WARN", "HF_TOKEN": REDACTED})
     assert secrets == {"HF_TOKEN": "hf_s3cr3t"}
-    assert site["env"]["HF_TOKEN"] == "hf_s3cr3t"  # the input is left alone
+    assert site.env["HF_TOKEN"] == "hf_s3cr3t"  # the input is left alone
+    assert public.redacted() == (public, {})  # a redacted value is no secret to split off
     environ = {SECRETS_ENV: json.dumps(secrets)}
-    assert sp.resolve_env(public["env"], environ) == site["env"]
-    assert sp.resolve_env(public["env"], {"HF_TOKEN": "from-shell"})["HF_TOKEN"] == "from-shell"
+    assert sp.resolve_env(public.env, environ) == site.env
+    assert sp.resolve_env(public.env, {"HF_TOKEN": "from-shell"})["HF_TOKEN"] == "from-shell"
     with pytest.raises(SiteError, match="site.env.HF_TOKEN: the value is redacted in point.json"):
-        sp.resolve_env(public["env"], {})
+        sp.resolve_env(public.env, {})
     # command lines and environments for display
     argv = ["srun", "--export=ALL,HF_TOKEN=hf_s3cr3t,NCCL_DEBUG=INFO", "x", "--k=hf_s3cr3t"]
     assert sp.redact_argv(argv, secrets) == [
@@ -216,7 +220,8 @@ def test_runner_gives_the_secret_to_the_ranks_and_to_no_record(tmp_path, monkeyp
     from scalestudy.run import runner
 
     env = _hook_env(tmp_path)
-    public, secrets = sp.split_secrets({"env": {"NCCL_DEBUG": "WARN", "MY_API_TOKEN": SECRET}})
+    public, secrets = Site.resolve({"env": {"NCCL_DEBUG": "WARN",
+                                            "MY_API_TOKEN": SECRET}}).redacted()
     point = identify(Point.for_layout(Model(layers=2, hidden=32, heads=2, seq_len=16, vocab=64),
                                       dp=1, micro_batch=2, device="cpu", devices_per_node=1,
                                       steps=3, warmup_steps=1, site=public, series="w",

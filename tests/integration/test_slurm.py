@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -168,8 +169,9 @@ def test_probe_point_renders_without_slurm(tmp_path):
     points = plan_points(validate(STUDY))
     assert [(p.n, p.nodes, p.procs_per_node, p.feasible) for p in points] == [
         (1, 1, 1, True), (4, 2, 2, True)]
-    multi = slurm.point_resources(points[1], slurm.resolve_site(
-        yaml.safe_load((CI_PROFILE / "site.yaml").read_text())["site"]))
+    site = yaml.safe_load((CI_PROFILE / "site.yaml").read_text())["site"]
+    multi = slurm.point_resources(points[1].replace(
+        platform=replace(points[1].platform, site=points[1].platform.site.merged(site))))
     assert multi["nodes"] == 2 and multi["tasks"] == 2 and multi["mpi"] == "srun"
 
 

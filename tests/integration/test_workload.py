@@ -199,7 +199,7 @@ def test_launch_runs_the_command_as_torchruns_script():
     assert "scalestudy.train" not in argv
     # several nodes: srun + the node launcher, the same script part after "--"
     p4 = p.replace(nodes=2, procs_per_node=1)
-    srun = launch.launch_argv(p4, run, python="/py", environ={"SLURM_JOB_ID": "9"}, site={})
+    srun = launch.launch_argv(p4, run, python="/py", environ={"SLURM_JOB_ID": "9"})
     assert srun[0] == "srun" and srun[srun.index("--") + 1:] == argv[i:]
     local = launch.launch_argv(p4, run, python="/py", environ={})
     assert local[local.index("--") + 1:] == argv[i:]

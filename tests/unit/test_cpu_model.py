@@ -11,7 +11,7 @@ import json
 import pandas as pd
 import pytest
 
-from scalestudy.config.study import StudyError, before_run_max_n, load_study, validate
+from scalestudy.config.study import StudyError, load_study, validate
 from scalestudy.perf import stepmodel
 from scalestudy.report import predict
 from scalestudy.perf.stepmodel import (Measured, block_key, blocks_from_rows,
@@ -243,15 +243,14 @@ def test_versus_measured_joins_the_prediction_made_before_the_run(tmp_path):
 
 
 def test_the_study_option_is_typed_and_checked():
-    raw = load_study(DEFAULT)
-    assert before_run_max_n(raw) is None
+    assert load_study(DEFAULT).predict.before_run_max_n is None
     doc = {"name": "s", "models": {"m": {"layers": 2, "hidden": 64, "heads": 4,
                                          "seq_len": 32, "vocab": 64}},
            "platform": {"device": "cpu"},
            "series": [{"name": "w", "mode": "weak", "model": "m", "gpus": [1, 2, 4],
                        "micro_batch": 2}],
            "predict": {"before_run": {"calibrate_on_max_n": 2}}}
-    assert before_run_max_n(validate(doc)) == 2
+    assert validate(doc).predict.before_run_max_n == 2
     with pytest.raises(StudyError, match="predict.before_run.calibrate_on_max_n: 4 leaves"):
         validate({**doc, "predict": {"before_run": {"calibrate_on_max_n": 4}}})
     with pytest.raises(StudyError, match="CPU study only"):

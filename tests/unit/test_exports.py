@@ -168,8 +168,8 @@ def test_style_from_the_study_and_the_cli(study, tmp_path, capsys):
 
 def test_schema_takes_the_figure_style(repo):
     raw = yaml.safe_load((repo / "workflow/config/default.yaml").read_text())
-    assert validate(raw)["report"] == {"figure_style": "default"}  # additive, defaulted
-    assert validate({**raw, "report": {"figure_style": "single-column"}})["report"]["figure_style"] \
+    assert validate(raw).to_json()["report"] == {"figure_style": "default"}  # additive, defaulted
+    assert validate({**raw, "report": {"figure_style": "single-column"}}).report.figure_style \
         == "single-column"
     with pytest.raises(StudyError, match="report.figure_style: 'a4' is not allowed; expected one "
                                          "of default, single-column, double-column"):

@@ -65,7 +65,28 @@ def test_not_a_regular_file(tmp_path):
     assert "(file): not a regular file" in refused(fifo)
     if Path("/dev/zero").exists():  # reading it would never end
         assert "not a regular file" in refused("/dev/zero")
-    assert "cannot read the study file" in refused(tmp_path / "missing.yaml")
+    assert refused(tmp_path / "missing.yaml").endswith(
+        "missing.yaml: cannot read the study file (No such file or directory); check the path")
+
+
+def test_study_file_and_records_share_the_capped_reader(tmp_path):
+    """config.files.read_capped: one core, each caller words the problem its own way."""
+    from scalestudy.config.files import ReadProblem, read_capped
+    from scalestudy.record.read import RecordError, read_bytes
+
+    fifo = tmp_path / "status.json"
+    os.mkfifo(fifo)
+    big = write(tmp_path, b"x" * 11, "plan.tsv")
+    assert read_capped(tmp_path / "none", 10) is None and read_capped(big, 11) == b"x" * 11
+    for path, kind in ((tmp_path, "folder"), (fifo, "special"), (big, "size")):
+        with pytest.raises(ReadProblem) as e:
+            read_capped(path, 10)
+        assert e.value.kind == kind
+    with pytest.raises(RecordError, match="^status.json: not a regular file \\(a FIFO"):
+        read_bytes(fifo)
+    with pytest.raises(RecordError, match="^plan.tsv: 11 bytes, more than the 10 a sound"):
+        read_bytes(big, 10)
+    assert "(file): not a regular file (a YAML study file)" in refused(fifo)
 
 
 @pytest.mark.parametrize("data, expected", [
@@ -125,7 +146,7 @@ def test_a_large_study_parses(tmp_path):
         + "# padding\n" * 380_000
     path = write(tmp_path, text)
     assert 5.5e6 < path.stat().st_size < limits.MAX_FILE_BYTES
-    assert load_study(path)["name"] == "s"
+    assert load_study(path).name == "s"
 
 
 def test_read_text_and_parse_are_usable_alone(tmp_path):
@@ -354,7 +375,7 @@ def test_studies_written_from_python_have_no_aliases(tmp_path):
     from scalestudy.config.study import dump_study
     path = write(tmp_path, dump_study(doc))
     assert "&" not in path.read_text()
-    assert [s["gpus"] for s in load_study(path)["series"]] == [[1, 2], [1, 2]]
+    assert [s.gpus for s in load_study(path).series] == [(1, 2), (1, 2)]
 
 
 def test_unique_items_keeps_json_equality():

@@ -109,7 +109,7 @@ def test_llama3_presets_are_the_study_files_and_tunes():
 
     study = load_study(ROOT / "workflow/config/llama3.yaml")
     for name, preset in LLAMA3.items():
-        assert Model(name=name, **study["models"][name]) == preset
+        assert study.models[name] == preset
         assert known_models()[name][0] == preset
         assert Model(**{**dataclasses.asdict(preset)}) == preset
     from scalestudy.perf import flops

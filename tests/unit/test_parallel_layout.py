@@ -186,7 +186,7 @@ def plan_points_or_none(study: dict) -> list[Point]:
     except StudyError:
         from scalestudy.plan.planner import series_points
 
-        return series_points(study, study["series"][0])
+        return series_points(study, study.series[0])
 
 
 def test_the_grid_has_both_verdicts():

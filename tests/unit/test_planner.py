@@ -7,6 +7,7 @@ import pytest
 
 from scalestudy.config.point import ID_HASH_CHARS, config_hash
 from scalestudy.config.study import StudyError, validate
+from scalestudy.config.studyspec import Series
 from scalestudy.plan.planner import expand_series, plan_points, plan_table
 
 BASE = {
@@ -153,8 +154,10 @@ def test_hash_changes_with_measured_settings_only():
 
 
 def test_sweeping_axes_expands_series():
-    subs = expand_series({"name": "x", "tp": [1, 2], "dp_mode": ["ddp", "fsdp"], "pp": 1})
-    assert [s["name"] for s in subs] == ["x-tp1-ddp", "x-tp1-fsdp", "x-tp2-ddp", "x-tp2-fsdp"]
+    subs = expand_series(Series(name="x", mode="weak", model="m", gpus=[2], micro_batch=1,
+                                tp=[1, 2], pp=1, cp=1, grad_accum=1, dp_mode=["ddp", "fsdp"]))
+    assert [s.name for s in subs] == ["x-tp1-ddp", "x-tp1-fsdp", "x-tp2-ddp", "x-tp2-fsdp"]
+    assert [(s.tp, s.dp_mode) for s in subs[1:3]] == [(1, "fsdp"), (2, "ddp")]
     pts = plan_points(study({"name": "x", "mode": "weak", "model": "m", "gpus": [2],
                              "tp": [1, 2], "micro_batch": 1}))
     assert {(p.series, p.tp, p.dp) for p in pts} == {("x-tp1", 1, 2), ("x-tp2", 2, 1)}
@@ -289,4 +292,4 @@ def plan_points_any(s):
     try:
         return plan_points(s)
     except StudyError:
-        return series_points(s, s["series"][0])
+        return series_points(s, s.series[0])

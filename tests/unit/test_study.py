@@ -23,14 +23,14 @@ def write(tmp_path, text):
 def test_shipped_studies_validate(repo):
     for path in sorted((repo / "workflow/config").glob("*.yaml")):
         study = load_study(path)
-        assert study["series"], path
+        assert study.series, path
 
 
 def test_defaults_are_filled(tmp_path):
     s = load_study(write(tmp_path, GOOD))
-    assert s["repeats"] == 1 and s["train"]["steps"] == 12
-    assert s["parallel"]["dp_mode"] == "ddp" and s["platform"]["device"] == "auto"
-    assert s["models"]["m"]["mlp"] == "gelu" and s["series"][0]["tp"] == 1
+    assert s.repeats == 1 and s.train.steps == 12
+    assert s.parallel.dp_mode == "ddp" and s.platform.device == "auto"
+    assert s.models["m"].mlp == "gelu" and s.series[0].tp == 1
 
 
 def mutate(path_value):

@@ -31,7 +31,7 @@ def test_tune_frontier_study_validates(tmp_path):
     from scalestudy.config.study import load_study
 
     study = load_study(str(out))
-    assert study["platform"]["hardware"] == "MI250X-GCD"
+    assert study.platform.hardware == "MI250X-GCD"
     pts = plan_points(study)
     assert len(pts) == 4 and all(p.feasible for p in pts)
 

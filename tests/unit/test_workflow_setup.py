@@ -22,12 +22,12 @@ def test_setup_plans_the_study_under_its_results_folder(tmp_path):
     environ = {SECRETS_ENV: "stale"}
     setup = workflow_setup({"study": STUDY, "results": str(tmp_path)}, environ=environ)
     assert setup.study_file == STUDY
-    assert setup.out == f"{tmp_path}/{setup.study['name']}"
+    assert setup.out == f"{tmp_path}/{setup.study.name}"
     assert setup.feasible and set(setup.feasible) <= set(setup.points)
     assert all(setup.points[pid].feasible for pid in setup.feasible)
     assert all(pid == p.point_id for pid, p in setup.points.items())
-    assert setup.platform.device == setup.study["platform"]["device"]
-    assert setup.lock is None and not (tmp_path / setup.study["name"]).exists()
+    assert setup.platform == setup.study.platform
+    assert setup.lock is None and not (tmp_path / setup.study.name).exists()
     assert SECRETS_ENV not in environ  # no secret: a stale value is dropped
 
 
@@ -36,9 +36,9 @@ def test_profile_site_wins_and_its_secrets_stay_out_of_the_study(tmp_path):
     site = {"env": {"NCCL_DEBUG": "WARN", "MY_API_TOKEN": SECRET}, "rdzv_port": "29555"}
     setup = workflow_setup({"study": STUDY, "results": str(tmp_path), "site": site,
                             "trust_site": "True"}, environ=environ)
-    recorded = setup.study["platform"]["site"]
-    assert recorded["env"] == {"NCCL_DEBUG": "WARN", "MY_API_TOKEN": REDACTED}
-    assert recorded["rdzv_port"] == 29555  # a profile's string, coerced
+    recorded = setup.study.platform.site
+    assert recorded.env == {"NCCL_DEBUG": "WARN", "MY_API_TOKEN": REDACTED}
+    assert recorded.rdzv_port == 29555  # a profile's string, coerced
     assert setup.platform.site == recorded
     assert json.loads(environ[SECRETS_ENV]) == {"MY_API_TOKEN": SECRET}
     assert all(SECRET not in p.json_text() for p in setup.points.values())

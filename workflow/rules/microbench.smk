@@ -11,11 +11,11 @@ import shlex
 
 from scalestudy.run.launch import local_torchrun
 
-MB = STUDY.get("microbench") or {}
-MB_GROUPS = sorted(set(MB.get("group_sizes", [2])))
+MB = STUDY.microbench
+MB_GROUPS = sorted(set(MB.group_sizes))
 MICROBENCH_OUTPUTS = (
     expand(f"{OUT}/microbench/{{kind}}.{{ext}}", kind=["matmul", "collectives"], ext=["csv", "png"])
-    if MB.get("enabled", False) else []
+    if MB.enabled else []
 )
 
 
@@ -30,9 +30,9 @@ rule microbench_matmul:
         timed_slot=1,
     params:
         py=PY,
-        device=STUDY["platform"].get("device", "auto"),
-        sizes=" ".join(str(int(s)) for s in MB.get("matmul_sizes", [256, 512, 1024])),
-        dtypes=" ".join(MB.get("dtypes", [STUDY["train"].get("precision", "fp32")])),
+        device=str(STUDY.platform.device),
+        sizes=" ".join(str(s) for s in MB.matmul_sizes),
+        dtypes=" ".join(MB.dtypes),
     shell:
         "OMP_NUM_THREADS=1 timeout 300 {params.py:q} -m scalestudy.measure.microbench matmul"
         " --device {params.device} --sizes {params.sizes} --dtypes {params.dtypes}"
@@ -51,7 +51,7 @@ rule microbench_collectives:
     params:
         py=PY,
         nproc=max(MB_GROUPS),
-        sizes=" ".join(str(int(s)) for s in MB.get("sizes", [4096, 65536, 1048576, 8388608])),
+        sizes=" ".join(str(s) for s in MB.sizes),
         groups=" ".join(str(g) for g in MB_GROUPS),
         # torchrun whose stores listen on loopback only (run/launch.py local_torchrun)
         launcher=shlex.join(local_torchrun(max(MB_GROUPS), PY)),

@@ -19,7 +19,7 @@ rule plots:
     params:
         py=PY,
         study_dir=lambda w, input: os.path.dirname(input[0]),
-        style=STUDY["report"]["figure_style"],  # a changed style redraws the figures
+        style=str(STUDY.report.figure_style),  # a changed style redraws the figures
     shell:
         "{params.py:q} -m scalestudy.report.plots {params.study_dir:q} --style {params.style}"
         " > {log:q} 2>&1"

@@ -7,7 +7,7 @@ from scalestudy.perf.stepmodel import gemm_shapes
 from scalestudy.run import slurm
 
 #: whether the calibrate job measures this host's building blocks for the performance model
-HOST_MODEL = bool((STUDY.get("microbench") or {}).get("enabled"))
+HOST_MODEL = STUDY.microbench.enabled
 
 
 rule calibrate:
@@ -27,8 +27,8 @@ rule calibrate:
                                                              label="calibrate")),
     params:
         py=PY,
-        device=STUDY["platform"]["device"],
-        dtype=STUDY["train"]["precision"],
+        device=str(STUDY.platform.device),
+        dtype=str(STUDY.train.precision),
         shapes=" ".join("x".join(map(str, s)) for s in gemm_shapes(POINTS.values())),
         # the framework overhead of this host (a CPU study's performance model): plain, and
         # under DTensor when the study has tensor-parallel points

@@ -29,9 +29,10 @@ import re
 from collections.abc import Mapping as AbcMapping
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Mapping
 
 from scalestudy.config import limits
+from scalestudy.config.site import Site
 from scalestudy.config.sitepolicy import is_secret
 from scalestudy.config.vocab import (
     TRAIN_PRECISIONS, Arch, AttentionKernel, Checkpointing, Device, DPMode, DType,
@@ -163,18 +164,18 @@ class Model:
     ``kv_heads`` key/value heads; SwiGLU and no biases by default). ``mlp`` / ``bias`` None:
     the architecture's default."""
 
-    name: str = "model"
-    layers: int = 2
-    hidden: int = 64
-    heads: int = 4
+    name: str = "model"  # the study's name for it (a key of the study's models)
+    layers: int = 2  # transformer blocks (count)
+    hidden: int = 64  # model width (features)
+    heads: int = 4  # attention heads (count; divides hidden)
     seq_len: int = 64  # tokens per sequence
-    vocab: int = 256
+    vocab: int = 256  # vocabulary size (tokens)
     ffn_hidden: int | None = None  # None: 4h (gelu) or Llama's width rule (swiglu, see ffn)
     mlp: MLPKind | None = None  # None: gelu for gpt, swiglu for llama
-    tied_embeddings: bool = False
+    tied_embeddings: bool = False  # the output head shares the input embedding's weights
     bias: bool | None = None  # None: True for gpt, False for llama
-    attention: AttentionKernel = AttentionKernel.FUSED
-    arch: Arch = Arch.GPT
+    attention: AttentionKernel = AttentionKernel.FUSED  # fused (SDPA kernels) or math (s x s)
+    arch: Arch = Arch.GPT  # gpt or llama (the class docstring)
     kv_heads: int | None = None  # key/value heads (grouped-query attention); None: heads
     multiple_of: int | None = None  # SwiGLU width rounded up to this (None: 8)
     ffn_dim_multiplier: float | None = None  # SwiGLU width scale (Llama 3: 1.3 / 1.2)
@@ -246,12 +247,12 @@ class Parallel:
     ``PipelineModule(partition_method="parameters")``) or the layers of every stage in stage
     order (e.g. Llama 3 405B: 7, 8 x 14, 7)."""
 
-    dp_mode: DPMode = DPMode.DDP
-    pp_schedule: PPSchedule = PPSchedule.ONE_F_ONE_B
+    dp_mode: DPMode = DPMode.DDP  # how the data-parallel ranks hold the model state
+    pp_schedule: PPSchedule = PPSchedule.ONE_F_ONE_B  # order of micro-batches in the pipeline
     virtual_stages: int = 1  # pipeline stages per pp rank (interleaved schedule)
-    sequence_parallel: bool = False
-    activation_checkpointing: Checkpointing = Checkpointing.NONE
-    pp_partition: PPPartition | tuple[int, ...] = PPPartition.UNIFORM
+    sequence_parallel: bool = False  # norms run on sequence shards across the tp ranks
+    activation_checkpointing: Checkpointing = Checkpointing.NONE  # what is recomputed
+    pp_partition: PPPartition | tuple[int, ...] = PPPartition.UNIFORM  # layers per stage
 
     def __post_init__(self):
         _coerce(self, "dp_mode", DPMode)
@@ -275,10 +276,10 @@ class Train:
 
     steps: int = 12  # optimizer steps, warm-up included
     warmup_steps: int = 3  # first steps excluded from timing
-    lr: float = 0.003
-    weight_decay: float = 0.0
-    grad_clip: float | None = 1.0
-    seed: int = 0
+    lr: float = 0.003  # AdamW learning rate (constant, no schedule)
+    weight_decay: float = 0.0  # AdamW decoupled weight decay coefficient
+    grad_clip: float | None = 1.0  # max global gradient L2 norm; None: no clipping
+    seed: int = 0  # of the parameters' initialisation and the synthetic tokens
     precision: DType = DType.FP32  # bf16: bf16 compute, fp32 master weights and optimizer state
     compile: bool = False  # torch.compile every block
 
@@ -308,18 +309,25 @@ HASHED_SITE = ("env", "cpus_per_proc", "cpus_per_node", "gpus_per_node", "exclus
 class Platform:
     """Where a point runs. ``hardware`` names a device of the hardware table (None: detect)."""
 
-    device: Device = Device.AUTO
-    hardware: str | None = None
+    device: Device = Device.AUTO  # auto: cuda when a GPU is visible, else cpu
+    hardware: str | None = None  # a device of data/hardware.yaml; None: detect it
     devices_per_node: int = 8  # ranks one node runs (its GPUs; on a CPU host, processes)
-    max_nodes: int = 1
+    max_nodes: int = 1  # nodes available (count); points needing more are skipped
     memory_per_device_gb: float | None = None  # capacity for the memory check (GB, 1e9 B)
-    timeout_s: float = 900  # watchdog on the whole point
-    collective_timeout_s: float = 120  # process-group timeout
+    timeout_s: float = 900  # watchdog on the whole point (seconds)
+    collective_timeout_s: float = 120  # process-group timeout (seconds)
     memory_limit_mb: int | None = None  # CPU only: RLIMIT_AS per training process (MiB)
-    site: Mapping[str, Any] = field(default_factory=dict)  # Slurm specifics (run.slurm)
+    site: Site = field(default_factory=Site)  # Slurm specifics (a mapping is resolved: Site)
 
     def __post_init__(self):
         _coerce(self, "device", Device)
+        if isinstance(self.site, AbcMapping):  # the JSON form (point.json) or a study's mapping
+            try:
+                object.__setattr__(self, "site", Site.resolve(self.site))
+            except ValueError as e:
+                raise PointError(f"platform.{e}") from None
+        elif not isinstance(self.site, Site):
+            raise PointError(f"platform.site: {_short(self.site)} is not allowed (an object)")
         _check(self)
 
 
@@ -395,6 +403,19 @@ class Workload:
                    patterns=patterns, flops_per_token=spec.get("flops_per_token",
                                                                FlopsSource.SHAPE),
                    cwd=spec.get("cwd"))
+
+    def to_study(self):
+        """The study's ``workload:`` entry of this workload (:meth:`from_study`'s inverse, with
+        ``metrics`` and ``flops_per_token`` stated)."""
+        if not self.is_command:
+            return str(self.kind)
+        metrics = ({"log": dict(self.patterns)} if self.metrics == MetricsFormat.LOG
+                   else self.metrics)
+        spec = {"command": list(self.command), "metrics": metrics,
+                "flops_per_token": self.flops_per_token}
+        if self.cwd is not None:
+            spec["cwd"] = self.cwd
+        return spec
 
 
 @dataclass(frozen=True)
@@ -547,10 +568,7 @@ class Point:
         """The ``point.json`` object (derived batch figures included for readers)."""
         out = {"schema_version": SCHEMA_VERSION}
         for f in fields(self):
-            value = getattr(self, f.name)
-            if dataclasses.is_dataclass(value):
-                value = {g.name: _plain(getattr(value, g.name)) for g in fields(value)}
-            out[f.name] = _plain(value)
+            out[f.name] = json_value(getattr(self, f.name))
         out.update(seq_len=self.seq_len, tokens_per_step=self.tokens_per_step,
                    tokens_per_device_step=self.tokens_per_device_step)
         return out
@@ -606,7 +624,13 @@ def _sub(cls, value, where: str):
     return cls(**value)
 
 
-def _plain(value):
+def json_value(value):
+    """``value`` as JSON holds it: a dataclass as an object of its fields, a tuple as a list,
+    a mapping as a dict (enum members are text already); a site as :meth:`Site.to_json`."""
+    if isinstance(value, Site):
+        return value.to_json()
+    if dataclasses.is_dataclass(value):
+        return {g.name: json_value(getattr(value, g.name)) for g in fields(value)}
     if isinstance(value, tuple):
         return list(value)
     if isinstance(value, (dict, AbcMapping)):  # not typing.Mapping: 10x slower isinstance
@@ -631,18 +655,18 @@ UNHASHED = ("study", "series", "repeat", "baseline_n", "feasible", "reason", "me
             "flops_convention", "references", "retries", "config_hash", "point_id")
 
 
-def measured_site(site: Mapping, cpu: bool = False) -> dict:
+def measured_site(site: Site, cpu: bool = False) -> dict:
     """The :data:`HASHED_SITE` settings of a ``platform.site`` that are set; a secret-looking
     environment variable contributes its name only (its value, redacted in records, never
     enters the hash). ``cpu``: a CPU point, whose unset ``cpus_per_proc`` means 1 (so 1 is
     the same point as unset)."""
     out = {}
     for k in HASHED_SITE:
-        v = site.get(k) if isinstance(site, AbcMapping) else None
-        if v in (None, "", [], {}, False) or (cpu and k == "cpus_per_proc" and v == 1):
+        v = getattr(site, k)
+        if v in (None, "", {}, False) or (cpu and k == "cpus_per_proc" and v == 1):
             continue
-        if k == "env" and isinstance(v, AbcMapping):
-            v = {str(n): ("<secret>" if is_secret(n) else str(x)) for n, x in v.items()}
+        if k == "env":
+            v = {n: ("<secret>" if is_secret(n) else x) for n, x in v.items()}
         out[k] = v
     return out
 
@@ -655,11 +679,10 @@ def config_hash(point: Point) -> str:
     doc = point.to_json()
     for key in UNHASHED + ("schema_version",):
         doc.pop(key, None)
-    site = doc["platform"].get("site") or {}
     doc["platform"] = {k: v for k, v in doc["platform"].items() if k not in UNHASHED_PLATFORM}
     if doc["platform"].get("memory_limit_mb") is None:  # (ids of points without one unchanged)
         doc["platform"].pop("memory_limit_mb", None)
-    measured = measured_site(site, cpu=doc["platform"].get("device") == "cpu")
+    measured = measured_site(point.platform.site, cpu=point.platform.device == Device.CPU)
     if measured:  # (a point without such settings keeps its id)
         doc["platform"]["site"] = measured
     for key, default in HASHED_WHEN_SET.items():
@@ -699,5 +722,5 @@ def identify(point: Point, repeat: int = 0) -> Point:
 
 __all__ = ["Model", "Parallel", "Train", "Platform", "Workload", "Point", "PointError",
            "SCHEMA_VERSION", "config_hash", "point_id", "identify", "UNHASHED_PLATFORM", "HASHED_SITE",
-           "measured_site",
+           "measured_site", "json_value",
            "swiglu_width"]

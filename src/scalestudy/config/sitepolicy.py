@@ -123,6 +123,8 @@ _PROGRAMS = {
     "srun_extra": ("srun", SRUN_OPTIONS, {}, SRUN_NEVER),
     "extra": ("sbatch", SBATCH_OPTIONS, {}, SBATCH_NEVER),
 }
+#: The site keys that hold options of a program (``torchrun_extra``, ``srun_extra``, ``extra``).
+OPTION_KEYS = tuple(_PROGRAMS)
 
 
 class SiteError(ValueError):
@@ -208,23 +210,13 @@ def check_options(text: str | None, key: str, *, trusted: bool = False,
     return tokens
 
 
-def check_site(site: Mapping, *, trusted: bool = False, where: str = "site") -> None:
-    """Every rule above on a (resolved or raw) site mapping."""
-    check_env(site.get("env") or {}, trusted=trusted, where=where)
-    for key in _PROGRAMS:
-        if site.get(key):
-            check_options(str(site[key]), key, trusted=trusted, where=where)
-
-
 # --- secrets ------------------------------------------------------------------------------------
 
-def split_secrets(site: Mapping) -> tuple[dict, dict]:
-    """(the site with every secret-looking ``env`` value replaced by :data:`REDACTED`,
+def split_secrets(env: Mapping) -> tuple[dict, dict]:
+    """(``site.env`` with every secret-looking value replaced by :data:`REDACTED`,
     {name: real value} of those)."""
-    env = dict(site.get("env") or {})
     secrets = {k: str(v) for k, v in env.items() if is_secret(k) and str(v) != REDACTED}
-    public = {**site, "env": {k: (REDACTED if k in secrets else v) for k, v in env.items()}}
-    return public, secrets
+    return {k: (REDACTED if k in secrets else v) for k, v in env.items()}, secrets
 
 
 def secrets_from(environ: Mapping) -> dict:

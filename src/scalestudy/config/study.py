@@ -1,4 +1,5 @@
-"""Load a study file: libyaml's safe loader, JSON-schema validation (draft 2020-12), defaults.
+"""Load a study file: libyaml's safe loader, JSON-schema validation (draft 2020-12), defaults;
+the result is the typed :class:`~scalestudy.config.studyspec.Study`, built once.
 
 Every problem is a :class:`StudyError` whose message is one line naming the file, the field and
 the fix, raised before any job starts; no file, however malformed or hostile, gives a
@@ -12,8 +13,9 @@ from __future__ import annotations
 
 import copy
 import datetime
-import difflib
+import errno
 import math
+import os
 import re
 from collections import Counter
 from functools import lru_cache
@@ -23,10 +25,12 @@ import jsonschema
 import yaml
 
 from scalestudy.config import devices, limits
+from scalestudy.config.files import ReadProblem, read_capped
 from scalestudy.config.point import Model, PointError, Workload
-from scalestudy.config.sitepolicy import SiteError, check_site
+from scalestudy.config.sitepolicy import SiteError
+from scalestudy.config.studyspec import Study
 from scalestudy.config.template import TemplateError, check_template
-from scalestudy.config.vocab import SCHEMA_ENUMS
+from scalestudy.config.vocab import SCHEMA_ENUMS, Device, did_you_mean
 from scalestudy.paths import schema_file
 
 #: libyaml's parser when PyYAML was built with it (the pure-Python one is ~10x slower).
@@ -81,14 +85,6 @@ def _cut(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _did_you_mean(word, choices) -> str:
-    """``"; did you mean 'gpus'?"`` for the allowed word nearest to a misspelt one, else ``""``."""
-    if not isinstance(word, str) or len(word) > 100:  # a misspelling is short; a huge value is not
-        return ""
-    close = difflib.get_close_matches(word, [str(c) for c in choices], n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
 def _enum_words(sch: dict, root: dict) -> list:
     """The words an ``enum`` of a schema fragment (or of its ``oneOf`` branches) allows."""
     sch = _deref(sch, root)
@@ -138,7 +134,7 @@ def _message(err: jsonschema.ValidationError, root: dict) -> str:
         extra = sorted(set(map(str, err.instance)) - set(allowed))
         hint = f"allowed keys: {', '.join(allowed)}" if allowed else "see the schema"
         shown = ", ".join(_short(k) for k in extra[:3]) + (" ..." if len(extra) > 3 else "")
-        near = _did_you_mean(extra[0], allowed) if len(extra) == 1 else ""
+        near = did_you_mean(extra[0], allowed) if len(extra) == 1 else ""
         return f"{where}: unknown key {shown}{near}{' ' if near else '; '}{hint}"
     if v == "required":
         return f"{where}: {err.message}; add it"
@@ -154,7 +150,7 @@ def _message(err: jsonschema.ValidationError, root: dict) -> str:
                   "uniqueItems": "has duplicate entries"}.get(v)
         if detail:
             return f"{where}: {detail}"
-        near = _did_you_mean(err.instance, _enum_words(err.schema, root))
+        near = did_you_mean(err.instance, _enum_words(err.schema, root))
         return (f"{where}: {_short(err.instance)} is not allowed; expected "
                 f"{_allowed(err.schema, root)}{near}")
     return f"{where}: {err.message[:200]}"
@@ -287,10 +283,13 @@ def _check_values(raw, source: str) -> None:
                              "numbers, true/false, null, lists and mappings: quote it)")
 
 
-def validate(raw, source: str = "study", trust_site: bool = False) -> dict:
-    """Validate a parsed study and return it with defaults filled; raise :class:`StudyError`.
-    ``trust_site``: ``platform.site`` may set any environment variable and more options
-    (:mod:`scalestudy.config.sitepolicy`; ``scalestudy run --trust-site``)."""
+def validate(raw, source: str = "study", trust_site: bool = False,
+             folder: Path | None = None) -> Study:
+    """Validate a parsed study and return it typed, defaults filled; raise
+    :class:`StudyError`. ``trust_site``: ``platform.site`` may set any environment variable
+    and more options (:mod:`scalestudy.config.sitepolicy`; ``scalestudy run --trust-site``).
+    ``folder``: the study file's folder, against which command workloads' ``cwd`` is made
+    absolute (None: left as written)."""
     if raw is None:
         raise StudyError(f"{source}: the file is empty; write a study (name:, models:, series:), "
                          "see workflow/config/default.yaml")
@@ -307,32 +306,32 @@ def validate(raw, source: str = "study", trust_site: bool = False) -> dict:
         if err.context:
             err = max(err.context, key=lambda e: len(e.absolute_path))
         raise StudyError(f"{source}: {_message(err, root)}")
-    study = _fill_defaults(copy.deepcopy(raw), root, root)
-    for m in study["models"].values():  # mlp / bias null: the arch's own (config.point.Model)
-        llama = m.get("arch") == "llama"
-        if m.get("mlp") is None:
-            m["mlp"] = "swiglu" if llama else "gelu"
-        if m.get("bias") is None:
-            m["bias"] = not llama
-    _check_semantics(study, source)
+    doc = _fill_defaults(copy.deepcopy(raw), root, root)
+    _check_document(doc, source)
+    if folder is not None:
+        _resolve_cwd(doc, folder)
+    study = Study.from_validated(doc)
+    _check_study(study, source)
     try:
-        check_site(study["platform"]["site"], trusted=trust_site, where="platform.site")
+        study.platform.site.check(trusted=trust_site, where="platform.site")
     except SiteError as e:
         raise StudyError(f"{source}: {e}") from None
     return study
 
 
-def _check_semantics(study: dict, source: str) -> None:
-    names = Counter(s["name"] for s in study["series"])
-    for i, s in enumerate(study["series"]):
+def _check_document(doc: dict, source: str) -> None:
+    """The rules of the series, models and workloads that the schema cannot state, on the
+    document (before it is built: its errors name the file's own values)."""
+    names = Counter(s["name"] for s in doc["series"])
+    for i, s in enumerate(doc["series"]):
         where = f"{source}: series[{i}]"
         if names[s["name"]] > 1:
             raise StudyError(f"{where}.name: {s['name']!r} is used by more than one series; "
                              "give each series its own name")
-        if s["model"] not in study["models"]:
+        if s["model"] not in doc["models"]:
             raise StudyError(f"{where}.model: {s['model']!r} is not defined; "
-                             f"use one of {', '.join(study['models'])}"
-                             f"{_did_you_mean(s['model'], study['models'])}")
+                             f"use one of {', '.join(doc['models'])}"
+                             f"{did_you_mean(s['model'], doc['models'])}")
         if s["mode"] == "strong" and "global_batch" not in s:
             raise StudyError(f"{where}.global_batch: required for mode strong "
                              "(sequences per step, fixed across the series)")
@@ -342,40 +341,43 @@ def _check_semantics(study: dict, source: str) -> None:
         if "baseline" in s and s["baseline"] not in s["gpus"]:
             raise StudyError(f"{where}.baseline: {s['baseline']} is not in gpus {s['gpus']}; "
                              "pick one of the swept device counts")
-    for name, m in study["models"].items():
+    for name, m in doc["models"].items():
         if m["hidden"] % m["heads"]:
             raise StudyError(f"{source}: models.{name}.heads: {m['heads']} does not divide "
                              f"hidden {m['hidden']}; choose heads dividing hidden")
         _check_model(name, m, source)
-    _check_workload(study.get("workload"), f"{source}: workload")
-    for i, s in enumerate(study["series"]):
+    _check_workload(doc["workload"], f"{source}: workload")
+    for i, s in enumerate(doc["series"]):
         if "workload" in s:
             _check_workload(s["workload"], f"{source}: series[{i}].workload")
-    t = study["train"]
-    if t["warmup_steps"] >= t["steps"]:
-        raise StudyError(f"{source}: train.warmup_steps: {t['warmup_steps']} leaves no timed "
-                         f"step of {t['steps']}; make it smaller than train.steps")
-    if study["platform"]["memory_limit_mb"] and study["platform"]["device"] != "cpu":
+
+
+def _check_study(study: Study, source: str) -> None:
+    """The rules across the training, platform and predict settings of a built study."""
+    t, platform = study.train, study.platform
+    if t.warmup_steps >= t.steps:
+        raise StudyError(f"{source}: train.warmup_steps: {t.warmup_steps} leaves no timed "
+                         f"step of {t.steps}; make it smaller than train.steps")
+    if platform.memory_limit_mb and platform.device != Device.CPU:
         raise StudyError(f"{source}: platform.memory_limit_mb: only for platform.device cpu "
                          "(an address-space limit breaks GPU runtimes); remove it or set "
                          "device: cpu")
-    before = before_run_max_n(study)
+    before = study.predict.before_run_max_n
     if before is not None:
         where = f"{source}: predict.before_run.calibrate_on_max_n"
-        if study["platform"]["device"] != "cpu":
+        if platform.device != Device.CPU:
             raise StudyError(f"{where}: the study's own predict job runs on a CPU study only "
                              "(platform.device cpu); remove it, or run scalestudy predict "
                              "--hardware H")
-        ns = sorted({int(n) for s in study["series"] for n in s["gpus"]})
+        ns = sorted({n for s in study.series for n in s.gpus})
         if not any(n <= before for n in ns) or not any(n > before for n in ns):
             raise StudyError(f"{where}: {before} leaves no point to calibrate on or none to "
                              f"predict (the series sweep N = {ns}); pick a value between "
                              f"{ns[0]} and {ns[-1] - 1}")
-    if study["platform"]["hardware"] is not None:
-        if devices.device_key(study["platform"]["hardware"]) is None:
-            keys = ", ".join(devices.devices())
-            raise StudyError(f"{source}: platform.hardware: unknown device "
-                             f"{study['platform']['hardware']!r}; use one of {keys} or null")
+    if platform.hardware is not None and devices.device_key(platform.hardware) is None:
+        keys = ", ".join(devices.devices())
+        raise StudyError(f"{source}: platform.hardware: unknown device "
+                         f"{platform.hardware!r}; use one of {keys} or null")
 
 
 def _check_model(name: str, m: dict, source: str) -> None:
@@ -414,10 +416,10 @@ def _check_workload(spec, where: str) -> None:
         raise StudyError(f"{where}{msg}") from None
 
 
-def _resolve_cwd(study: dict, folder: Path) -> None:
+def _resolve_cwd(doc: dict, folder: Path) -> None:
     """Command workloads run in ``cwd`` relative to the study file's folder (default: the
     folder itself), made absolute here so the runner finds it from any directory."""
-    for holder in [study] + list(study["series"]):
+    for holder in [doc] + list(doc["series"]):
         spec = holder.get("workload")
         if isinstance(spec, dict):
             spec["cwd"] = str((folder / spec.get("cwd", ".")).resolve())
@@ -539,22 +541,20 @@ def read_text(path: str | Path) -> str:
     """The text of a study file: a regular file of at most :data:`limits.MAX_FILE_BYTES`
     bytes of UTF-8. Raises :class:`StudyError`."""
     path = Path(path)
+    cap = limits.MAX_FILE_BYTES
     try:
-        st = path.stat()
-        if not path.is_file():
-            kind = "a folder" if path.is_dir() else "not a regular file"
-            raise StudyError(f"{path}: (file): {kind} (a YAML study file)")
-        if st.st_size > limits.MAX_FILE_BYTES:
-            raise StudyError(f"{path}: (file): {st.st_size} bytes is too large "
-                             f"(at most {limits.MAX_FILE_BYTES} bytes)")
-        with open(path, "rb") as f:
-            data = f.read(limits.MAX_FILE_BYTES + 1)
-    except OSError as e:
-        raise StudyError(f"{path}: cannot read the study file ({e.strerror}); "
-                         "check the path") from None
-    if len(data) > limits.MAX_FILE_BYTES:  # grew while we read it
-        raise StudyError(f"{path}: (file): more than {limits.MAX_FILE_BYTES} bytes "
-                         f"(at most {limits.MAX_FILE_BYTES} bytes)")
+        data = read_capped(path, cap)
+    except ReadProblem as e:
+        raise StudyError(f"{path}: " + {
+            "os": f"cannot read the study file ({e.detail}); check the path",
+            "folder": "(file): a folder (a YAML study file)",
+            "special": "(file): not a regular file (a YAML study file)",
+            "swapped": "(file): not a regular file (a YAML study file)",
+            "size": f"(file): {e.detail} bytes is too large (at most {cap} bytes)",
+            "grew": f"(file): more than {cap} bytes (at most {cap} bytes)"}[e.kind]) from None
+    if data is None:
+        raise StudyError(f"{path}: cannot read the study file ({os.strerror(errno.ENOENT)}); "
+                         "check the path")
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
         raise StudyError(f"{path}: (file): UTF-16 text (save the file as UTF-8 text)")
     nul = data.find(b"\0")
@@ -588,17 +588,7 @@ def parse(text: str, source: str = "study"):
                          f"{_cut(text)}) (plain YAML values)") from None
 
 
-def before_run_max_n(study: dict) -> int | None:
-    """``predict.before_run.calibrate_on_max_n`` of a validated study: the points with N up
-    to it are measured first and calibrate the model that predicts the others before they
-    run; None when the study does not ask for it."""
-    before = (study.get("predict") or {}).get("before_run")
-    return int(before["calibrate_on_max_n"]) if before else None
-
-
-def load_study(path: str | Path, trust_site: bool = False) -> dict:
+def load_study(path: str | Path, trust_site: bool = False) -> Study:
     """Read, validate and resolve a study file. Raises :class:`StudyError`."""
     path = Path(path)
-    study = validate(parse(read_text(path), str(path)), str(path), trust_site)
-    _resolve_cwd(study, path.parent)
-    return study
+    return validate(parse(read_text(path), str(path)), str(path), trust_site, path.parent)

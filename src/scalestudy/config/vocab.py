@@ -8,6 +8,7 @@ their value, format as it, and serialise to JSON as plain strings.
 
 from __future__ import annotations
 
+import difflib
 from enum import StrEnum
 
 
@@ -140,6 +141,14 @@ class FigureStyle(StrEnum):
 def allowed(enum: type[StrEnum]) -> str:
     """``'a, b, c'``: the values of an enum, for error messages."""
     return ", ".join(m.value for m in enum)
+
+
+def did_you_mean(word, choices) -> str:
+    """``"; did you mean 'gpus'?"`` for the allowed word nearest to a misspelt one, else ``""``."""
+    if not isinstance(word, str) or len(word) > 100:  # a misspelling is short; a huge value is not
+        return ""
+    close = difflib.get_close_matches(word, [str(c) for c in choices], n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def member(enum: type[StrEnum], value, field: str):

@@ -194,24 +194,16 @@ def capacity_bytes(platform, procs_per_node: int = 1) -> float | None:
         gb = hardware.memory_gb(platform.hardware)
         return None if gb is None else gb * 1e9
     if platform.device == Device.CPU:
-        site = platform.site or {}
+        site = platform.site
         procs = max(1, int(procs_per_node))
-        if _site_int(site, "mem_per_proc_mb"):
-            per_proc = _site_int(site, "mem_per_proc_mb") * 2**20
-        elif _site_int(site, "mem_per_node_mb"):
-            per_proc = _site_int(site, "mem_per_node_mb") * 2**20 / procs
+        if site.mem_per_proc_mb:
+            per_proc = site.mem_per_proc_mb * 2**20
+        elif site.mem_per_node_mb:
+            per_proc = site.mem_per_node_mb * 2**20 / procs
         else:
             per_proc = host_memory_bytes() / procs
         return max(per_proc - CPU_PROCESS_BASELINE_BYTES, 1e6)
     return None
-
-
-def _site_int(site, key: str) -> int | None:
-    try:
-        value = site.get(key)
-        return int(value) if value not in (None, "", "null", "None") else None
-    except (TypeError, ValueError):
-        return None
 
 
 def host_memory_bytes() -> float:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from scalestudy.config import limits
-from scalestudy.config.point import (Model, Parallel, Platform, Point, PointError, Train,
-                                     Workload, identify, point_id)
+from scalestudy.config.point import Point, PointError, identify, point_id
 from scalestudy.config.study import StudyError
+from scalestudy.config.studyspec import Series, Study
 from scalestudy.config.template import TemplateError, command_argv
 from scalestudy.config.vocab import ScalingMode
 from scalestudy.perf import memory
@@ -36,33 +37,37 @@ PLAN_COLUMNS = [
 ]
 
 
-def expand_series(series: dict) -> list[dict]:
+def _swept(series: Series) -> list[str]:
+    """The sweepable axes of ``series`` that hold several values (a tuple)."""
+    return [a for a in SWEEPABLE if isinstance(getattr(series, a), tuple)]
+
+
+def expand_series(series: Series) -> list[Series]:
     """A series whose sweepable axes hold lists -> one concrete series per combination, named
     ``<name>-<axis><value>...`` for the list-valued axes only."""
-    axes = [a for a in SWEEPABLE if isinstance(series.get(a), list)]
+    axes = _swept(series)
     if not axes:
-        return [dict(series)]
+        return [series]
     out = []
-    for combo in itertools.product(*(series[a] for a in axes)):
-        s = dict(series, **dict(zip(axes, combo)))
-        short = {"micro_batch": "mb", "activation_checkpointing": "ac", "pp_schedule": "",
-                 "dp_mode": ""}
-        s["name"] = series["name"] + "".join(f"-{short.get(a, a)}{v}" for a, v in zip(axes, combo))
-        out.append(s)
+    short = {"micro_batch": "mb", "activation_checkpointing": "ac", "pp_schedule": "",
+             "dp_mode": ""}
+    for combo in itertools.product(*(getattr(series, a) for a in axes)):
+        name = series.name + "".join(f"-{short.get(a, a)}{v}" for a, v in zip(axes, combo))
+        out.append(replace(series, name=name, **dict(zip(axes, combo))))
     return out
 
 
-def grid_size(study: dict) -> int:
+def grid_size(study: Study) -> int:
     """Runs (points x repeats) of a validated study once every sweep axis is expanded, counted
     without expanding anything."""
     runs = 0
-    for series in study["series"]:
-        combos = math.prod(len(series[a]) for a in SWEEPABLE if isinstance(series.get(a), list))
-        runs += combos * len(series["gpus"]) * study["repeats"]
+    for series in study.series:
+        combos = math.prod(len(getattr(series, a)) for a in _swept(series))
+        runs += combos * len(series.gpus) * study.repeats
     return runs
 
 
-def check_names(study: dict, source: str = "study") -> list[list[dict]]:
+def check_names(study: Study, source: str = "study") -> list[list[Series]]:
     """The expanded series of every series of a validated study, after checking the study's
     size (:data:`limits.MAX_RUNS`) and that no two expanded series share a name (``a`` with
     ``tp: [1, 2]`` becomes ``a-tp1`` and ``a-tp2``, which must not meet a series ``a-tp1``)."""
@@ -73,56 +78,53 @@ def check_names(study: dict, source: str = "study") -> list[list[dict]]:
                          "values or repeats)")
     expanded, owner = [], {}
     stages = 0  # pipeline stages the memory model evaluates, one by one, for every point
-    for i, raw in enumerate(study["series"]):
+    for i, raw in enumerate(study.series):
         expanded.append(expand_series(raw))
-        stages += sum(len(s["gpus"]) * s["pp"] for s in expanded[-1])
+        stages += sum(len(s.gpus) * s.pp for s in expanded[-1])
         if stages > limits.MAX_STAGE_EVALUATIONS:
             raise StudyError(f"{source}: series[{i}].pp: the study's points have more than "
                              f"{limits.MAX_STAGE_EVALUATIONS} pipeline stages in all (at most "
                              f"{limits.MAX_STAGE_EVALUATIONS}: the memory model evaluates every "
                              "stage of every point; fewer device counts or smaller pp)")
         for s in expanded[-1]:
-            if s["name"] in owner and owner[s["name"]] != i:
-                first, second = sorted((i, owner[s["name"]]))
-                parts = [f"series[{k}] {study['series'][k]['name']!r}"
-                         + (" expanded" if study["series"][k]["name"] != s["name"] else "")
+            if s.name in owner and owner[s.name] != i:
+                first, second = sorted((i, owner[s.name]))
+                parts = [f"series[{k}] {study.series[k].name!r}"
+                         + (" expanded" if study.series[k].name != s.name else "")
                          for k in (first, second)]
                 raise StudyError(
-                    f"{source}: series[{second}].name: {s['name']!r} names two series once "
+                    f"{source}: series[{second}].name: {s.name!r} names two series once "
                     f"sweep axes are expanded ({parts[0]} and {parts[1]}; give each series a "
                     "name that no expansion of another one produces)")
-            owner[s["name"]] = i
-            if len(s["name"]) > limits.MAX_POINT_ID - 80:
+            owner[s.name] = i
+            if len(s.name) > limits.MAX_POINT_ID - 80:
                 raise StudyError(f"{source}: series[{i}].name: the expanded name "
-                                 f"{s['name'][:40]!r}... has {len(s['name'])} characters (at "
+                                 f"{s.name[:40]!r}... has {len(s.name)} characters (at "
                                  f"most {limits.MAX_POINT_ID - 80}: sweep fewer axes)")
     return expanded
 
 
-def series_points(study: dict, series: dict) -> list[Point]:
+def series_points(study: Study, series: Series) -> list[Point]:
     """The points of one concrete series (no list-valued axes left), feasible or not, without
     repeats or ids."""
-    model = Model(name=series["model"], **study["models"][series["model"]])
-    parallel = Parallel(**{k: series.get(k, v) for k, v in study["parallel"].items()})
-    train, platform = Train(**study["train"]), Platform(**study["platform"])
-    try:
-        workload = Workload.from_study(series.get("workload", study.get("workload")))
-    except PointError as e:
-        raise StudyError(f"series {series['name']!r}: {e}") from None
+    model = study.models[series.model]
+    parallel = series.parallel(study.parallel)
+    platform = study.platform
+    workload = series.workload or study.workload
     capacities: dict[int, float | None] = {}
     out = []
-    for n in series["gpus"]:
-        batch = ({"global_batch": series["global_batch"]} if series["mode"] == ScalingMode.STRONG
-                 else {"grad_accum": series["grad_accum"]})
-        p = Point.build(model, n=n, tp=series["tp"], pp=series["pp"], cp=series.get("cp", 1),
-                        micro_batch=series["micro_batch"], **batch, parallel=parallel,
-                        train=train, platform=platform, study=study["name"],
-                        series=series["name"], mode=series["mode"],
-                        flops_convention=study["flops_convention"],
-                        references=tuple(study["references"]), retries=study["retries"],
+    for n in series.gpus:
+        batch = ({"global_batch": series.global_batch} if series.mode == ScalingMode.STRONG
+                 else {"grad_accum": series.grad_accum})
+        p = Point.build(model, n=n, tp=series.tp, pp=series.pp, cp=series.cp,
+                        micro_batch=series.micro_batch, **batch, parallel=parallel,
+                        train=study.train, platform=platform, study=study.name,
+                        series=series.name, mode=series.mode,
+                        flops_convention=study.flops_convention,
+                        references=study.references, retries=study.retries,
                         workload=workload)
         if workload.is_command:
-            _check_command(p, series["name"])
+            _check_command(p, series.name)
         reason = constraints.violation(p)
         mem = None
         if reason is None:
@@ -146,7 +148,7 @@ def _check_command(p: Point, series: str) -> None:
         raise StudyError(f"series {series!r}.workload.{e}") from None
 
 
-def plan_points(study: dict, source: str = "study") -> list[Point]:
+def plan_points(study: Study, source: str = "study") -> list[Point]:
     """Every (point, repeat) of a validated study, feasible or not, in study order.
     ``source`` (the study file) starts every error message."""
     points: list[Point] = []
@@ -156,22 +158,22 @@ def plan_points(study: dict, source: str = "study") -> list[Point]:
             try:
                 series = [identify(p) for p in series_points(study, s)]
             except PointError as e:
-                raise StudyError(f"{source}: series {s['name']!r}: {e}") from None
+                raise StudyError(f"{source}: series {s.name!r}: {e}") from None
             for p in series:
                 key = (p.mode, p.config_hash)
                 if key in seen:
                     raise StudyError(
-                        f"{source}: series {s['name']!r}.gpus: point N={p.n} duplicates series "
+                        f"{source}: series {s.name!r}.gpus: point N={p.n} duplicates series "
                         f"{seen[key]!r} (same mode and resolved config); remove N={p.n} from "
                         "one of them or change a setting")
-                seen[key] = s["name"]
+                seen[key] = s.name
             feasible_n = [p.n for p in series if p.feasible]
-            baseline = s.get("baseline") or (min(feasible_n) if feasible_n else min(s["gpus"]))
+            baseline = s.baseline or (min(feasible_n) if feasible_n else min(s.gpus))
             for p in series:
                 p = p.replace(baseline_n=baseline)
                 # the hash leaves the repeat out: one hash per point, one id per repeat
                 points += [p.replace(repeat=r, point_id=point_id(p, r))
-                           for r in range(study["repeats"])]
+                           for r in range(study.repeats)]
     if not any(p.feasible for p in points):
         first = points[0]
         raise StudyError(f"{source}: series {first.series!r}: no feasible point in the study (N="
@@ -208,11 +210,11 @@ def plan_table(points: list[Point]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_plan(points: list[Point], study_dir: Path, study: dict | None = None) -> str:
+def write_plan(points: list[Point], study_dir: Path, study: Study | None = None) -> str:
     """Write ``plan.tsv`` (and the resolved ``study.json`` when ``study`` is given) into
     ``study_dir``, atomically; returns a one-line summary."""
     write_text(Path(study_dir) / "plan.tsv", plan_table(points))
     if study is not None:
-        write_json(Path(study_dir) / "study.json", study)
+        write_json(Path(study_dir) / "study.json", study.to_json())
     n_ok = sum(p.feasible for p in points)
     return f"{len(points)} runs planned, {n_ok} feasible, {len(points) - n_ok} skipped"

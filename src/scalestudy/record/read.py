@@ -24,6 +24,7 @@ import os
 import stat
 from dataclasses import dataclass
 
+from scalestudy.config.files import ReadProblem, read_capped
 from scalestudy.record.states import RunState
 
 #: Size caps (bytes) per record; a larger file is damaged, not read. steps.jsonl: about 256
@@ -64,40 +65,15 @@ def read_bytes(path: str | os.PathLike, max_bytes: int | None = None) -> bytes |
     name = os.path.basename(path)
     cap = max_bytes or MAX_BYTES.get(name, MAX_JSON_BYTES)
     try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise RecordError(f"{name}: cannot be read ({e.strerror})") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise RecordError(f"{name}: not a regular file (a FIFO, device or folder): not read")
-    if st.st_size > cap:
-        raise RecordError(f"{name}: {st.st_size} bytes, more than the {cap} a sound record "
-                          "holds: not read")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise RecordError(f"{name}: cannot be read ({e.strerror})") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the stat
-            raise RecordError(f"{name}: not a regular file: not read")
-        chunks, left = [], cap + 1
-        while left > 0:
-            b = os.read(fd, min(left, 2**20))
-            if not b:
-                break
-            chunks.append(b)
-            left -= len(b)
-    except OSError as e:
-        raise RecordError(f"{name}: cannot be read ({e.strerror})") from None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > cap:
-        raise RecordError(f"{name}: more than {cap} bytes: not read")
-    return data
+        return read_capped(path, cap)
+    except ReadProblem as e:
+        raise RecordError(f"{name}: " + {
+            "os": f"cannot be read ({e.detail})",
+            "folder": "not a regular file (a FIFO, device or folder): not read",
+            "special": "not a regular file (a FIFO, device or folder): not read",
+            "swapped": "not a regular file: not read",
+            "size": f"{e.detail} bytes, more than the {cap} a sound record holds: not read",
+            "grew": f"more than {cap} bytes: not read"}[e.kind]) from None
 
 
 def read_text(path: str | os.PathLike, max_bytes: int | None = None) -> str | None:

@@ -46,7 +46,9 @@ import pandas as pd  # noqa: E402
 
 from scalestudy.analysis.aggregate import collect  # noqa: E402
 from scalestudy.config.point import Point  # noqa: E402
-from scalestudy.config.study import before_run_max_n, load_study  # noqa: E402
+from scalestudy.config.study import load_study  # noqa: E402
+from scalestudy.config.studyspec import Study  # noqa: E402
+from scalestudy.config.vocab import Device, Reference  # noqa: E402
 from scalestudy.perf import frontier, stepmodel, validation  # noqa: E402
 from scalestudy.perf.flops import per_device_throughput  # noqa: E402
 from scalestudy.perf.hardware import fitted  # noqa: E402
@@ -420,9 +422,9 @@ def _started(study_dir: Path, point_id) -> str | None:
     return (rec or {}).get("started")
 
 
-def _predict_before_run(study: dict, pred, study_dir: Path, path: Path) -> int:
+def _predict_before_run(study: Study, pred, study_dir: Path, path: Path) -> int:
     """``scalestudy predict STUDY --before-run``: write ``predicted_before_run.csv``."""
-    max_n = before_run_max_n(study)
+    max_n = study.predict.before_run_max_n
     if max_n is None:
         print("scalestudy predict: --before-run needs predict: {before_run: "
               "{calibrate_on_max_n: N}} in the study file", file=sys.stderr)
@@ -506,13 +508,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.study:
         # nothing is launched from here: the site settings' policy does not apply
         study = load_study(a.study, trust_site=True)
-        name = study["name"]
+        name = study.name
         out = Path(a.out or f"{a.results}/{name}/predict")
-        compare_published = "frontier_dash2024" in study.get("references", [])
-        device = study["platform"].get("device", "auto")
+        compare_published = Reference.FRONTIER_DASH2024 in study.references
         if a.hardware:
             hw, measured = load_hw(a.hardware), explicit
-        elif device in ("cpu", "auto"):
+        elif study.platform.device in (Device.CPU, Device.AUTO):
             hw = load_hw("cpu-local")
             measured = explicit or host_measurements(Path(a.results) / name)
         else:

@@ -40,6 +40,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from statistics import median
 
+from scalestudy.config.studyspec import Study
+from scalestudy.config.vocab import Device
 from scalestudy.record.read import (RecordError, one_line, printable, read_env, read_plan,
                                     read_point, read_status, read_summary,
                                     read_steps, read_study, read_tail)
@@ -93,7 +95,7 @@ class StudyStatus:
 # --- reading the records ---------------------------------------------------------------------
 
 
-def resolve(target: str | None, results: str = "results") -> tuple[Path, dict | None]:
+def resolve(target: str | None, results: str = "results") -> tuple[Path, Study | None]:
     """The study folder of ``target`` (a study file, a study's results folder, or a results
     root holding one study) and the validated study when a study file was given."""
     from scalestudy.config.study import StudyError, load_study
@@ -107,7 +109,7 @@ def resolve(target: str | None, results: str = "results") -> tuple[Path, dict | 
     p = Path(target)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
         study = load_study(p)
-        return Path(results) / study["name"], study
+        return Path(results) / study.name, study
     if (p / "plan.tsv").is_file() or (p / "study.json").is_file():
         return p, None
     if p.is_dir():
@@ -121,7 +123,7 @@ def resolve(target: str | None, results: str = "results") -> tuple[Path, dict | 
                      "(one with plan.tsv); run `scalestudy run STUDY.yaml` first")
 
 
-def _plan_rows(study_dir: Path, study: dict | None) -> list[dict]:
+def _plan_rows(study_dir: Path, study: Study | None) -> list[dict]:
     """Rows of ``plan.tsv``; the study's own plan when the file is not written yet."""
     rows = read_plan(study_dir)  # RecordError: a cut, duplicated or damaged plan (one line)
     if rows is not None:
@@ -241,7 +243,7 @@ def _num(x) -> float | None:
 # --- the estimate ----------------------------------------------------------------------------
 
 
-def _model(study: dict | None, study_dir: Path):
+def _model(study: Study | None, study_dir: Path):
     """``(hardware spec, measured building blocks, description)`` for the performance model,
     or ``(None, None, why not)``."""
     from dataclasses import replace
@@ -251,9 +253,9 @@ def _model(study: dict | None, study_dir: Path):
 
     if not study:
         return None, None, "no study.json"
-    plat = study.get("platform") or {}
+    plat = study.platform
     try:
-        if plat.get("device", "auto") in ("cpu", "auto"):
+        if plat.device in (Device.CPU, Device.AUTO):
             hw, what = HardwareSpec.load("cpu-local"), "cpu-local"
             mb = study_dir / "microbench"
             measured = Measured.from_csv(*(str(mb / f) if (mb / f).exists() else None
@@ -265,17 +267,17 @@ def _model(study: dict | None, study_dir: Path):
             elif measured.matmul:
                 what += " + microbench"
             return hw, measured, what
-        key = devices.device_key(plat.get("hardware"))
+        key = devices.device_key(plat.hardware)
         systems = devices.table()["systems"]
         name = next((s for s, d in systems.items() if key and d.get("device") == key), None)
         if name is None:
-            return None, None, f"no system preset for hardware {plat.get('hardware')!r}"
+            return None, None, f"no system preset for hardware {plat.hardware!r}"
         return HardwareSpec.load(name), None, name
     except (OSError, ValueError, KeyError) as e:
         return None, None, f"model unavailable: {e}"
 
 
-def _predicted(study: dict | None, hw, measured, wanted: set[str]) -> dict[str, float]:
+def _predicted(study: Study | None, hw, measured, wanted: set[str]) -> dict[str, float]:
     """Predicted step time (s) of the wanted points (ids) of the study."""
     if hw is None or not wanted:
         return {}
@@ -337,21 +339,31 @@ def time_left(points: list[PointStatus], finished: dict[str, _Finished], steps: 
 # --- the whole status ------------------------------------------------------------------------
 
 
-def snapshot(study_dir: Path, study: dict | None = None, now: float | None = None,
-            _cache: dict | None = None) -> StudyStatus:
+def _recorded(record: dict | None) -> Study | None:
+    """The study of a ``study.json`` record (None: none, or one another version wrote)."""
+    if record is None:
+        return None
+    try:
+        return Study.from_validated(record)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def snapshot(study_dir: Path, study: Study | None = None, now: float | None = None,
+             _cache: dict | None = None) -> StudyStatus:
     """The status of the study in ``study_dir`` (``study``: the validated study file, when
     given; else ``study.json``). ``_cache`` keeps the model's predictions between refreshes."""
     now = time.time() if now is None else now
     study_dir = Path(study_dir)
-    resolved = read_study(study_dir) or study  # RecordError: damaged (one line)
+    record = read_study(study_dir)  # RecordError: damaged (one line)
+    resolved = _recorded(record) or study
     rows = _plan_rows(study_dir, study or resolved)
-    timeout_s = float(((resolved or {}).get("platform") or {}).get("timeout_s") or 900)
+    timeout_s = float(resolved.platform.timeout_s) if resolved else 900.0
     points, finished, first, last = read_points(study_dir, rows, timeout_s, now)
 
     steps = {}
-    train = (resolved or {}).get("train") or {}
     for r in rows:
-        steps[r.get("point_id", "")] = int(train.get("steps") or 0)
+        steps[r.get("point_id", "")] = resolved.train.steps if resolved else 0
     cache = _cache if _cache is not None else {}
     wanted = {p.point_id for p in points if p.state not in ("infeasible",)}
     if "predicted" not in cache:
@@ -368,7 +380,7 @@ def snapshot(study_dir: Path, study: dict | None = None, now: float | None = Non
         s = by_series.setdefault(p.series, {"series": p.series, "mode": p.mode,
                                             **{k: 0 for k in ORDER}})
         s[p.state] = s.get(p.state, 0) + 1
-    name = (resolved or {}).get("name") or study_dir.name
+    name = resolved.name if resolved else (record or {}).get("name") or study_dir.name
     live = counts.get(RUNNING) or counts.get(PENDING) or counts.get(INTERRUPTED)
     end = now if live or last is None else last  # a finished study: until its last point
     return StudyStatus(

@@ -33,7 +33,8 @@ from typing import Mapping
 from scalestudy.config import sitepolicy
 from scalestudy.config.point import Point
 from scalestudy.config.template import command_argv
-from scalestudy.run.slurm import cpus_per_task, is_gpu, point_site
+from scalestudy.config.vocab import GPURequest
+from scalestudy.run.slurm import cpus_per_task, is_gpu
 
 #: The per-rank entry point of the built-in trainer (``python -m ENTRY POINT_JSON RUN_DIR``).
 TRAINER = "scalestudy.train"
@@ -62,26 +63,24 @@ def local_torchrun(nproc: int, python: str = sys.executable) -> list[str]:
             "--local-addr", "127.0.0.1", "--max-restarts", "0"]
 
 
-def rdzv_port(point: Point, environ: Mapping, site: Mapping | None = None) -> int | None:
+def rdzv_port(point: Point) -> int | None:
     """The site's fixed rendezvous port of a multi-node point, else None: the first node
     binds a free port at job start (``scalestudy.run.nodes``), so the port is neither
     guessable from the job id nor raced for."""
-    site = point_site(point.platform, site)
-    return int(site["rdzv_port"]) if site.get("rdzv_port") else None
+    return point.platform.site.rdzv_port or None
 
 
 def launch_argv(point: Point, run_dir: str | os.PathLike, *, python: str = sys.executable,
-                environ: Mapping = os.environ, site: Mapping | None = None,
-                module: str = TRAINER) -> list[str]:
+                environ: Mapping = os.environ, module: str = TRAINER) -> list[str]:
     """The argv that starts all ranks of ``point`` (run it with :func:`launch_env`).
 
     ``module`` is the per-rank entry point of the built-in trainer (``python -m module
     POINT_JSON RUN_DIR``); a command workload's filled argv takes its place."""
     k, p = point.nodes, point.procs_per_node
     run_dir = Path(run_dir)
-    site = point_site(point.platform, site)
-    tail = [*shlex.split(site.get("torchrun_extra") or ""), *script_argv(point, run_dir, python,
-                                                                         module)]
+    site = point.platform.site
+    tail = [*shlex.split(site.torchrun_extra or ""), *script_argv(point, run_dir, python,
+                                                                  module)]
     pid = str(point.point_id)
     if k == 1:
         return [*local_torchrun(p, python), "--rdzv-id", pid, *tail]
@@ -89,16 +88,16 @@ def launch_argv(point: Point, run_dir: str | os.PathLike, *, python: str = sys.e
         return [python, "-m", "scalestudy.run.nodes", "local-nodes", "--nnodes", str(k),
                 "--nproc-per-node", str(p), "--rdzv-id", pid, "--", *tail]
     srun = ["srun", "--nodes", str(k), "--ntasks", str(k), "--ntasks-per-node", "1",
-            "--cpus-per-task", str(cpus_per_task(p, point.platform, site)),
+            "--cpus-per-task", str(cpus_per_task(p, point.platform)),
             "--kill-on-bad-exit=1", "--job-name", f"ss-{pid}"[:64]]
-    gpu = is_gpu(point.platform, site)
-    if gpu and site["gpu_request"] == "gres":
+    gpu = is_gpu(point.platform)
+    if gpu and site.gpu_request == GPURequest.GRES:
         srun.append(f"--gres=gpu:{p}")
-    elif gpu and site["gpu_request"] == "gpus-per-node":
+    elif gpu and site.gpu_request == GPURequest.GPUS_PER_NODE:
         srun.append(f"--gpus-per-node={p}")
-    if site.get("srun_extra"):
-        srun += shlex.split(str(site["srun_extra"]))
-    port = rdzv_port(point, environ, site)
+    if site.srun_extra:
+        srun += shlex.split(site.srun_extra)
+    port = rdzv_port(point)
     return [*srun, python, "-m", "scalestudy.run.nodes", "node",
             "--nnodes", str(k), "--nproc-per-node", str(p),
             "--rdzv-id", f"{environ['SLURM_JOB_ID']}-{pid}",
@@ -113,8 +112,7 @@ def _available_cpus(environ: Mapping) -> int:
     return usable_cpus()
 
 
-def env_additions(point: Point, environ: Mapping = os.environ,
-                  site: Mapping | None = None) -> dict:
+def env_additions(point: Point, environ: Mapping = os.environ) -> dict:
     """What :func:`launch_env` adds to ``environ`` for the launch of ``point``.
 
     ``OMP_NUM_THREADS`` = cores per process (an explicit value in ``environ`` wins; several
@@ -123,16 +121,15 @@ def env_additions(point: Point, environ: Mapping = os.environ,
     for points that run on this host (one node, or emulated nodes) ``GLOO_SOCKET_IFNAME=lo``
     and ``NCCL_SOCKET_IFNAME=lo``, over the site's (its interfaces are for a cluster's
     network) but not over the caller's own ``environ``."""
-    site = point_site(point.platform, site)
     k, p = point.nodes, point.procs_per_node
     env: dict[str, str] = {}
     if not environ.get("OMP_NUM_THREADS"):
         if k > 1 and environ.get("SLURM_JOB_ID"):
-            cores, procs = cpus_per_task(p, point.platform, site), p  # per node, as srun gives it
+            cores, procs = cpus_per_task(p, point.platform), p  # per node, as srun gives it
         else:  # one host runs every process (a single node or emulated nodes)
             cores, procs = _available_cpus(environ), p * k
         env["OMP_NUM_THREADS"] = str(max(1, cores // procs))
-    env.update(sitepolicy.resolve_env(site["env"], environ))  # secrets put back here
+    env.update(sitepolicy.resolve_env(point.platform.site.env, environ))  # secrets put back here
     if k == 1 or not environ.get("SLURM_JOB_ID"):  # every rank on this host
         for var in LOOPBACK_ENV:
             if not environ.get(var):
@@ -140,12 +137,11 @@ def env_additions(point: Point, environ: Mapping = os.environ,
     return env
 
 
-def launch_env(point: Point, environ: Mapping = os.environ,
-               site: Mapping | None = None) -> dict:
+def launch_env(point: Point, environ: Mapping = os.environ) -> dict:
     """The full environment to launch ``point`` with: ``environ`` (PATH, PYTHONPATH and, under
     Slurm, SLURM_JOB_ID, which srun needs to start a step inside the job's allocation instead
     of asking for a new one) plus :func:`env_additions`; never the study's secrets as a whole
     (``sitepolicy.SECRETS_ENV``: each rank gets the ones its site.env names)."""
-    env = {**environ, **env_additions(point, environ, site)}
+    env = {**environ, **env_additions(point, environ)}
     env.pop(sitepolicy.SECRETS_ENV, None)
     return env

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, MutableMapping
 
 from scalestudy.config import sitepolicy
 from scalestudy.config.point import Platform, Point
-from scalestudy.config.study import before_run_max_n, load_study
+from scalestudy.config.study import load_study
+from scalestudy.config.studyspec import Study
 from scalestudy.plan.planner import plan_points
-from scalestudy.run import slurm
 from scalestudy.run.guard import claim_study
 
 DEFAULT_STUDY = "workflow/config/default.yaml"
@@ -26,7 +26,7 @@ class WorkflowSetup:
     """One study as the rules see it."""
 
     study_file: str  # the study file, as given
-    study: dict  # the validated study, ``platform.site`` resolved with secrets redacted
+    study: Study  # the validated study, ``platform.site`` resolved with secrets redacted
     platform: Platform  # the study's platform (redacted site)
     points: dict[str, Point]  # every planned point (feasible or not) by id, in study order
     feasible: tuple[str, ...]  # the ids of the points that run
@@ -54,17 +54,19 @@ def workflow_setup(config: Mapping, *, claim: bool = False,
     trust_site = is_true(config.get("trust_site", False))
     study = load_study(study_file, trust_site=trust_site)
     # unhashed, so a point keeps its id on a laptop and on a cluster
-    site = slurm.resolve_site(study["platform"].get("site"), config.get("site"))
-    sitepolicy.check_site(site, trusted=trust_site)
-    study["platform"]["site"], secrets = sitepolicy.split_secrets(site)
+    site = study.platform.site.merged(config.get("site"))
+    site.check(trusted=trust_site)
+    site, secrets = site.redacted()
+    study = replace(study, platform=replace(study.platform, site=site))
     if secrets:
         environ[sitepolicy.SECRETS_ENV] = json.dumps(secrets)
     else:
         environ.pop(sitepolicy.SECRETS_ENV, None)
     points = {p.point_id: p for p in plan_points(study, study_file)}
     feasible = tuple(pid for pid, p in points.items() if p.feasible)
-    out = f"{config.get('results', 'results')}/{study['name']}"
+    out = f"{config.get('results', 'results')}/{study.name}"
     return WorkflowSetup(
-        study_file=study_file, study=study, platform=Platform(**study["platform"]),
-        points=points, feasible=feasible, out=out, before_run_max_n=before_run_max_n(study),
+        study_file=study_file, study=study, platform=study.platform,
+        points=points, feasible=feasible, out=out,
+        before_run_max_n=study.predict.before_run_max_n,
         lock=claim_study(out, feasible) if claim else None)

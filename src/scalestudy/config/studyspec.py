@@ -1,0 +1,182 @@
+"""The typed study: what a validated study file says, built once after validation
+(:meth:`Study.from_validated`; :func:`scalestudy.config.study.load_study` returns it) and read
+by the planner, the CLI, the workflow's rules and the reports.
+
+The model, training, parallel and platform settings are the point's own types
+(:mod:`scalestudy.config.point`: units there), the site settings
+:class:`scalestudy.config.site.Site`. Defaults are the schema's
+(``workflow/schemas/study.schema.yaml``), filled before these are built, so the fields here
+have none; a series' ``None`` means "not given" (the study's setting applies). ``study.json``
+is the JSON form (:meth:`Study.to_json`: the keys of the validated document).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Mapping
+
+from scalestudy.config.point import Model, Parallel, Platform, Train, Workload, json_value
+from scalestudy.config.vocab import (
+    Checkpointing, DPMode, DType, FigureStyle, FlopsConvention, PPPartition, PPSchedule,
+    Reference, ScalingMode,
+)
+
+
+def _typed(value, enum):
+    """``value`` (a word, a list of words, or None) as ``enum`` members; a list as a tuple."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return tuple(enum(v) for v in value)
+    return enum(value)
+
+
+def _counts(value):
+    """A count, or a list of counts to sweep (a tuple)."""
+    return tuple(value) if isinstance(value, (list, tuple)) else value
+
+
+@dataclass(frozen=True)
+class Series:
+    """One series of sweep points: a model on a list of device counts, weak or strong. An axis
+    given as a list (a tuple here) is swept: the planner makes one series per value."""
+
+    name: str  # the series' name: letters, digits, '_', '.', '-'
+    mode: ScalingMode  # weak: tokens per device per step fixed; strong: tokens per step fixed
+    model: str  # the name of one of the study's models
+    gpus: tuple[int, ...]  # world sizes N to sweep (devices; processes on a CPU)
+    micro_batch: int | tuple[int, ...]  # sequences per micro-batch per data-parallel rank
+    tp: int | tuple[int, ...]  # tensor-parallel ranks (count)
+    pp: int | tuple[int, ...]  # pipeline-parallel ranks (count)
+    cp: int | tuple[int, ...]  # context-parallel ranks sharing each sequence (count)
+    grad_accum: int  # weak: micro-batches per optimizer step per data-parallel rank
+    global_batch: int | None = None  # strong: sequences per optimizer step (fixed)
+    baseline: int | None = None  # N0 of the efficiency curve (devices); None: smallest feasible
+    dp_mode: DPMode | tuple[DPMode, ...] | None = None  # None: the study's parallel setting
+    pp_schedule: PPSchedule | tuple[PPSchedule, ...] | None = None  # None: the study's
+    activation_checkpointing: Checkpointing | tuple[Checkpointing, ...] | None = None  # ditto
+    virtual_stages: int | None = None  # pipeline stages per pp rank (count); None: the study's
+    pp_partition: PPPartition | tuple[int, ...] | None = None  # layers per stage; None: study's
+    sequence_parallel: bool | None = None  # None: the study's parallel setting
+    workload: Workload | None = None  # what this series runs; None: the study's workload
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        set_(self, "mode", ScalingMode(self.mode))
+        set_(self, "gpus", tuple(self.gpus))
+        for name in ("micro_batch", "tp", "pp", "cp"):
+            set_(self, name, _counts(getattr(self, name)))
+        for name, enum in (("dp_mode", DPMode), ("pp_schedule", PPSchedule),
+                           ("activation_checkpointing", Checkpointing)):
+            set_(self, name, _typed(getattr(self, name), enum))
+        part = self.pp_partition
+        set_(self, "pp_partition", tuple(part) if isinstance(part, (list, tuple))
+             else _typed(part, PPPartition))
+
+    def parallel(self, base: Parallel) -> Parallel:
+        """``base`` (the study's parallel settings) with this series' own over it."""
+        return replace(base, **{f.name: getattr(self, f.name) for f in fields(Parallel)
+                                if getattr(self, f.name) is not None})
+
+    @classmethod
+    def from_validated(cls, doc: Mapping) -> "Series":
+        """The series of a validated ``series:`` entry."""
+        kw = {k: v for k, v in doc.items() if k != "workload"}
+        if "workload" in doc:
+            kw["workload"] = Workload.from_study(doc["workload"])
+        return cls(**kw)
+
+    def to_json(self) -> dict:
+        """The ``series:`` entry (the keys given or defaulted; no None)."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = (value.to_study() if isinstance(value, Workload)
+                               else json_value(value))
+        return out
+
+
+@dataclass(frozen=True)
+class Microbench:
+    """Building-block measurements (matmul, collectives) that feed the performance model."""
+
+    enabled: bool  # measure them in the study's run
+    matmul_sizes: tuple[int, ...]  # n of the n x n x n matrix products (elements)
+    dtypes: tuple[DType, ...]  # element types of the matrix products
+    sizes: tuple[int, ...]  # collective message sizes (bytes)
+    group_sizes: tuple[int, ...]  # ranks per collective (count)
+
+    def __post_init__(self):
+        for f in fields(self):
+            if f.name != "enabled":
+                object.__setattr__(self, f.name, tuple(getattr(self, f.name)))
+        object.__setattr__(self, "dtypes", _typed(self.dtypes, DType))
+
+
+@dataclass(frozen=True)
+class Predict:
+    """The performance model inside the study (a CPU study's predict job)."""
+
+    before_run_max_n: int | None  # points with N (devices) up to this calibrate the model that
+    # predicts the others before they run; None: no prediction before the run
+
+
+@dataclass(frozen=True)
+class Report:
+    """How the study's figures and tables are exported."""
+
+    figure_style: FigureStyle  # figure width and fonts (default, single- or double-column)
+
+    def __post_init__(self):
+        object.__setattr__(self, "figure_style", FigureStyle(self.figure_style))
+
+
+@dataclass(frozen=True)
+class Study:
+    """A validated study file (module docstring)."""
+
+    name: str  # the study's folder under results/
+    description: str  # free text atop the report
+    models: Mapping[str, Model]  # the models by name (Model.name is the key)
+    series: tuple[Series, ...]  # the sweeps, in file order
+    repeats: int  # separate measurements (jobs) of every point
+    retries: int  # extra attempts of a point that crashed or timed out
+    flops_convention: FlopsConvention  # how model FLOPs are counted (MFU)
+    workload: Workload  # what every series runs unless it names its own
+    references: tuple[Reference, ...]  # published results overlaid on the figures
+    train: Train  # the optimisation run of every point
+    parallel: Parallel  # the parallel options every series starts from
+    platform: Platform  # where the points run; its site: config.site.Site
+    report: Report  # figure style
+    microbench: Microbench  # building-block measurements
+    predict: Predict  # the performance model's prediction before the run
+
+    @classmethod
+    def from_validated(cls, doc: Mapping) -> "Study":
+        """The study of a validated document (``scalestudy.config.study.validate``: schema,
+        defaults and semantic checks passed; or a ``study.json`` this version wrote)."""
+        before = doc["predict"]["before_run"]
+        return cls(
+            name=doc["name"], description=doc["description"],
+            models={name: Model(name=name, **m) for name, m in doc["models"].items()},
+            series=tuple(Series.from_validated(s) for s in doc["series"]),
+            repeats=doc["repeats"], retries=doc["retries"],
+            flops_convention=FlopsConvention(doc["flops_convention"]),
+            workload=Workload.from_study(doc["workload"]),
+            references=tuple(Reference(r) for r in doc["references"]),
+            train=Train(**doc["train"]), parallel=Parallel(**doc["parallel"]),
+            platform=Platform(**doc["platform"]), report=Report(**doc["report"]),
+            microbench=Microbench(**doc["microbench"]),
+            predict=Predict(before_run_max_n=before["calibrate_on_max_n"] if before else None))
+
+    def to_json(self) -> dict:
+        """``study.json``: the validated document's keys and values."""
+        out = {f.name: json_value(getattr(self, f.name)) for f in fields(self)}
+        out["models"] = {name: {k: v for k, v in json_value(m).items() if k != "name"}
+                         for name, m in self.models.items()}
+        out["series"] = [s.to_json() for s in self.series]
+        out["workload"] = self.workload.to_study()
+        n = self.predict.before_run_max_n
+        out["predict"] = {"before_run": None if n is None else {"calibrate_on_max_n": n}}
+        return out
