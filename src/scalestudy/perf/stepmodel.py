@@ -1088,7 +1088,7 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     cover a product, a collective or the bandwidth); ``dp_overlap`` overrides the framework's
     DP overlap."""
     model, par = point.model, point.parallel
-    tp, pp, dp, n = point.tp, point.pp, int(point.dp), point.n
+    tp, pp, n = point.tp, point.pp, point.n
     b, m, s = point.micro_batch, max(1, int(point.grad_accum)), model.seq_len
     l, h, V = model.layers, model.hidden, model.vocab
     v = par.virtual_stages if pp > 1 else 1
