@@ -7,6 +7,7 @@ predicted/measured figures are ``make bench``'s, benchmarks/predict.py)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -184,13 +185,68 @@ def test_calibration_json_carries_blocks_and_core_sharing(tmp_path, points):
                        "sample": i, "seconds": v} for b, v in BLOCKS.items()
                       for i in range(2)],
            "core_sharing": [{"procs": k, "sample": 0, "seconds": f, "factor": f}
-                            for k, f in ((1, 1.0), (2, 1.4))]}
+                            for k, f in ((1, 1.0), (2, 1.4))],
+           "sync_wait": [{"procs": 2, "grain_s": 2e-3, "sample": 0, "wait_s": 3e-4}]}
     cal = {**cal, "blocks": [{**r, "block": r["block"][:-2]} for r in cal["blocks"]]}
     (tmp_path / "calibration.json").write_text(json.dumps(cal))
     m = Measured.from_calibration(tmp_path / "calibration.json")
     assert m.blocks == {key: pytest.approx(BLOCKS)} and m.core_sharing == {1: 1.0, 2: 1.4}
+    assert m.sync_wait == {2: [(2e-3, 3e-4)]}
     assert m.block(p) == pytest.approx(BLOCKS)
     assert m.block(points[("weak-tp", 2)]) is None  # no tp block measured
+
+
+# --- waiting for the slowest rank at a synchronisation --------------------------------------
+
+SYNC = {2: [(5e-4, 1e-4), (2e-3, 4e-4), (8e-3, 1e-3)], 4: [(5e-4, 5e-4), (8e-3, 2e-3)]}
+
+
+def test_sync_wait_seconds_interpolates_in_the_grain():
+    w = stepmodel.sync_wait_seconds
+    assert w(1, 1e-3, SYNC) == 0.0 and w(3, 1e-3, SYNC) == 0.0  # one process; not measured
+    assert w(2, 1.25e-3, SYNC) == pytest.approx(2.5e-4)  # halfway between 0.5 and 2 ms
+    assert w(4, 1e-4, SYNC) == 5e-4 and w(4, 1.0, SYNC) == 2e-3  # the end values beyond
+    assert w(2, 1e-3, {2: [(5e-4, -1e-4), (2e-3, -1e-4)]}) == 0.0  # noise: never negative
+
+
+def test_sync_wait_from_rows_takes_the_median_per_count_and_grain():
+    rows = [{"procs": 2, "grain_s": g, "sample": i, "wait_s": w}
+            for g, ws in ((2e-3, (1e-3, 3e-3, 2e-3)), (5e-4, (1e-4, 2e-4, 3e-4)))
+            for i, w in enumerate(ws)]
+    assert stepmodel.sync_wait_from_rows(rows) == {2: [(5e-4, pytest.approx(2e-4)),
+                                                       (2e-3, pytest.approx(2e-3))]}
+
+
+def test_sync_counts_by_hand(points, hw):
+    # weak-tp N=2: 2 layers x 4 exchanges + the embedding's + the head's 2, one stage, no DP
+    assert stepmodel.sync_counts(points[("weak-tp", 2)], hw, 0, 2, 0) == (11, 0)
+    # weak-tp N=4 adds DDP's one gradient all-reduce a step
+    assert stepmodel.sync_counts(points[("weak-tp", 4)], hw, 0, 2, 0) == (11, 1)
+    # strong-pp N=2: each stage's two transfers (activation out, gradient back) with its
+    # one neighbour; N=4 adds the gradient reduction of each stage's DP pair
+    pp2, pp4 = points[("strong-pp", 2)], points[("strong-pp", 4)]
+    assert [stepmodel.sync_counts(pp2, hw, r, 1, 0) for r in (0, 1)] == [(2, 0), (2, 0)]
+    assert stepmodel.sync_counts(pp4, hw, 1, 1, 0) == (2, 1)
+    assert stepmodel.sync_counts(points[("weak-dp", 1)], hw, 0, 2, 0) == (0, 0)
+
+
+def test_sync_waits_enter_the_slot_and_the_step(points, hw):
+    p = points[("weak-tp", 4)]  # 4 processes, 11 exchanges a micro-batch, 1 DDP all-reduce
+    m = _measured(points, {1: 1.0, 2: 1.0, 4: 2.0})
+    base = stepmodel.predict_step_time(p, hw, m)
+    waits, dp = stepmodel.sync_wait_terms(p, hw, replace(m, sync_wait=SYNC), [11e-3], [2], [0])
+    # 11 exchanges after 1 ms each: 11 x 5.3e-4 (4 processes, 1 ms: 5e-4 + 1.5e-3 * 0.5/7.5);
+    # the step's all-reduce after its 11 ms: the 8 ms end value
+    assert waits[0] == pytest.approx(11 * (5e-4 + 1.5e-3 * 0.5e-3 / 7.5e-3))
+    assert dp == pytest.approx(2e-3)
+    b = stepmodel.predict_step_time(p, hw, replace(m, sync_wait=SYNC))
+    assert b.sync_wait_s > 0 and base.sync_wait_s == 0.0
+    assert b.step_time_s == pytest.approx(base.step_time_s + b.sync_wait_s)
+    assert sum(b.terms().values()) == pytest.approx(b.step_time_s)
+    # a GPU system (no shared cores) never waits by this term
+    gpu = stepmodel.HardwareSpec.load("h200")
+    assert stepmodel.sync_wait_terms(p, gpu, replace(m, sync_wait=SYNC), [1.0], [2], [0]) \
+        == ([0.0], 0.0)
 
 
 # --- predicted before run --------------------------------------------------------------------
@@ -280,6 +336,12 @@ def test_block_specs_bench_blocks_and_core_sharing_rows(points):
     sharing = microbench.bench_core_sharing(procs=(1, 2), work_s=0.005, samples=1)
     assert [r["procs"] for r in sharing] == [1, 2] and sharing[0]["factor"] == 1.0
     assert all(r["seconds"] > 0 and r["load_1m"] >= 0 for r in sharing)
+    sync = microbench.bench_sync_wait(procs=(1, 2), grains=(5e-4, 1e-3), samples=1,
+                                      phase_s=0.005)
+    assert [(r["procs"], r["grain_s"]) for r in sync] == [(2, 5e-4), (2, 1e-3)]
+    for r in sync:  # the wait is what the synchronised loop adds beyond the latency
+        assert r["alone_s"] > 0 and r["alpha_s"] > 0
+        assert r["wait_s"] == pytest.approx(r["synced_s"] - r["alone_s"] - r["alpha_s"])
 
 
 def test_calibration_times_blocks_only_of_models_it_can_afford():

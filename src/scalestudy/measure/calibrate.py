@@ -13,7 +13,8 @@ On a CPU, ``--overhead`` adds the framework overhead of a degenerate model and t
 bandwidth; ``--blocks-json`` the study's own model timed piece by piece at its micro-batch
 shapes (``microbench.bench_blocks``: per layer, embedding, head and loss, optimizer; medians,
 with the 1-minute load average in ``blocks_load_1m``); ``--core-sharing K ...`` the slowdown
-of K processes sharing the cores (``microbench.bench_core_sharing``). The performance model
+of K processes sharing the cores (``microbench.bench_core_sharing``) and the wait for the
+slowest of them at a synchronisation (``microbench.bench_sync_wait``). The performance model
 composes a CPU study's steps from these (``scalestudy.perf.stepmodel``).
 
 ``--shapes MxNxK ...`` also times ``[M×K] @ [K×N]`` at each given shape (the study's own
@@ -142,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                         "optimizer at each micro-batch)")
     p.add_argument("--core-sharing", nargs="*", type=int, default=[],
                    help="on a CPU, also measure the slowdown of these process counts sharing "
-                        "the host's cores (microbench.bench_core_sharing)")
+                        "the host's cores (microbench.bench_core_sharing) and the wait at a "
+                        "synchronisation among them (microbench.bench_sync_wait)")
     args = p.parse_args(argv)
     device = resolve_device_type(args.device)
     rec = measure(device, args.dtype, args.size, args.samples, max_seconds=args.max_seconds,
@@ -162,9 +164,10 @@ def main(argv: list[str] | None = None) -> int:
         rec["blocks_load_1m"] = os.getloadavg()[0]
         rec["blocks"] = bench_blocks(json.loads(args.blocks_json))
     if args.core_sharing and device == "cpu":
-        from scalestudy.measure.microbench import bench_core_sharing
+        from scalestudy.measure.microbench import bench_core_sharing, bench_sync_wait
 
         rec["core_sharing"] = bench_core_sharing(tuple(sorted({1, *args.core_sharing})))
+        rec["sync_wait"] = bench_sync_wait(tuple(args.core_sharing))
     write_json(args.out, rec)
     print(f"{rec['device_name']} {args.dtype} {rec['m']}^3 matmul: {rec['flops_per_s'] / 1e12:.4g} TFLOP/s "
           f"(median of {len(rec['samples_flops_per_s'])}) -> {args.out}")

@@ -623,6 +623,97 @@ def bench_core_sharing(procs=(1, 2, 4, 8), work_s: float = 0.15, samples: int = 
             for k, i, t in raw]
 
 
+#: Compute between two synchronisations (s of one process alone) at which ``bench_sync_wait``
+#: measures: a tensor-parallel exchange every ~half layer, a pipeline transfer, a DDP step.
+SYNC_GRAINS = (5e-4, 2e-3, 8e-3)
+
+
+def _sync_child(rank: int, k: int, store: str, per_call_s: float, grains, phase_s: float,
+                queue) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.FileStore(store, k), rank=rank, world_size=k)
+    a, b, x = torch.randn(128, 128), torch.randn(128, 128), torch.zeros(1)
+
+    def work(n):
+        for _ in range(n):
+            a @ b
+
+    for _ in range(5):
+        dist.all_reduce(x)
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(50):
+        dist.all_reduce(x)
+    alpha = (time.perf_counter() - t0) / 50
+    out = []
+    for g in grains:
+        n, reps = max(1, round(g / per_call_s)), max(5, int(phase_s / g))
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            work(n)
+        alone = (time.perf_counter() - t0) / reps
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            work(n)
+            dist.all_reduce(x)
+        out.append((g, alone, (time.perf_counter() - t0) / reps))
+    queue.put((alpha, out))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def bench_sync_wait(procs=(2, 4), grains=SYNC_GRAINS, samples: int = 3,
+                    phase_s: float = 0.1) -> list[dict]:
+    """What one synchronisation costs ``k`` processes that share this host's cores, beyond
+    the collective's own latency: ``k`` forked one-thread processes in a gloo group each run
+    the same chunks of work (``grain_s`` of one process alone: 128³ matmuls), first back to
+    back, then each chunk followed by a 4-byte all-reduce. Per chunk, the synchronised loop
+    takes longer than the free one by the back-to-back all-reduce latency (``alpha_s``) and
+    by the wait for the slowest process (``wait_s``: a process descheduled or slowed by the
+    others holds every one up; it grows with the chunk and with ``k`` over the cores). Rows
+    ``procs, grain_s, sample, alone_s, synced_s, alpha_s, wait_s`` (means over the ranks;
+    ``scalestudy.perf.stepmodel.sync_wait_seconds`` reads ``wait_s``)."""
+    import multiprocessing as mp
+    import tempfile
+
+    import torch
+
+    a, b = torch.randn(128, 128), torch.randn(128, 128)
+    for _ in range(20):
+        a @ b
+    t0 = time.perf_counter()
+    for _ in range(200):
+        a @ b
+    per_call = (time.perf_counter() - t0) / 200
+    ctx = mp.get_context("fork")
+    rows: list[dict] = []
+    for i in range(samples):
+        for k in sorted({int(k) for k in procs if int(k) >= 2}):
+            with tempfile.TemporaryDirectory() as tmp:
+                queue = ctx.Queue()
+                kids = [ctx.Process(target=_sync_child,
+                                    args=(r, k, f"{tmp}/store", per_call, grains, phase_s, queue))
+                        for r in range(k)]
+                for c in kids:
+                    c.start()
+                got = [queue.get(timeout=600) for _ in kids]
+                for c in kids:
+                    c.join()
+            alpha = statistics.mean(a for a, _ in got)
+            for j, g in enumerate(grains):
+                alone = statistics.mean(o[j][1] for _, o in got)
+                synced = statistics.mean(o[j][2] for _, o in got)
+                rows.append({"procs": k, "grain_s": g, "sample": i, "alone_s": alone,
+                             "synced_s": synced, "alpha_s": alpha,
+                             "wait_s": synced - alone - alpha})
+    return rows
+
+
 # --- attention kernel and memory bandwidth --------------------------------------------------
 
 

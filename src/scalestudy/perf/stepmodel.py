@@ -112,7 +112,9 @@ class Measured:
     ``optimizer_layer_s`` (one layer's), ``step_s`` (a one-micro-batch step as the trainer
     runs it));
     ``core_sharing``: ``{procs: factor}``, the measured slowdown of each of ``procs``
-    processes sharing the host's cores (``microbench.bench_core_sharing``)."""
+    processes sharing the host's cores (``microbench.bench_core_sharing``); ``sync_wait``:
+    ``{procs: [(grain_s, wait_s), ...]}``, the wait for the slowest of ``procs`` processes at
+    one synchronisation after ``grain_s`` of compute (``microbench.bench_sync_wait``)."""
 
     matmul: dict = field(default_factory=dict)
     collectives: dict = field(default_factory=dict)
@@ -121,6 +123,7 @@ class Measured:
     mem_bw: float | None = None
     blocks: dict = field(default_factory=dict)
     core_sharing: dict = field(default_factory=dict)
+    sync_wait: dict = field(default_factory=dict)
 
     def block(self, point: Point) -> dict | None:
         """The measured blocks of ``point``'s model and micro-batch in its layout (``tp`` under
@@ -184,7 +187,8 @@ class Measured:
         own = cls.from_frames(blocks=c.get("blocks") or None,
                               core_sharing=c.get("core_sharing") or None)
         return cls(matmul={c["dtype"]: rows}, overhead=host.overhead, mem_bw=host.mem_bw,
-                   blocks=own.blocks, core_sharing=own.core_sharing)
+                   blocks=own.blocks, core_sharing=own.core_sharing,
+                   sync_wait=sync_wait_from_rows(c.get("sync_wait") or []))
 
     @classmethod
     def from_csv(cls, matmul_csv: str | None = None, collectives_csv: str | None = None,
@@ -274,6 +278,18 @@ def blocks_from_rows(rows) -> dict:
         by.setdefault(r["key"], {}).setdefault(r["block"], []).append(float(r["seconds"]))
     return {key: {f"{b}_s": st.median(v) for b, v in blocks.items()}
             for key, blocks in by.items() if "fwd_bwd" in blocks}
+
+
+def sync_wait_from_rows(rows) -> dict:
+    """``{procs: [(grain_s, wait_s), ...]}`` (by grain) from ``microbench.bench_sync_wait``
+    rows: the median wait per process count and grain."""
+    import statistics as st
+
+    by: dict = {}
+    for r in rows:
+        by.setdefault(int(r["procs"]), {}).setdefault(float(r["grain_s"]), []).append(
+            float(r["wait_s"]))
+    return {k: sorted((g, st.median(v)) for g, v in waits.items()) for k, waits in by.items()}
 
 
 def core_sharing_from_rows(rows) -> dict:
@@ -804,6 +820,61 @@ def core_sharing_slowdown(point: Point, hw: HardwareSpec,
     return sharing_factor(local_procs(point, hw), factors, hw.compute_units)
 
 
+def sync_wait_seconds(procs: int, grain_s: float, table: dict) -> float:
+    """Seconds one synchronisation of ``procs`` processes sharing a CPU host waits for the
+    slowest of them, after ``grain_s`` seconds of compute on each, from the host's measured
+    ``table`` (``Measured.sync_wait``): linear in the grain between the measured grains,
+    their end values beyond them, never negative; 0 for one process or a count not measured
+    (a GPU's own device is not shared: its rank skew is not modelled)."""
+    pts = table.get(int(procs)) if procs > 1 else None
+    if not pts:
+        return 0.0
+    if grain_s <= pts[0][0]:
+        return max(pts[0][1], 0.0)
+    if grain_s >= pts[-1][0]:
+        return max(pts[-1][1], 0.0)
+    (g0, w0), (g1, w1) = next((a, b) for a, b in zip(pts, pts[1:]) if a[0] <= grain_s <= b[0])
+    return max(w0 + (w1 - w0) * (grain_s - g0) / (g1 - g0), 0.0)
+
+
+def sync_counts(point: Point, hw: HardwareSpec, r: int, layers: int, ckpts: int
+                ) -> tuple[int, int]:
+    """How often pipeline stage ``r``'s ranks synchronise with others: ``(per micro-batch,
+    per step)``. Per micro-batch: the tensor-parallel exchanges (``stage_tp_seconds``' count:
+    4 a layer, 2 a recomputed one, the embedding's on the first stage, the head's 2 on the
+    last) and the pipeline transfers with each neighbouring stage (the framework's
+    ``pp_transfers_per_neighbour``). Per step: the data-parallel gradient reduction (ddp 1;
+    zero1 2: reduce-scatter and all-gather; fsdp modes a gather per layer and micro-batch
+    are left out: not measured)."""
+    tp, pp = point.tp, point.pp
+    n_tp = (4 * layers + 2 * ckpts + (r == 0) + 2 * (r == pp - 1)) if tp > 1 else 0
+    n_pp = hw.framework.pp_transfers_per_neighbour * ((r > 0) + (r < pp - 1)) if pp > 1 else 0
+    dp_syncs = {DPMode.DDP: 1, DPMode.ZERO1: 2}.get(point.parallel.dp_mode, 0)
+    return n_tp + n_pp, dp_syncs if int(point.dp) > 1 else 0
+
+
+def sync_wait_terms(point: Point, hw: HardwareSpec, measured: Measured | None,
+                    compute: list[float], layers_of: list[int], ckpts: list[int]
+                    ) -> tuple[list[float], float]:
+    """``(per pipeline stage: the waits of one micro-batch slot, the data-parallel waits of a
+    step)`` in seconds on a CPU host that measured its synchronisations
+    (``Measured.sync_wait``): each of ``sync_counts`` after an equal share of the compute
+    between them (``compute``: a stage's micro-batch, unshared seconds) waits
+    ``sync_wait_seconds`` at the point's process count; nothing elsewhere."""
+    pp, m = point.pp, max(1, int(point.grad_accum))
+    table = measured.sync_wait if measured is not None else {}
+    if not table or not hw.compute_units:
+        return [0.0] * pp, 0.0
+    procs = local_procs(point, hw)
+    waits, n_dp = [], 0
+    for r in range(pp):
+        per_mb, n_dp = sync_counts(point, hw, r, layers_of[r], ckpts[r])
+        waits.append(per_mb * sync_wait_seconds(procs, compute[r] / per_mb, table)
+                     if per_mb else 0.0)
+    dp = n_dp * sync_wait_seconds(procs, m * max(compute) / n_dp, table) if n_dp else 0.0
+    return waits, dp
+
+
 def composed_layer_seconds(measured_s: float, sharded_s: float, tp: int) -> float:
     """Seconds of a measured block (a layer, or the head and loss) on one of ``tp`` ranks:
     the block was timed in one process at full width (under DTensor for ``tp > 1``), so the
@@ -873,7 +944,8 @@ class StepBreakdown:
     #: the terms, in the order a stacked bar shows them
     TERMS: ClassVar[tuple[str, ...]] = (
         "gemm_s", "attention_s", "elementwise_s", "grad_accum_s", "overhead_s", "tp_comm_s",
-        "pp_p2p_s", "pp_bubble_s", "dp_comm_exposed_s", "optimizer_s", "cp_comm_s")
+        "pp_p2p_s", "pp_bubble_s", "dp_comm_exposed_s", "optimizer_s", "cp_comm_s",
+        "sync_wait_s")
 
     step_time_s: float
     gemm_s: float
@@ -887,6 +959,7 @@ class StepBreakdown:
     optimizer_s: float
     cp_comm_s: float = 0.0  # context parallelism's K/V exchange (exposed)
     grad_accum_s: float = 0.0  # adding each micro-batch's gradients (memory-bound)
+    sync_wait_s: float = 0.0  # a CPU host's ranks waiting for the slowest at synchronisations
     dp_comm_s: float = 0.0  # the DP traffic (and the tied embedding's) before overlap
     bubble_fraction: float = 0.0  # bubble / (m slots of the bottleneck stage)
     micro_batch_slot_s: float = 0.0
@@ -1134,8 +1207,9 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     # study's process counts) already carry it, declared ones get it too
     cs = core_sharing_slowdown(point, hw, measured)
     ms = 1.0 if (measured is not None and measured.collectives and blk is not None) else cs
-    slots = [cs * (sum(comp[r]) + ovhs[r] + gaps[r] + accs[r])
-             + ms * (tps[r] + p2ps[r] + cps[r]) for r in range(pp)]
+    local_s = [sum(comp[r]) + ovhs[r] + gaps[r] + accs[r] for r in range(pp)]
+    waits, t_dp_wait = sync_wait_terms(point, hw, measured, local_s, layers_of, ckpts)
+    slots = [cs * local_s[r] + ms * (tps[r] + p2ps[r] + cps[r]) + waits[r] for r in range(pp)]
     worst = max(range(pp), key=lambda r: slots[r])
     t_pipe, t_bubble = pipeline_seconds(slots, m, v)
     t_comp = sum(comp[worst])
@@ -1156,7 +1230,7 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     t_opt = cs * t_opt_comp + ms * clip
 
     slow = cs
-    step = t_pipe + ms * t_dp_exposed + t_opt
+    step = t_pipe + ms * t_dp_exposed + t_opt + t_dp_wait
     gemm, attn, elem = comp[worst]
     gb = int(point.global_batch)
     tokens = gb * s
@@ -1179,6 +1253,7 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
         optimizer_s=t_opt,
         cp_comm_s=m * cps[worst] * ms,
         grad_accum_s=m * accs[worst] * slow,
+        sync_wait_s=m * waits[worst] + t_dp_wait,
         dp_comm_s=(t_tied + t_dp_step + m * t_dp_mb) * ms,
         bubble_fraction=t_bubble / (m * slots[worst]),
         micro_batch_slot_s=slots[worst],
@@ -1232,7 +1307,8 @@ __all__ = [
     "HardwareSpec", "Link", "Measured", "Prediction", "StepBreakdown", "attention_seconds",
     "block_key", "blocks_from_rows", "boundary_crosses_node", "collective_time",
     "composed_layer_seconds", "composed_optimizer_seconds", "composed_stage_seconds",
-    "in_step_optimizer",
+    "in_step_optimizer", "sync_counts", "sync_wait_from_rows", "sync_wait_seconds",
+    "sync_wait_terms",
     "core_sharing_from_rows", "core_sharing_slowdown", "cp_exchange_seconds", "cp_local",
     "dp_comm_seconds", "dp_exposed_seconds", "dp_overlap_fraction", "elementwise_bytes",
     "elementwise_seconds", "gemm_efficiency", "grad_accumulation_seconds", "grad_bytes_of",

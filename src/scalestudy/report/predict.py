@@ -64,6 +64,7 @@ TERM_LABELS = {
     "pp_p2p_s": "PP p2p (exposed)", "pp_bubble_s": "pipeline bubble",
     "dp_comm_exposed_s": "DP and tied-embedding comm (exposed)", "optimizer_s": "optimizer",
     "cp_comm_s": "CP K/V exchange (exposed)",
+    "sync_wait_s": "waiting for the slowest rank (CPU host)",
     "eval_s": "evaluation (in the logged time)",
 }
 
