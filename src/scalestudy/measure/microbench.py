@@ -569,6 +569,20 @@ def _block_samples(cfg: Model, b: int, layout: str, mesh, samples: int, warmup: 
     return list(out.items())
 
 
+def forked(ctx, target, args: list[tuple], timeout_s: float = 600) -> list:
+    """Run ``target(*a, queue)`` for every ``a`` of ``args`` in processes of the
+    multiprocessing context ``ctx``, all at once; what each puts on its queue, in the order
+    they finish."""
+    queue = ctx.Queue()
+    kids = [ctx.Process(target=target, args=(*a, queue)) for a in args]
+    for c in kids:
+        c.start()
+    got = [queue.get(timeout=timeout_s) for _ in kids]
+    for c in kids:
+        c.join()
+    return got
+
+
 def _sharing_child(work, reps: int, barrier, queue) -> None:
     barrier.wait()
     t0 = time.perf_counter()
@@ -608,14 +622,8 @@ def bench_core_sharing(procs=(1, 2, 4, 8), work_s: float = 0.15, samples: int = 
     raw: list[tuple[int, int, float]] = []
     for i in range(samples):
         for k in procs:
-            barrier, queue = ctx.Barrier(k), ctx.Queue()
-            kids = [ctx.Process(target=_sharing_child, args=(work, reps, barrier, queue))
-                    for _ in range(k)]
-            for c in kids:
-                c.start()
-            times = [queue.get(timeout=600) for _ in kids]
-            for c in kids:
-                c.join()
+            barrier = ctx.Barrier(k)
+            times = forked(ctx, _sharing_child, [(work, reps, barrier)] * k)
             raw.append((k, i, max(times)))
     one = statistics.median(t for k, _, t in raw if k == min(procs))
     load = os.getloadavg()[0]
@@ -695,15 +703,8 @@ def bench_sync_wait(procs=(2, 4), grains=SYNC_GRAINS, samples: int = 3,
     for i in range(samples):
         for k in sorted({int(k) for k in procs if int(k) >= 2}):
             with tempfile.TemporaryDirectory() as tmp:
-                queue = ctx.Queue()
-                kids = [ctx.Process(target=_sync_child,
-                                    args=(r, k, f"{tmp}/store", per_call, grains, phase_s, queue))
-                        for r in range(k)]
-                for c in kids:
-                    c.start()
-                got = [queue.get(timeout=600) for _ in kids]
-                for c in kids:
-                    c.join()
+                got = forked(ctx, _sync_child, [(r, k, f"{tmp}/store", per_call, grains,
+                                                 phase_s) for r in range(k)])
             alpha = statistics.mean(a for a, _ in got)
             for j, g in enumerate(grains):
                 alone = statistics.mean(o[j][1] for _, o in got)
