@@ -57,7 +57,9 @@ class CompareError(ValueError):
 
 
 @dataclass
-class Study:
+class StudyResults:
+    """A run study as the comparison reads it: its tables, models, environment, bootstraps."""
+
     path: Path
     name: str
     runs: pd.DataFrame
@@ -76,7 +78,7 @@ def _mode_value(values) -> str:
     return common[0][0] if len(common) == 1 else "/".join(sorted(set(vals)))
 
 
-def load(path: Path, index: int) -> Study:
+def load(path: Path, index: int) -> StudyResults:
     """Aggregate a study folder afresh and read what the comparison needs."""
     from scalestudy.analysis import aggregate
 
@@ -116,7 +118,7 @@ def load(path: Path, index: int) -> Study:
         "partition": _mode_value((e.get("slurm") or {}).get("SLURM_JOB_PARTITION") for e in envs),
         "git_commit": _mode_value((e.get("git_commit") or "")[:10] for e in envs),
     }
-    return Study(path, name, runs, eff, models, env, boots)
+    return StudyResults(path, name, runs, eff, models, env, boots)
 
 
 # --- definitions -----------------------------------------------------------------------------
@@ -129,7 +131,7 @@ def _invariant(runs: pd.DataFrame, mode: str) -> tuple[str, str]:
     return what, "/".join(f"{v:g}" for v in vals)
 
 
-def definition(study: Study, series: str) -> dict:
+def definition(study: StudyResults, series: str) -> dict:
     """What defines a series: mode, model, invariant."""
     g = study.runs[study.runs["series"] == series]
     mode = _mode_value(g["mode"])
@@ -138,7 +140,7 @@ def definition(study: Study, series: str) -> dict:
     return {"mode": mode, "model": model, "invariant": (what, inv)}
 
 
-def check_definitions(studies: list[Study]) -> list[str]:
+def check_definitions(studies: list[StudyResults]) -> list[str]:
     """The series at least two studies share; raise ``CompareError`` (one line) for the first
     of them whose mode, model or invariant differs between the studies that have it."""
     names = [list(dict.fromkeys(s.runs["series"])) for s in studies]
@@ -167,7 +169,7 @@ def check_definitions(studies: list[Study]) -> list[str]:
     return shared
 
 
-def label(studies: list[Study]) -> list[str]:
+def label(studies: list[StudyResults]) -> list[str]:
     """Each study's label: name (path when names repeat) + the env fields that differ."""
     names = [s.name for s in studies]
     dup = len(set(names)) < len(names)
@@ -200,13 +202,13 @@ def _ci(dist: np.ndarray) -> tuple[float, float]:
     return stats.percentile_ci(d)
 
 
-def _util_column(studies: list[Study]) -> tuple[str, str]:
+def _util_column(studies: list[StudyResults]) -> tuple[str, str]:
     if all(s.eff["mfu"].notna().any() for s in studies):
         return "mfu", "MFU"
     return "util_vs_measured_ceiling", "util. vs measured matmul ceiling"
 
 
-def ratios(studies: list[Study], shared: list[str]) -> pd.DataFrame:
+def ratios(studies: list[StudyResults], shared: list[str]) -> pd.DataFrame:
     """Per point of each study (after the first) against the first (module doc)."""
     a = studies[0]
     util_col, util_name = _util_column(studies)
@@ -226,19 +228,19 @@ def ratios(studies: list[Study], shared: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _settings(study: Study, series: str, n: int) -> dict:
+def _settings(study: StudyResults, series: str, n: int) -> dict:
     g = study.runs[(study.runs["series"] == series) & (study.runs["n"] == n)]
     return {k: _mode_value(g[k]) for k in SETTINGS if k in g.columns}
 
 
-def _x_dist(study: Study, series: str, n: int, tokens: float) -> np.ndarray | None:
+def _x_dist(study: StudyResults, series: str, n: int, tokens: float) -> np.ndarray | None:
     boot = study.boots.get((series, n))
     if boot is None or not len(boot):
         return None
     return tokens / (boot * n)
 
 
-def _ratio_row(a: Study, b: Study, series, n, ra, rb, util_col, util_name) -> dict:
+def _ratio_row(a: StudyResults, b: StudyResults, series, n, ra, rb, util_col, util_name) -> dict:
     nan = float("nan")
     row = {"series": series, "mode": (ra if ra is not None else rb)["mode"], "n": n,
            "study": b.label, "baseline": a.label}
@@ -304,7 +306,7 @@ def _r(v, lo, hi) -> str:
     return f"{v:.3f}"
 
 
-def markdown(studies: list[Study], table: pd.DataFrame, differing: list[str],
+def markdown(studies: list[StudyResults], table: pd.DataFrame, differing: list[str],
              only: dict[str, list[str]]) -> str:
     out = ["# Comparison of scaling studies", ""]
     out.append(f"Baseline: **{studies[0].label}**. Ratios are study / baseline with bootstrap "
@@ -340,7 +342,7 @@ def markdown(studies: list[Study], table: pd.DataFrame, differing: list[str],
     return "\n".join(out) + "\n"
 
 
-def figures(studies: list[Study], out: Path, style: str = "default") -> list[Path]:
+def figures(studies: list[StudyResults], out: Path, style: str = "default") -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
