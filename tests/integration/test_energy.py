@@ -240,7 +240,9 @@ def test_a_real_run_records_energy_per_step_per_rank(tmp_path, monkeypatch):
     t.start()
     try:
         model = Model(name="m", layers=2, hidden=32, heads=2, seq_len=16, vocab=64)
-        point = identify(Point.for_layout(model, dp=2, micro_batch=1, device="cpu", steps=6,
+        # 16 steps: the steady window (14 steps, ~0.1-0.3 s) outlasts the ticker's waits for
+        # the CPU under a loaded suite (with 4 steady steps it once did not tick in them)
+        point = identify(Point.for_layout(model, dp=2, micro_batch=1, device="cpu", steps=16,
                                           warmup_steps=2, series="e", mode="weak", baseline_n=2))
         run_dir = tmp_path / "runs" / point.point_id
         run_dir.mkdir(parents=True)

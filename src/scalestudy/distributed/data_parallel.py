@@ -14,6 +14,8 @@ ZeRO-1 (and no DP wrapper) run under ``torch.autocast``.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
@@ -54,13 +56,16 @@ def apply_data_parallel(model: nn.Module, point: Point, dp_mesh: DeviceMesh,
         _pre_dp_module_transform(model)
     # find_unused_parameters under PP: PipelineStage drives DDP's reducer per micro-batch and
     # DDP's bucket rebuild after the first step then asserts (torch 2.13); finding unused
-    # parameters disables the rebuild. broadcast_buffers=False: the models' buffers (position
-    # ids, the rotary table) are constants built alike on every rank; DDP's default broadcast
-    # of them before every forward is a collective per micro-batch that waits for the slowest
-    # rank (profiled on gloo: ~0.2 ms a call, and the wait inside DDP's forward).
+    # parameters disables the rebuild. No buffer sync before each forward: the models' buffers
+    # (position ids, the rotary table) are constants built alike on every rank; DDP's default
+    # broadcast of them before every forward is a collective per micro-batch that waits for
+    # the slowest rank (profiled on gloo: ~0.2 ms a call, and the wait inside DDP's forward).
+    # torch >= 2.13 names it forward_sync_buffers (broadcast_buffers is deprecated there).
+    sync = ("forward_sync_buffers" if "forward_sync_buffers" in
+            inspect.signature(DDP.__init__).parameters else "broadcast_buffers")
     return DDP(model, process_group=dp_mesh.get_group(),
                device_ids=[device.index] if device.type == "cuda" else None,
-               find_unused_parameters=point.pp > 1, broadcast_buffers=False)
+               find_unused_parameters=point.pp > 1, **{sync: False})
 
 
 def make_optimizer(params: list, point: Point, dp_mesh: DeviceMesh, device: torch.device,
