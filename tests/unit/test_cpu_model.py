@@ -81,6 +81,23 @@ def test_in_step_optimizer_is_the_step_block_less_its_micro_batch():
     assert stepmodel.in_step_optimizer({**blk, "step_s": 7e-3}) == (0.0, 0.0)
 
 
+def test_the_in_step_optimizer_is_paired_by_round():
+    # three rounds, the host 2x slower in round 1 and the step slow in round 2: the step less
+    # its micro-batch of the same round is 2, 2, 11 ms (median 2 ms); the medians' difference
+    # would say 18 - 9 = 9 ms
+    fb, st = (8e-3, 16e-3, 9e-3), (10e-3, 18e-3, 20e-3)
+    rows = [{"key": "k", "block": b, "sample": i, "seconds": s}
+            for b, xs in (("fwd_bwd", fb), ("step", st)) for i, s in enumerate(xs)]
+    rows += [{"key": "k", "block": b, "sample": 0, "seconds": s}
+             for b, s in (("optimizer", 1e-3), ("optimizer_layer", 4e-4))]
+    blk = blocks_from_rows(rows)["k"]
+    assert blk["step_optimizer_s"] == pytest.approx(2e-3)
+    assert blk["step_s"] - blk["fwd_bwd_s"] == pytest.approx(9e-3)
+    assert stepmodel.in_step_optimizer(blk) == pytest.approx((2e-3, 8e-4))
+    rows[3]["seconds"] = 5e-3  # a step faster than its micro-batch (noise): never negative
+    assert blocks_from_rows(rows)["k"]["step_optimizer_s"] >= 0.0
+
+
 def test_composed_layer_seconds_takes_the_other_ranks_arithmetic_out():
     assert composed_layer_seconds(10, 2, 1) == 10
     assert composed_layer_seconds(10, 2, 2) == 8
@@ -332,7 +349,9 @@ def test_block_specs_bench_blocks_and_core_sharing_rows(points):
     blocks = blocks_from_rows(rows)
     assert set(blocks) == {block_key(tiny, 8, 2, "plain"), block_key(tiny, 8, 2, "tp")}
     for v in blocks.values():
-        assert set(v) == {f"{b}_s" for b in microbench.BLOCKS} and min(v.values()) > 0
+        measured = {f"{b}_s" for b in microbench.BLOCKS}
+        assert set(v) == measured | {"step_optimizer_s"} and v["step_optimizer_s"] >= 0
+        assert min(v[b] for b in measured) > 0
     sharing = microbench.bench_core_sharing(procs=(1, 2), work_s=0.005, samples=1)
     assert [r["procs"] for r in sharing] == [1, 2] and sharing[0]["factor"] == 1.0
     assert all(r["seconds"] > 0 and r["load_1m"] >= 0 for r in sharing)

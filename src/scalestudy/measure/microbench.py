@@ -448,7 +448,7 @@ def block_specs(points) -> list[dict]:
     return out
 
 
-def bench_blocks(specs: list[dict], samples: int = 7, warmup: int = 3,
+def bench_blocks(specs: list[dict], samples: int = 15, warmup: int = 3,
                  min_time_s: float = 0.02) -> list[dict]:
     """The study's own model, timed piece by piece in this process at its micro-batch shape,
     as the trainer runs it (fp32 cross-entropy, foreach AdamW, the project's gradient

@@ -270,14 +270,26 @@ def block_key(model: Model, seq_len: int, micro_batch: int, layout: str) -> str:
 def blocks_from_rows(rows) -> dict:
     """``{key: {block: seconds}}`` from ``microbench.bench_blocks`` rows: the median over
     samples of each block (``fwd_bwd``, ``layer``, ``embedding``, ``head``, ``optimizer``,
-    ``optimizer_layer``)."""
+    ``optimizer_layer``, ``step``), and ``step_optimizer_s``: the median over rounds of the
+    ``step`` sample less the ``fwd_bwd`` sample of the same round (``sample``), the optimizer
+    as a step runs it (``in_step_optimizer``); a paired difference, so a drift of the host's
+    speed between rounds cancels instead of adding the noise of two medians."""
     import statistics as st
 
     by: dict = {}
     for r in (rows.to_dict("records") if hasattr(rows, "to_dict") else rows):
-        by.setdefault(r["key"], {}).setdefault(r["block"], []).append(float(r["seconds"]))
-    return {key: {f"{b}_s": st.median(v) for b, v in blocks.items()}
-            for key, blocks in by.items() if "fwd_bwd" in blocks}
+        by.setdefault(r["key"], {}).setdefault(r["block"], {})[r.get("sample")] = float(
+            r["seconds"])
+    out = {}
+    for key, blocks in by.items():
+        if "fwd_bwd" not in blocks:
+            continue
+        out[key] = {f"{b}_s": st.median(v.values()) for b, v in blocks.items()}
+        step, mb = blocks.get("step", {}), blocks["fwd_bwd"]
+        paired = [step[i] - mb[i] for i in step if i is not None and i in mb]
+        if paired:
+            out[key]["step_optimizer_s"] = max(st.median(paired), 0.0)
+    return out
 
 
 def sync_wait_from_rows(rows) -> dict:
@@ -911,13 +923,14 @@ def composed_optimizer_seconds(optimizer_s: float, optimizer_layer_s: float, lay
 
 def in_step_optimizer(blk: dict) -> tuple[float, float]:
     """(all parameters', one layer's) clipping + AdamW seconds as a step runs them, from the
-    measured blocks ``blk``: the ``step`` block (one micro-batch on cleared gradients, then the
-    optimizer and ``zero_grad``) less its micro-batch (``fwd_bwd``), i.e. the optimizer after
-    a backward rather than back to back with itself; one layer's share scaled alike. Blocks
-    measured without ``step`` keep the isolated ``optimizer`` block."""
+    measured blocks ``blk``: ``step_optimizer_s`` (the ``step`` block, one micro-batch on
+    cleared gradients then the optimizer and ``zero_grad``, less its micro-batch, paired by
+    round: ``blocks_from_rows``), else the ``step`` median less the ``fwd_bwd`` median, i.e. the
+    optimizer after a backward rather than back to back with itself; one layer's share scaled
+    alike. Blocks measured without ``step`` keep the isolated ``optimizer`` block."""
     if "step_s" not in blk or blk["optimizer_s"] <= 0:
         return blk["optimizer_s"], blk["optimizer_layer_s"]
-    whole = max(blk["step_s"] - blk["fwd_bwd_s"], 0.0)
+    whole = blk.get("step_optimizer_s", max(blk["step_s"] - blk["fwd_bwd_s"], 0.0))
     return whole, blk["optimizer_layer_s"] * whole / blk["optimizer_s"]
 
 

@@ -32,7 +32,9 @@ A logged line may stand for several steps (a log interval: Megatron's ``--log-in
 torchtitan's ``metrics.log_freq``): its step time is the trainer's average over the interval,
 and it is one sample of the steady state. A line whose interval holds a warm-up step (the
 point's ``train.warmup_steps``) is warm-up. Several ranks logging the same step: the slowest
-rank's line is kept. Log every step (interval 1) for per-step samples.
+rank's line is kept (a figure the trainer printed, not re-timed here; the built-in trainer,
+which has every rank's own time, takes their mean: ``record.steps.rank_step_time``). Log
+every step (interval 1) for per-step samples.
 
 Shipped presets (``metrics: megatron`` / ``metrics: torchtitan``), each tested on real log
 lines (``tests/unit/test_logparse.py`` names the sources):

@@ -6,7 +6,8 @@ The only code that talks to devices (with ``scalestudy.models`` and
 ``scalestudy.distributed``). Every rank trains; rank 0 writes ``steps.jsonl``,
 ``summary.json`` and ``env.json`` (``scalestudy.train.run_files``). Timing: the device is
 synchronised before each clock read; a step is the optimizer step over the whole global batch
-(all micro-batches); its time is the maximum over ranks; the first ``warmup_steps`` are marked
+(all micro-batches); its time is the mean of the ranks' times
+(``scalestudy.record.steps.rank_step_time``); the first ``warmup_steps`` are marked
 and excluded from the summary. The runner (``scalestudy.run.runner``) writes ``status.json``
 after this process ends.
 """

@@ -13,7 +13,8 @@ The file's contract is ``scalestudy.record.steps``. A ``command`` workload
             s.loss = loss              # a tensor is fine: read after the clock stopped
     log.close()                        # every rank calls it; rank 0 writes steps.jsonl
 
-``close`` gathers the ranks' times (the slowest rank's time per step), writes the file
+``close`` gathers the ranks' times (per step their mean: ``record.steps.rank_step_time``),
+writes the file
 atomically (complete or absent, never half-written) and only once. Outside scalestudy (no
 ``SCALESTUDY_POINT_DIR`` and no ``point_dir``) nothing is written. Torch is imported only when
 a device or a process group is involved, so the module itself is cheap to import.
@@ -148,7 +149,7 @@ class StepLogger:
                 for i, (t, loss, tok) in enumerate(zip(self.times, self.losses, self.tokens))]
 
     def close(self) -> list[dict] | None:
-        """Gather every rank's records (the slowest rank's time per step, the mean loss of
+        """Gather every rank's records (the ranks' mean time per step, the mean loss of
         the ranks that know it, the largest peak memory) and write ``steps.jsonl`` on rank 0,
         atomically. A collective when ``torch.distributed`` is initialised: every rank calls
         it. Returns the written records (rank 0) or None."""

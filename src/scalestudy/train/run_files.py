@@ -19,7 +19,7 @@ from scalestudy.perf.run_summary import summary as run_summary
 from scalestudy.train import energy
 from scalestudy.train.data import SyntheticTokens
 from scalestudy.train.device import detect_device
-from scalestudy.record.steps import STEPS_FILE, step_record, write_steps
+from scalestudy.record.steps import STEPS_FILE, rank_step_time, step_record, write_steps
 
 _SLURM_VARS = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_NNODES", "SLURM_NTASKS",
                "SLURM_PROCID", "SLURM_NODEID", "SLURM_LOCALID", "SLURMD_NODENAME",
@@ -57,11 +57,11 @@ def env_record(point: Point, device: torch.device, backend: str, ranks: list[dic
 
 def write_record(point: Point, run_dir: Path, gathered: list[dict], device: torch.device,
                  backend: str, t_start: float) -> None:
-    """``steps.jsonl`` (per step: the mean loss over the ranks that know it, the slowest
-    rank's time), ``env.json`` and ``summary.json`` of a finished run."""
+    """``steps.jsonl`` (per step: the mean loss over the ranks that know it, the ranks' time,
+    ``rank_step_time``), ``env.json`` and ``summary.json`` of a finished run."""
     tr = point.train
     steps, warm = tr.steps, tr.warmup_steps
-    step_times = [max(g["times"][i] for g in gathered) for i in range(steps)]
+    step_times = [rank_step_time([g["times"][i] for g in gathered]) for i in range(steps)]
     loss_rows = [g["losses"] for g in gathered if g["losses"] is not None]
     step_loss = [sum(r[i] for r in loss_rows) / len(loss_rows) for i in range(steps)]
     tokens = point.tokens_per_step
