@@ -96,6 +96,9 @@ def test_the_in_step_optimizer_is_paired_by_round():
     assert stepmodel.in_step_optimizer(blk) == pytest.approx((2e-3, 8e-4))
     rows[3]["seconds"] = 5e-3  # a step faster than its micro-batch (noise): never negative
     assert blocks_from_rows(rows)["k"]["step_optimizer_s"] >= 0.0
+    # rows without their round (an older record): medians, and the medians' difference
+    bare = blocks_from_rows([{k: v for k, v in r.items() if k != "sample"} for r in rows])["k"]
+    assert "step_optimizer_s" not in bare and bare["fwd_bwd_s"] == pytest.approx(9e-3)
 
 
 def test_composed_layer_seconds_takes_the_other_ranks_arithmetic_out():

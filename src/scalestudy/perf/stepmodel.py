@@ -278,15 +278,15 @@ def blocks_from_rows(rows) -> dict:
 
     by: dict = {}
     for r in (rows.to_dict("records") if hasattr(rows, "to_dict") else rows):
-        by.setdefault(r["key"], {}).setdefault(r["block"], {})[r.get("sample")] = float(
-            r["seconds"])
+        by.setdefault(r["key"], {}).setdefault(r["block"], []).append(
+            (r.get("sample"), float(r["seconds"])))
     out = {}
     for key, blocks in by.items():
         if "fwd_bwd" not in blocks:
             continue
-        out[key] = {f"{b}_s": st.median(v.values()) for b, v in blocks.items()}
-        step, mb = blocks.get("step", {}), blocks["fwd_bwd"]
-        paired = [step[i] - mb[i] for i in step if i is not None and i in mb]
+        out[key] = {f"{b}_s": st.median(t for _, t in v) for b, v in blocks.items()}
+        mb = {i: t for i, t in blocks["fwd_bwd"] if i is not None}
+        paired = [t - mb[i] for i, t in blocks.get("step", []) if i in mb]
         if paired:
             out[key]["step_optimizer_s"] = max(st.median(paired), 0.0)
     return out
