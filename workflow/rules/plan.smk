@@ -10,6 +10,8 @@ rule plan:
         study=f"{OUT}/study.json",
     log:
         f"{OUT}/logs/plan.log",
+    resources:
+        timed_slot=0,  # a thread of Snakemake's own process (the profiles' force-use-threads)
     run:
         from scalestudy.plan.planner import write_plan
         from scalestudy.record.io import write_text
@@ -25,6 +27,8 @@ rule point_spec:
         f"{OUT}/runs/{{pid}}/point.json",
     log:
         f"{OUT}/logs/point_spec/{{pid}}.log",
+    resources:
+        timed_slot=0,  # a thread of Snakemake's own process, as plan
     run:
         from scalestudy.record.io import write_text
 
