@@ -122,9 +122,11 @@ def test_blocks_and_core_sharing_from_rows_take_medians():
         {"fwd_bwd_s": 2e-3, "layer_s": 8e-4, "head_s": 2e-4})}
     assert blocks_from_rows([r for r in rows if r["block"] != "fwd_bwd"]) == {}
     sharing = [{"procs": k, "sample": i, "factor": f} for k, fs in ((1, (1.0, 1.0, 1.0)),
+                                                                    (2, (0.9, 0.95, 1.3)),
                                                                     (4, (2.0, 3.0, 2.2)))
                for i, f in enumerate(fs)]
-    assert core_sharing_from_rows(sharing) == {1: 1.0, 4: 2.2}
+    # two processes measured "faster" than one (median 0.95) is drift: never below 1
+    assert core_sharing_from_rows(sharing) == {1: 1.0, 2: 1.0, 4: 2.2}
 
 
 # --- the composed step -----------------------------------------------------------------------
@@ -348,7 +350,9 @@ def test_block_specs_bench_blocks_and_core_sharing_rows(points):
     tiny = Model(name="t", layers=2, hidden=16, heads=2, seq_len=8, vocab=32)
     rows = microbench.bench_blocks([microbench.block_spec(tiny, 2, "plain"),
                                     microbench.block_spec(tiny, 2, "tp")],
-                                   samples=2, warmup=1, min_time_s=0.0)
+                                   samples=2, warmup=1, min_time_s=0.0, processes=2)
+    # two processes, one after another, one round each, numbered across them
+    assert {(r["process"], r["sample"]) for r in rows} == {(0, 0), (1, 1)}
     blocks = blocks_from_rows(rows)
     assert set(blocks) == {block_key(tiny, 8, 2, "plain"), block_key(tiny, 8, 2, "tp")}
     for v in blocks.values():
@@ -389,7 +393,8 @@ def test_blocks_of_a_llama_model_are_timed():
     from scalestudy.measure.microbench import bench_blocks, block_spec
 
     m = Model(arch="llama", layers=2, hidden=32, heads=2, seq_len=16, vocab=64)
-    rows = bench_blocks([block_spec(m, 1, "plain")], samples=1, warmup=0, min_time_s=0.0)
+    rows = bench_blocks([block_spec(m, 1, "plain")], samples=1, warmup=0, min_time_s=0.0,
+                        processes=1)
     assert {r["block"] for r in rows} == {"fwd_bwd", "layer", "embedding", "head", "optimizer",
                                           "optimizer_layer", "step"}
     assert all(r["seconds"] > 0 for r in rows)

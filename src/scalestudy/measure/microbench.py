@@ -449,7 +449,33 @@ def block_specs(points) -> list[dict]:
 
 
 def bench_blocks(specs: list[dict], samples: int = 15, warmup: int = 3,
-                 min_time_s: float = 0.02) -> list[dict]:
+                 min_time_s: float = 0.02, processes: int = 3) -> list[dict]:
+    """``bench_blocks_here`` in ``processes`` forked processes, one after another, the
+    ``samples`` rounds shared among them (at least one each; ``sample`` numbers the rounds
+    across them, ``process`` names the one). On this project's 2-core host the same blocks
+    ran up to ~40% faster or slower from one process to the next, seconds apart, and every
+    point of a study runs in processes of its own: the median over several processes stands
+    for them better than one process's. ``processes`` 1: in this process."""
+    if processes <= 1:
+        return bench_blocks_here(specs, samples, warmup, min_time_s)
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    per = max(1, samples // processes)
+    rows: list[dict] = []
+    for p in range(processes):
+        (got,) = forked(ctx, _blocks_child, [(specs, per, warmup, min_time_s)])
+        rows += [{**r, "sample": p * per + r["sample"], "process": p} for r in got]
+    return rows
+
+
+def _blocks_child(specs: list[dict], samples: int, warmup: int, min_time_s: float,
+                  queue) -> None:
+    queue.put(bench_blocks_here(specs, samples, warmup, min_time_s))
+
+
+def bench_blocks_here(specs: list[dict], samples: int = 15, warmup: int = 3,
+                      min_time_s: float = 0.02) -> list[dict]:
     """The study's own model, timed piece by piece in this process at its micro-batch shape,
     as the trainer runs it (fp32 cross-entropy, foreach AdamW, the project's gradient
     clipping), every piece on the same model (the study's layer count): ``fwd_bwd`` the
@@ -591,14 +617,14 @@ def _sharing_child(work, reps: int, barrier, queue) -> None:
     queue.put(time.perf_counter() - t0)
 
 
-def bench_core_sharing(procs=(1, 2, 4, 8), work_s: float = 0.15, samples: int = 3) -> list[dict]:
+def bench_core_sharing(procs=(1, 2, 4, 8), work_s: float = 0.15, samples: int = 5) -> list[dict]:
     """What sharing this host's cores costs: ``k`` forked processes (one thread each) run the
     same fixed work at once (a small transformer layer's forward and backward, repeated for
     ``work_s`` of one process alone), started together at a barrier. Rows ``procs, sample,
-    seconds`` (the slowest process's wall time) and ``factor`` (that over the median
-    one-process time of the same call): the slowdown each process of a ``k``-process job
-    sees (``scalestudy.perf.stepmodel.core_sharing_slowdown``). The host's own other load is
-    in it, as it is in the study's runs; ``load_1m`` records it."""
+    seconds`` (the slowest process's wall time) and ``factor`` (that over the one-process
+    time of the same round, so that the host's drift between rounds cancels): the slowdown
+    each process of a ``k``-process job sees (``stepmodel.core_sharing_slowdown``). The
+    host's own other load is in it, as it is in the study's runs; ``load_1m`` records it."""
     import multiprocessing as mp
 
     import torch
@@ -625,9 +651,9 @@ def bench_core_sharing(procs=(1, 2, 4, 8), work_s: float = 0.15, samples: int = 
             barrier = ctx.Barrier(k)
             times = forked(ctx, _sharing_child, [(work, reps, barrier)] * k)
             raw.append((k, i, max(times)))
-    one = statistics.median(t for k, _, t in raw if k == min(procs))
+    one = {i: t for k, i, t in raw if k == min(procs)}
     load = os.getloadavg()[0]
-    return [{"procs": k, "sample": i, "seconds": t, "factor": t / one, "load_1m": load}
+    return [{"procs": k, "sample": i, "seconds": t, "factor": t / one[i], "load_1m": load}
             for k, i, t in raw]
 
 
