@@ -251,6 +251,42 @@ def test_launch_env_threads_and_gloo_interface():
     assert env["NCCL_SOCKET_IFNAME"] == "lo" and env["NCCL_DEBUG"] == "WARN"
 
 
+def test_a_process_gets_one_devices_share_of_the_host_at_every_n():
+    """Outside Slurm a host of ``devices_per_node`` devices gives each process the same share
+    of its cores whatever the point's N (a 1-process point on a 2-core host of 8 devices: 1
+    thread, as its 4-process point's and the calibration's); more processes than devices
+    share the host; under Slurm the allocation is sized per process already."""
+    two_cores = {"SLURM_CPUS_PER_TASK": "2"}
+    for procs in (1, 2, 4, 8):
+        p = Point.for_layout(Model(), dp=procs, device="cpu", devices_per_node=8)
+        assert launch.env_additions(p, two_cores)["OMP_NUM_THREADS"] == "1"
+    assert launch.threads_per_process(1, 8, {"SLURM_CPUS_PER_TASK": "16"}) == 2
+    assert launch.threads_per_process(16, 8, {"SLURM_CPUS_PER_TASK": "16"}) == 1
+    assert launch.threads_per_process(2, 8, {"SLURM_CPUS_PER_TASK": "8", "SLURM_JOB_ID": "3"}) == 4
+
+
+def test_the_calibration_times_one_devices_share_of_the_host(tmp_path, monkeypatch):
+    """Without ``--threads`` the calibration runs with the threads one point's process gets:
+    ``OMP_NUM_THREADS`` when set, else ``threads_per_process`` (4 cores, 2 devices: 2)."""
+    import torch
+
+    from scalestudy.measure import calibrate
+    from scalestudy.record.io import read_json
+
+    out, before = tmp_path / "calibration.json", torch.get_num_threads()
+    args = ["--device", "cpu", "--out", str(out), "--size", "32", "--samples", "1",
+            "--max-seconds", "0.2", "--devices-per-node", "2"]
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+        monkeypatch.setenv("SLURM_CPUS_PER_TASK", "4")
+        assert calibrate.main(args) == 0 and read_json(out)["threads"] == 2
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        assert calibrate.main(args) == 0 and read_json(out)["threads"] == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_launch_env_gpu_site_env_wins():
     site = {"gpus_per_node": 8, "cpus_per_node": 56,
             "env": {"NCCL_NET_GDR_LEVEL": "3", "OMP_NUM_THREADS": "2"}}

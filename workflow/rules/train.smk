@@ -40,10 +40,14 @@ rule calibrate:
         blocks=shlex.quote(json.dumps(block_specs(POINTS.values()) if HOST_MODEL else [])),
         procs=" ".join(str(k) for k in sorted({p.n for p in POINTS.values() if p.feasible})
                        if HOST_MODEL),
+        # one process's share of this host's threads, as every point's process gets it
+        # (run.launch.threads_per_process)
+        dpn=PLATFORM.devices_per_node,
     shell:
         "{params.py:q} -m scalestudy.measure.calibrate --device {params.device} --dtype {params.dtype}"
-        " --out {output:q} --shapes {params.shapes} --overhead {params.overhead}"
-        " --blocks-json {params.blocks} --core-sharing {params.procs} > {log:q} 2>&1"
+        " --devices-per-node {params.dpn} --out {output:q} --shapes {params.shapes}"
+        " --overhead {params.overhead} --blocks-json {params.blocks}"
+        " --core-sharing {params.procs} > {log:q} 2>&1"
 
 
 rule train:

@@ -6,7 +6,8 @@ which gives a CPU run (no spec peak) a meaningful percentage.
 Times square ``N×N @ N×N`` matmuls (2·N³ FLOPs each): the device is synchronised before every
 clock read, warm-up matmuls are excluded, each sample runs enough matmuls to last ≳ 20 ms,
 and the result is the median of the samples. On CPU one "device" is one training process,
-which runs with one thread (torchrun's ``OMP_NUM_THREADS=1``), so the default is one thread.
+which runs with its share of the host's cores (``run.launch.threads_per_process``: one
+thread on a 2-core host of 8 devices), and so does the calibration.
 Bounded by ``--max-seconds`` (default 5 s) after warm-up.
 
 On a CPU, ``--overhead`` adds the framework overhead of a degenerate model and the copy
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import os
 import socket
 import statistics
 import sys
@@ -36,6 +38,7 @@ import torch
 from scalestudy.config.vocab import DType, TRAIN_PRECISIONS
 from scalestudy.measure.microbench import timed_samples
 from scalestudy.record.io import write_json
+from scalestudy.run.launch import threads_per_process
 from scalestudy.train.device import TORCH_DTYPES, detect_device, resolve_device_type, sync
 
 _DEFAULT_SIZE = {"cpu": 512, "cuda": 8192}
@@ -130,7 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=None, help="matrix size N (default: 512 cpu, 8192 cuda)")
     p.add_argument("--samples", type=int, default=15)
     p.add_argument("--max-seconds", type=float, default=5.0)
-    p.add_argument("--threads", type=int, default=1, help="CPU threads (one training process)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads (default: one training process's, OMP_NUM_THREADS when "
+                        "set, else its share of this host: run.launch.threads_per_process)")
+    p.add_argument("--devices-per-node", type=int, default=1,
+                   help="the study's devices per node: a CPU host's cores are shared among "
+                        "that many processes (default 1)")
     p.add_argument("--shapes", nargs="*", type=parse_shape, default=[],
                    help="also time these MxNxK products (the study's own)")
     p.add_argument("--overhead", nargs="*", choices=["plain", "tp"], default=[],
@@ -147,8 +155,11 @@ def main(argv: list[str] | None = None) -> int:
                         "synchronisation among them (microbench.bench_sync_wait)")
     args = p.parse_args(argv)
     device = resolve_device_type(args.device)
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    threads = args.threads or (int(omp) if omp.isdigit() and int(omp) > 0
+                               else threads_per_process(1, args.devices_per_node))
     rec = measure(device, args.dtype, args.size, args.samples, max_seconds=args.max_seconds,
-                  threads=args.threads)
+                  threads=threads)
     rec["shapes"] = measure_shapes(device, args.dtype, args.shapes)
     if args.overhead and device == "cpu":  # (a GPU's asynchronous launches hide it)
         from scalestudy.measure.microbench import bench_bandwidth, bench_overhead
@@ -157,7 +168,6 @@ def main(argv: list[str] | None = None) -> int:
         rec["bandwidth"] = bench_bandwidth(device="cpu")
     if args.blocks_json and device == "cpu":
         import json
-        import os
 
         from scalestudy.measure.microbench import bench_blocks
 

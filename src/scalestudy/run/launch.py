@@ -112,23 +112,37 @@ def _available_cpus(environ: Mapping) -> int:
     return usable_cpus()
 
 
+def threads_per_process(procs: int, devices_per_node: int, environ: Mapping = os.environ) -> int:
+    """CPU threads of each of ``procs`` processes that one host (or one Slurm allocation)
+    runs: its cores over its process slots. Outside Slurm a host is ``devices_per_node``
+    devices and each process (one device) gets one device's share at every N, as a GPU point
+    uses one GPU whatever its N: a 1-process point on a 2-core host of 8 devices gets 1
+    thread, not 2, so its steps are timed on the same resource as the 4-process point's and
+    as the calibration's (``scalestudy.measure.calibrate``); more processes than devices
+    share the host. Under Slurm the allocation is already sized per process
+    (``slurm.cpus_per_task``)."""
+    slots = procs if environ.get("SLURM_JOB_ID") else max(procs, devices_per_node)
+    return max(1, _available_cpus(environ) // slots)
+
+
 def env_additions(point: Point, environ: Mapping = os.environ) -> dict:
     """What :func:`launch_env` adds to ``environ`` for the launch of ``point``.
 
-    ``OMP_NUM_THREADS`` = cores per process (an explicit value in ``environ`` wins; several
-    processes on few cores get 1: two threads per process made 4 and 8 processes on 2 cores
-    19x and 25x slower); the site's ``env`` (NCCL/RCCL settings), which wins over that; and
-    for points that run on this host (one node, or emulated nodes) ``GLOO_SOCKET_IFNAME=lo``
-    and ``NCCL_SOCKET_IFNAME=lo``, over the site's (its interfaces are for a cluster's
-    network) but not over the caller's own ``environ``."""
+    ``OMP_NUM_THREADS`` = one process's share of the cores (:func:`threads_per_process`; an
+    explicit value in ``environ`` wins; several processes on few cores get 1: two threads per
+    process made 4 and 8 processes on 2 cores 19x and 25x slower); the site's ``env``
+    (NCCL/RCCL settings), which wins over that; and for points that run on this host (one
+    node, or emulated nodes) ``GLOO_SOCKET_IFNAME=lo`` and ``NCCL_SOCKET_IFNAME=lo``, over
+    the site's (its interfaces are for a cluster's network) but not over the caller's own
+    ``environ``."""
     k, p = point.nodes, point.procs_per_node
     env: dict[str, str] = {}
     if not environ.get("OMP_NUM_THREADS"):
-        if k > 1 and environ.get("SLURM_JOB_ID"):
-            cores, procs = cpus_per_task(p, point.platform), p  # per node, as srun gives it
+        if k > 1 and environ.get("SLURM_JOB_ID"):  # per node, as srun gives it
+            threads = max(1, cpus_per_task(p, point.platform) // p)
         else:  # one host runs every process (a single node or emulated nodes)
-            cores, procs = _available_cpus(environ), p * k
-        env["OMP_NUM_THREADS"] = str(max(1, cores // procs))
+            threads = threads_per_process(p * k, point.platform.devices_per_node, environ)
+        env["OMP_NUM_THREADS"] = str(threads)
     env.update(sitepolicy.resolve_env(point.platform.site.env, environ))  # secrets put back here
     if k == 1 or not environ.get("SLURM_JOB_ID"):  # every rank on this host
         for var in LOOPBACK_ENV:
