@@ -165,6 +165,28 @@ def test_a_data_parallel_step_is_composed_from_the_blocks(points, hw):
     assert b4.gemm_s + b4.attention_s + b4.elementwise_s + b4.overhead_s == pytest.approx(3 * 8e-3)
 
 
+def test_a_collective_slows_by_the_sharing_its_measurement_did_not_have(points, hw):
+    # the microbench timed a 2-rank collective with 2 processes busy (the others at a
+    # barrier): at a 4-process point it slows by sharing(4) / sharing(2); a 4-rank one by 1
+    coll = {("all_reduce", 2): (1e-3, 1e9), ("all_reduce", 4): (4e-3, 0.5e9)}
+    m = _measured(points, {1: 1.0, 2: 1.25, 4: 3.0}, coll)
+    tp4, dp4, tp2 = points[("weak-tp", 4)], points[("weak-dp", 4)], points[("weak-tp", 2)]
+    assert stepmodel.collective_sharing(tp4, hw, m, 2) == pytest.approx(3.0 / 1.25)
+    assert stepmodel.collective_sharing(dp4, hw, m, 4) == 1.0
+    assert stepmodel.collective_sharing(tp2, hw, m, 2) == 1.0
+    # declared collectives (nothing measured) take the whole sharing; a GPU none
+    assert stepmodel.collective_sharing(tp4, hw, Measured(core_sharing={4: 3.0}), 2) == 3.0
+    gpu = stepmodel.HardwareSpec.load("dgx-a100")
+    assert stepmodel.collective_sharing(tp4, gpu, m, 2) == 1.0
+    # in the step: weak-tp N=4 (tp 2 x dp 2) on 4 processes: its TP exchanges and its DP
+    # all-reduce (2 ranks each) are 2.4x their time at N=2 (2 processes: 1.25 / 1.25)
+    b2, b4 = (stepmodel.predict_step_time(p, hw, m) for p in (tp2, tp4))
+    assert b2.tp_comm_s > 0 and b4.tp_comm_s == pytest.approx(2.4 * b2.tp_comm_s)
+    grads = 4 * stepmodel.memory.stage_params(tp4.model, 2, 1, 0)
+    assert b4.dp_comm_exposed_s == pytest.approx(2.4 * (1e-3 + grads / 1e9))
+    assert sum(b4.terms().values()) == pytest.approx(b4.step_time_s)
+
+
 def test_a_pipeline_step_is_composed_per_stage(points, hw):
     p = points[("strong-pp", 2)]  # 2 stages of 1 layer, 8 micro-batches
     b = stepmodel.predict_step_time(p, hw, _measured(points, {1: 1.0, 2: 1.0}))

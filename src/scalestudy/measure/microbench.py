@@ -149,10 +149,13 @@ def bench_matmul(
 
 def bench_collectives(
     sizes: list[int], group_sizes: list[int] | None = None, ops: tuple[str, ...] = OPS,
-    warmup: int = 2, samples: int = 5, min_time_s: float = 0.02, budget_s: float = 25.0,
+    warmup: int = 2, samples: int = 15, min_time_s: float = 0.02, budget_s: float = 25.0,
 ) -> list[dict]:
     """Time collectives on sub-groups of the first ``g`` ranks of the initialised default
-    process group (call from every rank). Returns rows on rank 0, ``[]`` elsewhere."""
+    process group (call from every rank). Returns rows on rank 0, ``[]`` elsewhere.
+    ``samples`` of ≳ ``min_time_s`` each: on a small shared CPU host one sample of a small
+    gloo collective takes 0.5-2.7 ms from one to the next (whether its ranks share a core
+    or wait for an idle one to wake), so a median of 5 moved 1.6x between two jobs."""
     import torch
     import torch.distributed as dist
 
@@ -966,7 +969,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--sizes", type=int, nargs="+", default=[4096, 65536, 1048576, 8388608], help="bytes")
     c.add_argument("--group-sizes", type=int, nargs="*", default=None)
     c.add_argument("--ops", nargs="+", default=list(OPS))
-    c.add_argument("--samples", type=int, default=5)
+    c.add_argument("--samples", type=int, default=15)
     c.add_argument("--budget-s", type=float, default=25.0)
     o = sub.add_parser("overhead", help="framework overhead per micro-batch and per layer")
     o.add_argument("--out", required=True)

@@ -45,7 +45,9 @@ arithmetic terms stay as modelled and the measured rest is ``overhead_s``
 (``split_measured_slot``). On a CPU host the computing phases are multiplied by the slowdown of
 the point's processes sharing the cores (``core_sharing_slowdown``: measured where the host's
 sharing was, ``Measured.core_sharing``, else ``procs / compute_units`` when they outnumber the
-cores); the breakdown says whether the point is ``oversubscribed``. Not modelled: kernel-launch gaps on GPUs, load
+cores), and each collective by the sharing its time does not already carry
+(``collective_sharing``: a measured one ran with only its group's processes busy); the
+breakdown says whether the point is ``oversubscribed``. Not modelled: kernel-launch gaps on GPUs, load
 imbalance between stages other than the embedding and head, network contention beyond the
 per-device NIC share, stragglers, the operating system's scheduling beyond the core-sharing
 slowdown. Where these matter the model under-predicts.
@@ -834,6 +836,22 @@ def core_sharing_slowdown(point: Point, hw: HardwareSpec,
     return sharing_factor(local_procs(point, hw), factors, hw.compute_units)
 
 
+def collective_sharing(point: Point, hw: HardwareSpec, measured: Measured | None,
+                       group: int) -> float:
+    """How much slower a collective among ``group`` of the point's processes runs than its
+    time from ``collective_time`` (dimensionless, ≥ 1): on a CPU host its copies and
+    reductions run on the cores the point's processes share. A collective the host measured
+    (``microbench collectives``: the group's processes busy, the others waiting at a barrier)
+    already ran at the sharing of ``group`` processes, so it slows by
+    ``sharing(P) / sharing(g)`` at the point's ``P`` local processes (``sharing_factor``, ``g``
+    at most ``P``); a declared one by ``sharing(P)``. 1 on a device that is not shared."""
+    cs = core_sharing_slowdown(point, hw, measured)
+    if cs == 1.0 or measured is None or not measured.collectives:
+        return cs
+    g = max(1, min(int(group), local_procs(point, hw)))
+    return max(1.0, cs / sharing_factor(g, measured.core_sharing, hw.compute_units))
+
+
 def sync_wait_seconds(procs: int, grain_s: float, table: dict) -> float:
     """Seconds one synchronisation of ``procs`` processes sharing a CPU host waits for the
     slowest of them, after ``grain_s`` seconds of compute on each, from the host's measured
@@ -1218,13 +1236,16 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     local = blk is None and not syncs_every_micro_batch(point, fw)  # else reduce-scattered
     accs = [grad_accumulation_seconds(stage_p[r], m, fw.grad_accumulation, gbytes, hw,
                                       measured) / m if local else 0.0 for r in range(pp)]
-    # core sharing slows the computing phases; measured collectives (timed with the
-    # study's process counts) already carry it, declared ones get it too
+    # core sharing slows the computing phases, and each collective as its group's sharing
+    # was not already in its time (collective_sharing)
     cs = core_sharing_slowdown(point, hw, measured)
-    ms = 1.0 if (measured is not None and measured.collectives and blk is not None) else cs
+    dp_group = max(1, min(int(point.dp), local_procs(point, hw) // tp))  # its members here
+    ms_tp, ms_pp, ms_cp, ms_dp, ms_clip = (collective_sharing(point, hw, measured, g)
+                                           for g in (tp, 2, point.cp, dp_group, n))
     local_s = [sum(comp[r]) + ovhs[r] + gaps[r] + accs[r] for r in range(pp)]
     waits, t_dp_wait = sync_wait_terms(point, hw, measured, local_s, layers_of, ckpts)
-    slots = [cs * local_s[r] + ms * (tps[r] + p2ps[r] + cps[r]) + waits[r] for r in range(pp)]
+    slots = [cs * local_s[r] + ms_tp * tps[r] + ms_pp * p2ps[r] + ms_cp * cps[r] + waits[r]
+             for r in range(pp)]
     worst = max(range(pp), key=lambda r: slots[r])
     t_pipe, t_bubble = pipeline_seconds(slots, m, v)
     t_comp = sum(comp[worst])
@@ -1237,15 +1258,15 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     ov = dp_overlap_fraction(point, hw, dp_overlap)
     t_tied = tied_grad_seconds(point, hw, kernels.accumulated_grad_bytes(
         fw.grad_accumulation, gbytes), measured)
-    t_dp_exposed = t_tied + dp_step_exposed_seconds(point, hw, t_dp_step, t_dp_mb, ov,
-                                                    t_bwd_mb, t_comp)
+    t_dp_exposed = ms_pp * t_tied + ms_dp * dp_step_exposed_seconds(
+        point, hw, t_dp_step, t_dp_mb, ov, t_bwd_mb, t_comp)
 
     # optimizer on its shard; clipping reduces the squared norm of sharded gradients
     t_opt_comp, clip = optimizer_step_seconds(point, params, hw, measured, blk, ovh, layers_of)
-    t_opt = cs * t_opt_comp + ms * clip
+    t_opt = cs * t_opt_comp + ms_clip * clip
 
     slow = cs
-    step = t_pipe + ms * t_dp_exposed + t_opt + t_dp_wait
+    step = t_pipe + t_dp_exposed + t_opt + t_dp_wait
     gemm, attn, elem = comp[worst]
     gb = int(point.global_batch)
     tokens = gb * s
@@ -1261,15 +1282,15 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
         attention_s=m * attn * slow,
         elementwise_s=m * elem * slow,
         overhead_s=m * (ovhs[worst] + gaps[worst]) * slow,
-        tp_comm_s=m * tps[worst] * ms,
-        pp_p2p_s=m * p2ps[worst] * ms,
+        tp_comm_s=m * tps[worst] * ms_tp,
+        pp_p2p_s=m * p2ps[worst] * ms_pp,
         pp_bubble_s=t_bubble,
-        dp_comm_exposed_s=t_dp_exposed * ms,
+        dp_comm_exposed_s=t_dp_exposed,
         optimizer_s=t_opt,
-        cp_comm_s=m * cps[worst] * ms,
+        cp_comm_s=m * cps[worst] * ms_cp,
         grad_accum_s=m * accs[worst] * slow,
         sync_wait_s=m * waits[worst] + t_dp_wait,
-        dp_comm_s=(t_tied + t_dp_step + m * t_dp_mb) * ms,
+        dp_comm_s=ms_pp * t_tied + ms_dp * (t_dp_step + m * t_dp_mb),
         bubble_fraction=t_bubble / (m * slots[worst]),
         micro_batch_slot_s=slots[worst],
         bottleneck_stage=worst,
@@ -1324,7 +1345,7 @@ __all__ = [
     "composed_layer_seconds", "composed_optimizer_seconds", "composed_stage_seconds",
     "in_step_optimizer", "sync_counts", "sync_wait_from_rows", "sync_wait_seconds",
     "sync_wait_terms",
-    "core_sharing_from_rows", "core_sharing_slowdown", "cp_exchange_seconds", "cp_local",
+    "collective_sharing", "core_sharing_from_rows", "core_sharing_slowdown", "cp_exchange_seconds", "cp_local",
     "dp_comm_seconds", "dp_exposed_seconds", "dp_overlap_fraction", "elementwise_bytes",
     "elementwise_seconds", "gemm_efficiency", "grad_accumulation_seconds", "grad_bytes_of",
     "local_procs", "oversubscribed", "syncs_every_micro_batch", "tied_grad_seconds",
