@@ -23,7 +23,8 @@ run: target within ±25% of the measurement, and the prediction's timestamp earl
 point's start.
 
 Timing means little on an oversubscribed host: the load average is recorded beside every
-figure (``python -m benchmarks``) and in the calibration (``blocks_load_1m``).
+figure (``python -m benchmarks``) and in the calibration (``slices``: each slice's
+``load_1m``).
 """
 
 from __future__ import annotations

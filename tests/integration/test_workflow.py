@@ -123,3 +123,35 @@ def test_bad_study_fails_before_any_job(tmp_path):
     assert r.stderr.strip().splitlines()[-1].startswith("scalestudy: error:")
     assert "series[0].mode: 'sideways' is not allowed" in r.stderr
     assert not (tmp_path / "results" / "tiny").exists()
+
+
+def _dry_run(study_file, results) -> tuple[dict[str, int], list[str]]:
+    """``({rule: jobs}, [job block])`` of the study's Snakemake dry run: its job stats, and
+    each job's printed block (``rule NAME:`` and its fields)."""
+    import re
+
+    r = snakemake(study_file, results, "--dry-run")
+    assert r.returncode == 0, r.stderr[-3000:]
+    jobs = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", r.stdout, re.M)}
+    return jobs, re.split(r"^\[.*\]$", r.stdout, flags=re.M)
+
+
+def test_a_host_model_study_calibrates_in_slices_among_its_runs(tmp_path):
+    """The default study (host measurements on) times its blocks and core sharing in
+    ``host_slices.SLICES`` jobs of their own, which need no input (so the scheduler places
+    them among the runs) and hold the timed slot as a run does, and pools them into
+    ``calibration.json``; the tiny study (host measurements off) runs no slice."""
+    from scalestudy import paths
+    from scalestudy.measure import host_slices
+
+    default = paths.workflow_dir() / "config" / "default.yaml"
+    jobs, blocks = _dry_run(default, tmp_path / "results")
+    assert jobs["calibrate_slice"] == host_slices.SLICES
+    assert jobs["calibrate"] == jobs["calibration"] == 1 and jobs["train"] == 30
+    slices = [b for b in blocks if "rule calibrate_slice:" in b]
+    assert len(slices) == host_slices.SLICES
+    assert all("input:" not in b and "timed_slot=1" in b for b in slices)
+    study_file = tmp_path / "tiny.yaml"
+    study_file.write_text(yaml.safe_dump(TINY))
+    jobs, _ = _dry_run(study_file, tmp_path / "results")
+    assert "calibrate_slice" not in jobs and jobs["calibration"] == 1

@@ -240,6 +240,43 @@ def test_calibration_json_carries_blocks_and_core_sharing(tmp_path, points):
     assert m.block(points[("weak-tp", 2)]) is None  # no tp block measured
 
 
+def test_host_slices_pool_into_the_calibration_each_round_paired_in_its_slice():
+    """Two slices of the host calibration, the second on a host 2x slower: every row keeps
+    its slice and gets a sample number of its own across the slices, so the in-step optimizer
+    (``step`` less ``fwd_bwd`` of the same round) pairs rounds within a slice only; the
+    medians pool all rounds; what the device calibration measured stays."""
+    from scalestudy.measure.host_slices import with_slices
+
+    def piece(block, ms, sample):
+        return {"key": "k", "layout": "plain", "micro_batch": 4, "block": block,
+                "sample": sample, "seconds": ms * 1e-3}
+
+    def one_slice(scale, at):
+        return {"measured_at": at, "load_1m": 0.5 * scale,
+                "blocks": [piece("fwd_bwd", 4.0 * scale, 0), piece("step", 5.0 * scale, 0),
+                           piece("fwd_bwd", 6.0 * scale, 1), piece("step", 7.0 * scale, 1)],
+                "core_sharing": [{"procs": 1, "sample": 0, "seconds": 0.1, "factor": 1.0},
+                                 {"procs": 2, "sample": 0, "seconds": 0.1, "factor": scale}]}
+
+    device = {"dtype": "fp32", "m": 64, "n": 64, "k": 64, "flops_per_s": 1e9,
+              "sync_wait": [{"procs": 2, "grain_s": 2e-3, "sample": 0, "wait_s": 3e-4}]}
+    rec = with_slices(device, [one_slice(1.0, "t0"), one_slice(2.0, "t1")])
+    assert [(r["slice"], r["sample"], r["block"]) for r in rec["blocks"]] == [
+        (0, 0, "fwd_bwd"), (0, 0, "step"), (0, 1, "fwd_bwd"), (0, 1, "step"),
+        (1, 2, "fwd_bwd"), (1, 2, "step"), (1, 3, "fwd_bwd"), (1, 3, "step")]
+    b = blocks_from_rows(rec["blocks"])["k"]
+    assert b["fwd_bwd_s"] == pytest.approx(7e-3)  # median of 4, 6, 8, 12 ms
+    # pairs 1, 1 ms (slice 0) and 2, 2 ms (slice 1); slice 1's round 0 against slice 0's
+    # round 0 (8 - 4 ms) would have been a pairing across two moments of the host
+    assert b["step_optimizer_s"] == pytest.approx(1.5e-3)
+    assert core_sharing_from_rows(rec["core_sharing"]) == {1: 1.0, 2: 1.5}
+    assert rec["sync_wait"] == device["sync_wait"] and rec["flops_per_s"] == 1e9
+    assert rec["slices"] == [{"slice": 0, "measured_at": "t0", "load_1m": 0.5},
+                             {"slice": 1, "measured_at": "t1", "load_1m": 1.0}]
+    # no slice (a GPU study, or no host measurements): the device calibration as it was
+    assert with_slices(device, []) == {**device, "slices": []}
+
+
 # --- waiting for the slowest rank at a synchronisation --------------------------------------
 
 SYNC = {2: [(5e-4, 1e-4), (2e-3, 4e-4), (8e-3, 1e-3)], 4: [(5e-4, 5e-4), (8e-3, 2e-3)]}
@@ -372,9 +409,11 @@ def test_block_specs_bench_blocks_and_core_sharing_rows(points):
     tiny = Model(name="t", layers=2, hidden=16, heads=2, seq_len=8, vocab=32)
     rows = microbench.bench_blocks([microbench.block_spec(tiny, 2, "plain"),
                                     microbench.block_spec(tiny, 2, "tp")],
-                                   samples=2, warmup=1, min_time_s=0.0, processes=2)
-    # two processes, one after another, one round each, numbered across them
-    assert {(r["process"], r["sample"]) for r in rows} == {(0, 0), (1, 1)}
+                                   samples=2, warmup=1, min_time_s=0.0)
+    # two rounds, one sample of every piece of both layouts in each
+    assert sorted((r["key"], r["block"], r["sample"]) for r in rows) == sorted(
+        (block_key(tiny, 8, 2, lay), b, i) for lay in ("plain", "tp") for b in microbench.BLOCKS
+        for i in (0, 1))
     blocks = blocks_from_rows(rows)
     assert set(blocks) == {block_key(tiny, 8, 2, "plain"), block_key(tiny, 8, 2, "tp")}
     for v in blocks.values():
@@ -390,6 +429,38 @@ def test_block_specs_bench_blocks_and_core_sharing_rows(points):
     for r in sync:  # the wait is what the synchronised loop adds beyond the latency
         assert r["alone_s"] > 0 and r["alpha_s"] > 0
         assert r["wait_s"] == pytest.approx(r["synced_s"] - r["alone_s"] - r["alpha_s"])
+
+
+def test_a_host_slice_times_the_blocks_and_the_core_sharing_in_its_own_process(tmp_path):
+    from scalestudy.config.point import Model
+    from scalestudy.measure import host_slices, microbench
+    from scalestudy.record.io import read_json
+
+    tiny = Model(name="t", layers=2, hidden=16, heads=2, seq_len=8, vocab=32)
+    out = tmp_path / "slice_0.json"
+    assert host_slices.main(["--device", "cpu", "--out", str(out), "--block-rounds", "2",
+                             "--blocks-json", json.dumps([microbench.block_spec(tiny, 2, "plain")]),
+                             "--core-sharing", "2"]) == 0
+    rec = read_json(out)
+    assert {(r["block"], r["sample"]) for r in rec["blocks"]} == {
+        (b, i) for b in microbench.BLOCKS for i in (0, 1)}  # two rounds of every piece
+    assert [(r["procs"], r["sample"]) for r in rec["core_sharing"]] == [(1, 0), (2, 0)]
+    assert rec["load_1m"] >= 0 and rec["measured_at"].endswith("+00:00")
+
+
+def test_core_sharing_after_torch_ran_with_several_threads():
+    """A host with more cores than devices gives each process several threads: the core
+    sharing's processes must not hang in their first parallel region (forked after torch's
+    OpenMP pool ran, they did), and each runs with the measuring process's threads."""
+    import subprocess
+    import sys
+
+    code = ("import torch; torch.set_num_threads(2); a = torch.randn(256, 256); a @ a\n"
+            "from scalestudy.measure.microbench import bench_core_sharing\n"
+            "rows = bench_core_sharing((1, 2), work_s=0.005, samples=1)\n"
+            "assert [r['procs'] for r in rows] == [1, 2], rows\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
 
 
 def test_calibration_times_blocks_only_of_models_it_can_afford():
@@ -415,8 +486,7 @@ def test_blocks_of_a_llama_model_are_timed():
     from scalestudy.measure.microbench import bench_blocks, block_spec
 
     m = Model(arch="llama", layers=2, hidden=32, heads=2, seq_len=16, vocab=64)
-    rows = bench_blocks([block_spec(m, 1, "plain")], samples=1, warmup=0, min_time_s=0.0,
-                        processes=1)
+    rows = bench_blocks([block_spec(m, 1, "plain")], samples=1, warmup=0, min_time_s=0.0)
     assert {r["block"] for r in rows} == {"fwd_bwd", "layer", "embedding", "head", "optimizer",
                                           "optimizer_layer", "step"}
     assert all(r["seconds"] > 0 for r in rows)

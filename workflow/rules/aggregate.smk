@@ -9,7 +9,7 @@ rule aggregate:
     input:
         rules.plan.output.plan,
         rules.plan.output.study,
-        rules.calibrate.output,
+        rules.calibration.output,
         expand(rules.train.output[0], pid=FEASIBLE),
     output:
         runs=report(f"{OUT}/runs.csv", caption="../report/runs.rst", category="3. Tables"),
@@ -35,7 +35,7 @@ rule predict_before_run:
     host's measured blocks, calibrated on the measured points with N <= calibrate_on_max_n."""
     input:
         study=STUDY_FILE,
-        calibration=rules.calibrate.output[0],
+        calibration=rules.calibration.output[0],
         microbench=MICROBENCH_OUTPUTS,
         plan=rules.plan.output.plan,
         study_json=rules.plan.output.study,
@@ -64,7 +64,7 @@ rule predict:
     input:
         study=STUDY_FILE,
         runs=rules.aggregate.output.runs,
-        calibration=rules.calibrate.output[0],
+        calibration=rules.calibration.output[0],
         microbench=MICROBENCH_OUTPUTS,
         before_run=rules.predict_before_run.output if BEFORE_RUN_MAX_N is not None else [],
     output:

@@ -2,12 +2,20 @@ import json
 import os
 import shlex
 
+from scalestudy.measure import host_slices
 from scalestudy.measure.microbench import block_specs
 from scalestudy.perf.stepmodel import gemm_shapes
 from scalestudy.run import slurm
 
-#: whether the calibrate job measures this host's building blocks for the performance model
+localrules: calibration
+
+#: whether the calibrate jobs measure this host's building blocks for the performance model
 HOST_MODEL = STUDY.microbench.enabled
+#: the study's process counts on a host (its feasible points' N)
+PROCS = sorted({p.n for p in POINTS.values() if p.feasible})
+#: the host calibration's slices (a CPU study's blocks and core sharing, across the sweep)
+HOST_SLICES = (list(range(host_slices.SLICES))
+               if HOST_MODEL and STUDY.platform.device != "cuda" else [])
 
 
 rule calibrate:
@@ -15,7 +23,7 @@ rule calibrate:
     measured ceiling') and the rate of the study's own matrix products (for the performance
     model). Timed, so it never shares the host with a training job."""
     output:
-        f"{OUT}/calibration.json",
+        f"{OUT}/calibration/device.json",
     log:
         f"{OUT}/logs/calibrate.log",
     conda:
@@ -33,21 +41,61 @@ rule calibrate:
         # the framework overhead of this host (a CPU study's performance model): plain, and
         # under DTensor when the study has tensor-parallel points
         overhead="plain tp" if any(p.tp > 1 for p in POINTS.values() if p.feasible) else "plain",
-        # a CPU study's own model piece by piece, and what sharing the cores costs at the
-        # study's process counts (the performance model composes each point from these):
-        # measured when the study enables its host measurements (microbench: {enabled: true},
-        # as the default study does), else the model keeps the product rates
-        blocks=shlex.quote(json.dumps(block_specs(POINTS.values()) if HOST_MODEL else [])),
-        procs=" ".join(str(k) for k in sorted({p.n for p in POINTS.values() if p.feasible})
-                       if HOST_MODEL),
+        # the wait for the slowest rank at the study's process counts, when the study enables
+        # its host measurements (microbench: {enabled: true}, as the default study does)
+        procs=" ".join(str(k) for k in PROCS) if HOST_MODEL else "",
         # one process's share of this host's threads, as every point's process gets it
         # (run.launch.threads_per_process)
         dpn=PLATFORM.devices_per_node,
     shell:
         "{params.py:q} -m scalestudy.measure.calibrate --device {params.device} --dtype {params.dtype}"
         " --devices-per-node {params.dpn} --out {output:q} --shapes {params.shapes}"
-        " --overhead {params.overhead} --blocks-json {params.blocks}"
-        " --core-sharing {params.procs} > {log:q} 2>&1"
+        " --overhead {params.overhead} --sync-wait {params.procs} > {log:q} 2>&1"
+
+
+rule calibrate_slice:
+    """One slice of a CPU study's host calibration: its own model piece by piece and what
+    sharing the cores costs at its process counts, a few rounds. The slices are jobs of their
+    own, run between the training runs, so together they sample the host across the sweep as
+    the runs do. Timed, like training."""
+    output:
+        f"{OUT}/calibration/slice_{{k}}.json",
+    log:
+        f"{OUT}/logs/calibrate_slice_{{k}}.log",
+    wildcard_constraints:
+        k=r"\d+",
+    conda:
+        ENV
+    resources:
+        timed_slot=1,
+        **slurm.rule_resources(lambda w: slurm.job_resources(1, 1, PLATFORM,
+                                                             label="calibrate_slice")),
+    params:
+        py=PY,
+        device=str(STUDY.platform.device),
+        blocks=shlex.quote(json.dumps(block_specs(POINTS.values()))),
+        procs=" ".join(str(k) for k in PROCS),
+        dpn=PLATFORM.devices_per_node,
+    shell:
+        "{params.py:q} -m scalestudy.measure.host_slices --device {params.device}"
+        " --devices-per-node {params.dpn} --blocks-json {params.blocks}"
+        " --core-sharing {params.procs} --out {output:q} > {log:q} 2>&1"
+
+
+rule calibration:
+    """calibration.json: the device's calibration with its host slices pooled
+    (scalestudy.measure.host_slices)."""
+    input:
+        device=rules.calibrate.output[0],
+        slices=expand(rules.calibrate_slice.output[0], k=HOST_SLICES),
+    output:
+        f"{OUT}/calibration.json",
+    log:
+        f"{OUT}/logs/calibration.log",
+    resources:
+        timed_slot=0,  # a thread of Snakemake's own process, as plan
+    run:
+        host_slices.write_calibration(input.device, list(input.slices), output[0], log[0])
 
 
 rule train:

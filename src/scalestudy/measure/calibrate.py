@@ -11,12 +11,11 @@ thread on a 2-core host of 8 devices), and so does the calibration.
 Bounded by ``--max-seconds`` (default 5 s) after warm-up.
 
 On a CPU, ``--overhead`` adds the framework overhead of a degenerate model and the copy
-bandwidth; ``--blocks-json`` the study's own model timed piece by piece at its micro-batch
-shapes (``microbench.bench_blocks``: per layer, embedding, head and loss, optimizer; medians,
-with the 1-minute load average in ``blocks_load_1m``); ``--core-sharing K ...`` the slowdown
-of K processes sharing the cores (``microbench.bench_core_sharing``) and the wait for the
-slowest of them at a synchronisation (``microbench.bench_sync_wait``). The performance model
-composes a CPU study's steps from these (``scalestudy.perf.stepmodel``).
+bandwidth; ``--sync-wait K ...`` the wait for the slowest of K processes at a synchronisation
+(``microbench.bench_sync_wait``). The study's own model timed piece by piece and the cost of
+sharing the cores are measured in slices across the sweep (``scalestudy.measure.host_slices``)
+and pooled into this record. The performance model composes a CPU study's steps from these
+(``scalestudy.perf.stepmodel``).
 
 ``--shapes MxNxK ...`` also times ``[M×K] @ [K×N]`` at each given shape (the study's own
 products, ``scalestudy.perf.stepmodel.gemm_shapes``), the same way with samples of ≳ 10 ms: small products
@@ -124,6 +123,14 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return m, n, k
 
 
+def process_threads(devices_per_node: int, environ=os.environ) -> int:
+    """CPU threads of one training process of the study, as its points get them:
+    ``OMP_NUM_THREADS`` when set, else one device's share of the host
+    (``run.launch.threads_per_process``)."""
+    omp = environ.get("OMP_NUM_THREADS", "")
+    return int(omp) if omp.isdigit() and int(omp) > 0 else threads_per_process(1, devices_per_node, environ)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m scalestudy.measure.calibrate", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
@@ -145,19 +152,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="on a CPU, also measure the framework's per-step overhead of these "
                         "layouts (microbench overhead: plain tensors, DTensor for tp) and the "
                         "copy bandwidth")
-    p.add_argument("--blocks-json", default=None,
-                   help="on a CPU, also time the study's own model piece by piece: a JSON list "
-                        "of microbench.block_spec entries (layer, embedding, head + loss, "
-                        "optimizer at each micro-batch)")
-    p.add_argument("--core-sharing", nargs="*", type=int, default=[],
-                   help="on a CPU, also measure the slowdown of these process counts sharing "
-                        "the host's cores (microbench.bench_core_sharing) and the wait at a "
-                        "synchronisation among them (microbench.bench_sync_wait)")
+    p.add_argument("--sync-wait", nargs="*", type=int, default=[],
+                   help="on a CPU, also measure the wait at a synchronisation among these "
+                        "process counts (microbench.bench_sync_wait)")
     args = p.parse_args(argv)
     device = resolve_device_type(args.device)
-    omp = os.environ.get("OMP_NUM_THREADS", "")
-    threads = args.threads or (int(omp) if omp.isdigit() and int(omp) > 0
-                               else threads_per_process(1, args.devices_per_node))
+    threads = args.threads or process_threads(args.devices_per_node)
     rec = measure(device, args.dtype, args.size, args.samples, max_seconds=args.max_seconds,
                   threads=threads)
     rec["shapes"] = measure_shapes(device, args.dtype, args.shapes)
@@ -166,18 +166,10 @@ def main(argv: list[str] | None = None) -> int:
 
         rec["overhead"] = bench_overhead(layouts=tuple(args.overhead))
         rec["bandwidth"] = bench_bandwidth(device="cpu")
-    if args.blocks_json and device == "cpu":
-        import json
+    if args.sync_wait and device == "cpu":
+        from scalestudy.measure.microbench import bench_sync_wait
 
-        from scalestudy.measure.microbench import bench_blocks
-
-        rec["blocks_load_1m"] = os.getloadavg()[0]
-        rec["blocks"] = bench_blocks(json.loads(args.blocks_json))
-    if args.core_sharing and device == "cpu":
-        from scalestudy.measure.microbench import bench_core_sharing, bench_sync_wait
-
-        rec["core_sharing"] = bench_core_sharing(tuple(sorted({1, *args.core_sharing})))
-        rec["sync_wait"] = bench_sync_wait(tuple(args.core_sharing))
+        rec["sync_wait"] = bench_sync_wait(tuple(args.sync_wait))
     write_json(args.out, rec)
     print(f"{rec['device_name']} {args.dtype} {rec['m']}^3 matmul: {rec['flops_per_s'] / 1e12:.4g} TFLOP/s "
           f"(median of {len(rec['samples_flops_per_s'])}) -> {args.out}")

@@ -452,33 +452,7 @@ def block_specs(points) -> list[dict]:
 
 
 def bench_blocks(specs: list[dict], samples: int = 15, warmup: int = 3,
-                 min_time_s: float = 0.02, processes: int = 3) -> list[dict]:
-    """``bench_blocks_here`` in ``processes`` forked processes, one after another, the
-    ``samples`` rounds shared among them (at least one each; ``sample`` numbers the rounds
-    across them, ``process`` names the one). On this project's 2-core host the same blocks
-    ran up to ~40% faster or slower from one process to the next, seconds apart, and every
-    point of a study runs in processes of its own: the median over several processes stands
-    for them better than one process's. ``processes`` 1: in this process."""
-    if processes <= 1:
-        return bench_blocks_here(specs, samples, warmup, min_time_s)
-    import multiprocessing as mp
-
-    ctx = mp.get_context("fork")
-    per = max(1, samples // processes)
-    rows: list[dict] = []
-    for p in range(processes):
-        (got,) = forked(ctx, _blocks_child, [(specs, per, warmup, min_time_s)])
-        rows += [{**r, "sample": p * per + r["sample"], "process": p} for r in got]
-    return rows
-
-
-def _blocks_child(specs: list[dict], samples: int, warmup: int, min_time_s: float,
-                  queue) -> None:
-    queue.put(bench_blocks_here(specs, samples, warmup, min_time_s))
-
-
-def bench_blocks_here(specs: list[dict], samples: int = 15, warmup: int = 3,
-                      min_time_s: float = 0.02) -> list[dict]:
+                 min_time_s: float = 0.02) -> list[dict]:
     """The study's own model, timed piece by piece in this process at its micro-batch shape,
     as the trainer runs it (fp32 cross-entropy, foreach AdamW, the project's gradient
     clipping), every piece on the same model (the study's layer count): ``fwd_bwd`` the
@@ -612,7 +586,26 @@ def forked(ctx, target, args: list[tuple], timeout_s: float = 600) -> list:
     return got
 
 
-def _sharing_child(work, reps: int, barrier, queue) -> None:
+def _sharing_work():
+    """``bench_core_sharing``'s fixed work: one call of a small transformer layer's forward
+    and backward (hidden 64, 4 heads, 4 sequences of 64 tokens)."""
+    import torch
+
+    from scalestudy.models.gpt import Block
+
+    torch.manual_seed(0)
+    layer = Block(Model(layers=1, hidden=64, heads=4, seq_len=64, vocab=256))
+    x = torch.randn(4, 64, 64, requires_grad=True)
+    return lambda: layer(x).sum().backward()
+
+
+def _sharing_child(threads: int, reps: int, barrier, queue) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    work = _sharing_work()
+    for _ in range(3):
+        work()
     barrier.wait()
     t0 = time.perf_counter()
     for _ in range(reps):
@@ -621,38 +614,34 @@ def _sharing_child(work, reps: int, barrier, queue) -> None:
 
 
 def bench_core_sharing(procs=(1, 2, 4, 8), work_s: float = 0.15, samples: int = 5) -> list[dict]:
-    """What sharing this host's cores costs: ``k`` forked processes (one thread each) run the
-    same fixed work at once (a small transformer layer's forward and backward, repeated for
-    ``work_s`` of one process alone), started together at a barrier. Rows ``procs, sample,
-    seconds`` (the slowest process's wall time) and ``factor`` (that over the one-process
-    time of the same round, so that the host's drift between rounds cancels): the slowdown
-    each process of a ``k``-process job sees (``stepmodel.core_sharing_slowdown``). The
-    host's own other load is in it, as it is in the study's runs; ``load_1m`` records it."""
+    """What sharing this host's cores costs: ``k`` processes, each with this process's torch
+    threads (a point's process's share), run the same fixed work at once (``_sharing_work``
+    repeated for ``work_s`` of one process alone), started together at a barrier. Rows
+    ``procs, sample, seconds`` (the slowest process's wall time) and ``factor`` (that over the
+    one-process time of the same round, so that the host's drift between rounds cancels): the
+    slowdown each process of a ``k``-process job sees (``stepmodel.core_sharing_slowdown``).
+    The host's own other load is in it, as it is in the study's runs; ``load_1m`` records it.
+    The processes start from a fork server that has only imported torch: a process forked
+    after torch ran with several threads hangs in its first parallel region (OpenMP)."""
     import multiprocessing as mp
 
     import torch
 
-    from scalestudy.models.gpt import Block
-
-    torch.manual_seed(0)
-    layer = Block(Model(layers=1, hidden=64, heads=4, seq_len=64, vocab=256))
-    x = torch.randn(4, 64, 64, requires_grad=True)
-
-    def work():
-        layer(x).sum().backward()
-
+    work = _sharing_work()
     for _ in range(3):
         work()
     t0 = time.perf_counter()
     for _ in range(5):
         work()
     reps = max(1, int(work_s / ((time.perf_counter() - t0) / 5)))
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", __name__])
+    threads = torch.get_num_threads()
     raw: list[tuple[int, int, float]] = []
     for i in range(samples):
         for k in procs:
             barrier = ctx.Barrier(k)
-            times = forked(ctx, _sharing_child, [(work, reps, barrier)] * k)
+            times = forked(ctx, _sharing_child, [(threads, reps, barrier)] * k)
             raw.append((k, i, max(times)))
     one = {i: t for k, i, t in raw if k == min(procs)}
     load = os.getloadavg()[0]

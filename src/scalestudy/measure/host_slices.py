@@ -1,0 +1,121 @@
+"""A CPU host's calibration in slices across the sweep: the study's own model timed piece by
+piece and the cost of sharing the cores, a few rounds per slice, each slice a job of its own
+that the workflow runs between the training runs (rule ``calibrate_slice``), pooled into
+``calibration.json`` (rule ``calibration``).
+
+    python -m scalestudy.measure.host_slices --blocks-json JSON --core-sharing K ... --out FILE
+
+On a shared host the same blocks run up to ~1.7x faster or slower from one minute to the next
+(the 4-sequence micro-batch's forward + backward: 4.7-7.8 ms in 30 calibrations of one day),
+and the study's runs sample the host over the whole sweep: blocks timed in one moment are one
+draw of its speed, common to every prediction of the sweep. Slices spread over the sweep
+sample it as the runs do; the model takes the median over all their rounds
+(``stepmodel.blocks_from_rows``, ``stepmodel.core_sharing_from_rows``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import socket
+import sys
+
+#: Slices of a sweep's host calibration, and rounds in each: 5 x 3 rounds of the blocks (as
+#: many as one calibration in 3 processes of 5 took before), 5 x 1 of the core sharing.
+SLICES = 5
+BLOCK_ROUNDS = 3
+SHARING_ROUNDS = 1
+
+#: The calibration fields that slices measure (rows of ``microbench.bench_blocks`` and
+#: ``microbench.bench_core_sharing``).
+SLICED = ("blocks", "core_sharing")
+
+
+def measure_slice(specs: list[dict], procs: list[int], block_rounds: int = BLOCK_ROUNDS,
+                  sharing_rounds: int = SHARING_ROUNDS) -> dict:
+    """One slice, in this process (its threads as set): ``blocks`` (``block_rounds`` rounds of
+    every ``microbench.block_spec`` in ``specs``), ``core_sharing`` (``sharing_rounds`` rounds
+    at the process counts ``procs``; none without counts), ``measured_at`` (UTC) and
+    ``load_1m`` (the 1-minute load average before the slice)."""
+    from scalestudy.measure.microbench import bench_blocks, bench_core_sharing
+
+    load = os.getloadavg()[0]
+    at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+    blocks = bench_blocks(specs, samples=block_rounds) if specs else []
+    sharing = (bench_core_sharing(tuple(sorted({1, *procs})), samples=sharing_rounds)
+               if procs else [])
+    return {"host": socket.gethostname(), "measured_at": at, "load_1m": load,
+            "blocks": blocks, "core_sharing": sharing}
+
+
+def with_slices(calibration: dict, slices: list[dict]) -> dict:
+    """``calibration`` (a ``scalestudy.measure.calibrate`` record) with the rows of every
+    slice pooled into its ``blocks`` and ``core_sharing``: each row tagged with its ``slice``
+    (the index in ``slices``) and its ``sample`` renumbered across slices, so that a round's
+    pieces stay paired and two slices' rounds stay apart; ``slices`` lists when each slice
+    was measured and the load it saw. A field no slice measured is left as it was."""
+    out = dict(calibration)
+    for field in SLICED:
+        rows, offset = [], 0
+        for k, s in enumerate(slices):
+            got = s.get(field) or []
+            rows += [{**r, "slice": k, "sample": offset + int(r["sample"])} for r in got]
+            offset += 1 + max((int(r["sample"]) for r in got), default=-1)
+        if rows:
+            out[field] = rows
+    out["slices"] = [{"slice": k, "measured_at": s.get("measured_at"),
+                      "load_1m": s.get("load_1m")} for k, s in enumerate(slices)]
+    return out
+
+
+def write_calibration(calibration_path: str, slice_paths: list[str], out: str,
+                      log: str | None = None) -> dict:
+    """``with_slices`` of the files, written atomically to ``out`` (and a line saying so to
+    ``log``); returns the record."""
+    from scalestudy.record.io import read_json, write_json, write_text
+
+    rec = with_slices(read_json(calibration_path), [read_json(p) for p in slice_paths])
+    write_json(out, rec)
+    if log:
+        write_text(log, f"{out}: {len(slice_paths)} host slices pooled\n")
+    return rec
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m scalestudy.measure.host_slices",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, help="the slice's JSON record (written atomically)")
+    p.add_argument("--blocks-json", default="[]",
+                   help="a JSON list of microbench.block_spec entries: the study's model "
+                        "pieces at each micro-batch and layout")
+    p.add_argument("--core-sharing", nargs="*", type=int, default=[],
+                   help="the study's process counts on the host")
+    p.add_argument("--block-rounds", type=int, default=BLOCK_ROUNDS)
+    p.add_argument("--sharing-rounds", type=int, default=SHARING_ROUNDS)
+    p.add_argument("--devices-per-node", type=int, default=1,
+                   help="the study's devices per node: the slice runs with one device's share "
+                        "of the host's threads, as each point's process does")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="a GPU study's host model is the preset's: nothing is timed there")
+    args = p.parse_args(argv)
+    import torch
+
+    from scalestudy.measure.calibrate import process_threads
+    from scalestudy.record.io import write_json
+    from scalestudy.train.device import resolve_device_type
+
+    specs, procs = json.loads(args.blocks_json), args.core_sharing
+    if resolve_device_type(args.device) != "cpu":
+        specs, procs = [], []
+    torch.set_num_threads(process_threads(args.devices_per_node))
+    rec = measure_slice(specs, procs, args.block_rounds, args.sharing_rounds)
+    write_json(args.out, rec)
+    print(f"host slice: {len(rec['blocks'])} block rows, {len(rec['core_sharing'])} core-sharing "
+          f"rows (load {rec['load_1m']:.2f}) -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
