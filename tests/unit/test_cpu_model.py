@@ -334,26 +334,43 @@ def test_sync_waits_enter_the_slot_and_the_step(points, hw):
 
 
 def _pred_and_runs():
+    """Series a's small points measured at e^0.3 and e^0.1 times the model (one run each),
+    its N = 4 point at e^0.15 times; series b's only small run crashed."""
+    import math
+
     pred = pd.DataFrame({"series": ["a", "a", "a", "b", "b"], "n": [1, 2, 4, 2, 4],
                          "config_hash": list("pqrst"),
                          "step_time_s": [1.0, 2.0, 4.0, 1.0, 3.0]})
     runs = pd.DataFrame({"config_hash": list("pqrst"), "point_id": list("PQRST"),
                          "status": ["ok", "ok", "ok", "crashed", "ok"],
-                         "step_time_median_s": [1.5, 2.0, 5.0, 9.0, 2.0]})
+                         "step_time_median_s": [math.exp(0.3), 2.0 * math.exp(0.1),
+                                                4.0 * math.exp(0.15), 9.0, 2.0]})
     return pred, runs
 
 
 def test_before_run_calibration_by_hand():
+    import math
+
     pred, runs = _pred_and_runs()
     before = predict.before_run_calibration(pred, runs, 2, "2026-12-01T00:00:00+00:00")
     by = before.set_index("config_hash")
     assert list(by.index) == ["r", "t"]  # the points with N > 2
-    assert by.loc["r", "calibration_factor"] == pytest.approx(1.25)  # median(1.5, 1.0)
-    assert by.loc["r", "predicted_before_run_s"] == pytest.approx(5.0)
+    # log ratios 0.3 and 0.1: mean 0.2, se² = 0.02 / 2, shrunk by 1 - 0.01 / 0.04 to 0.15
+    assert by.loc["r", "calibration_factor"] == pytest.approx(math.exp(0.15))
+    assert by.loc["r", "predicted_before_run_s"] == pytest.approx(4.0 * math.exp(0.15))
     assert by.loc["r", "calibrated_on"] == "a N=1,2"
-    # series b's only small point crashed: the median over every calibration point
-    assert by.loc["t", "calibration_factor"] == pytest.approx(1.25)
+    # series b's only small point crashed: every calibration point's runs
+    assert by.loc["t", "calibration_factor"] == pytest.approx(math.exp(0.15))
     assert by.loc["t", "calibrated_on"].startswith("all series")
+    # runs that disagree more than they agree leave the model as it is: logs 0.4 and -0.2
+    noisy = runs.assign(step_time_median_s=[math.exp(0.4), 2.0 * math.exp(-0.2), 5.0, 9.0, 2.0])
+    assert predict.before_run_calibration(pred, noisy, 2)["calibration_factor"].tolist() \
+        == [1.0, 1.0]
+    # repeats of one point count as runs: two at e^0.2 agree, the factor is whole
+    rep = pd.concat([runs.iloc[[0]], runs.iloc[[0]]]).assign(
+        step_time_median_s=math.exp(0.2))
+    assert predict.before_run_calibration(pred, rep, 1)["calibration_factor"].tolist() \
+        == pytest.approx([math.exp(0.2)] * 4)
     with pytest.raises(ValueError, match="calibrate_on_max_n=0"):
         predict.before_run_calibration(pred, runs, 0)
 
@@ -365,7 +382,7 @@ def test_versus_measured_joins_the_prediction_made_before_the_run(tmp_path):
     before = predict.before_run_calibration(pred, runs, 2, "2026-12-01T10:00:00.100+00:00")
     vm = predict.versus_measured(pred, runs, before)
     r = vm.set_index("config_hash").loc["r"]
-    assert r["before_run_residual"] == pytest.approx(0.0)  # 5.0 predicted, 5.0 measured
+    assert r["before_run_residual"] == pytest.approx(0.0)  # 4 e^0.15 predicted and measured
     assert pd.isna(vm.set_index("config_hash").loc["p", "predicted_before_run_s"])
     for pid, started in (("R", "2026-12-01T10:00:00.250+00:00"), ("T", "2026-12-01T09:59:00+00:00")):
         (tmp_path / "runs" / pid).mkdir(parents=True)

@@ -106,3 +106,14 @@ def test_bootstrap_cost_is_bounded_whatever_the_step_count():
     assert lo < np.median(x) < hi  # the full sample's median inside the sub-sample's CI
     # short runs are untouched
     assert stats.boot_index(stats.MAX_BOOT_STEPS) is None
+
+
+def test_shrunk_mean_by_hand():
+    assert stats.shrunk_mean([0.2, 0.2, 0.2]) == pytest.approx(0.2)  # no spread: whole
+    # mean 0.2, var 0.02, se² 0.01: 0.2 · (1 - 0.01 / 0.04)
+    assert stats.shrunk_mean([0.3, 0.1]) == pytest.approx(0.15)
+    assert stats.shrunk_mean([-0.3, -0.1]) == pytest.approx(-0.15)  # symmetric
+    assert stats.shrunk_mean([0.4, -0.2]) == 0.0  # mean 0.1 within its se (0.3): noise
+    assert stats.shrunk_mean([0.5]) == 0.5  # one value: nothing to judge its noise by
+    with pytest.raises(ValueError):
+        stats.shrunk_mean([])

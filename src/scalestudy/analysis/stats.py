@@ -244,3 +244,20 @@ def summarize(groups, n_boot: int = N_BOOT, alpha: float = ALPHA, seed: int = SE
         "ci_lo": lo, "ci_hi": hi,
         "n_steps": int(pooled.size), "n_repeats": len(gs),
     }
+
+
+def shrunk_mean(x: Sequence[float]) -> float:
+    """The mean of ``x`` shrunk toward 0 by its own noise: normal-normal empirical Bayes with
+    the prior's variance estimated by the method of moments (``max(0, mean² - se²)``), i.e.
+    ``mean · max(0, 1 - se² / mean²)`` with ``se² = var(x, ddof=1) / len(x)`` (the positive-part
+    James-Stein estimate of one mean). A mean far above its standard error is kept whole, one
+    within it is taken for noise (0). Fewer than two values give no spread to judge by: their
+    mean is kept. Pure; any units."""
+    v = np.asarray(x, dtype=float)
+    if v.size == 0:
+        raise ValueError("shrunk_mean of no values")
+    m = float(v.mean())
+    if v.size < 2 or m == 0.0:
+        return m
+    se2 = float(v.var(ddof=1)) / v.size
+    return m * max(0.0, 1.0 - se2 / m**2)

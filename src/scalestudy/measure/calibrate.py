@@ -128,7 +128,9 @@ def process_threads(devices_per_node: int, environ=os.environ) -> int:
     ``OMP_NUM_THREADS`` when set, else one device's share of the host
     (``run.launch.threads_per_process``)."""
     omp = environ.get("OMP_NUM_THREADS", "")
-    return int(omp) if omp.isdigit() and int(omp) > 0 else threads_per_process(1, devices_per_node, environ)
+    if omp.isdigit() and int(omp) > 0:
+        return int(omp)
+    return threads_per_process(1, devices_per_node, environ)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import statistics
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -45,6 +45,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from scalestudy.analysis.aggregate import collect  # noqa: E402
+from scalestudy.analysis.stats import shrunk_mean  # noqa: E402
 from scalestudy.config.point import Point  # noqa: E402
 from scalestudy.config.study import load_study  # noqa: E402
 from scalestudy.config.studyspec import Study  # noqa: E402
@@ -238,28 +239,36 @@ def versus_measured(pred, runs, before=None):
 
 def before_run_calibration(pred, runs, max_n: int, predicted_at: str = ""):
     """The model calibrated on the measured points with ``n <= max_n`` and its prediction for
-    the others, made before they run: per series, the median measured / predicted step time
-    of its calibration points (a series without one takes the median over every calibration
-    point) times the model's prediction. Rows of the points with ``n > max_n``:
-    ``series, n, config_hash, step_time_s`` (the model), ``calibration_factor``,
-    ``calibrated_on`` (the points it came from), ``predicted_before_run_s``, ``predicted_at``
-    (UTC, ISO 8601). Raises ``ValueError`` when no calibration point has been measured."""
+    the others, made before they run. The factor is measured / predicted step time over the
+    ok runs of the calibration points (per series; a series without one takes every
+    calibration point's runs): the geometric mean, shrunk toward 1 by the runs' own spread
+    (``analysis.stats.shrunk_mean`` of the log ratios), so that a few noisy runs move the
+    model only as far as their agreement supports (on a quiet cluster the whole way; on a
+    shared host, where the same point's repeats differ by 1.1-1.6x, less). Rows of the points
+    with ``n > max_n``: ``series, n, config_hash, step_time_s`` (the model),
+    ``calibration_factor``, ``calibrated_on`` (the points it came from),
+    ``predicted_before_run_s``, ``predicted_at`` (UTC, ISO 8601). Raises ``ValueError`` when
+    no calibration point has been measured."""
     ok = runs[runs["status"] == "ok"]
-    meas = ok.groupby("config_hash")["step_time_median_s"].median()
-    small = pred[(pred["n"] <= max_n) & pred["config_hash"].isin(meas.index)]
+    small = pred[(pred["n"] <= max_n) & pred["config_hash"].isin(set(ok["config_hash"]))]
     if small.empty:
         raise ValueError(f"predict.before_run.calibrate_on_max_n={max_n}: no measured point with "
                          "N <= it to calibrate on (did they run?)")
-    ratio = {r.config_hash: float(meas[r.config_hash]) / float(r.step_time_s)
-             for r in small.itertuples()}
-    overall = statistics.median(ratio.values())
+    model = dict(zip(small["config_hash"], small["step_time_s"].astype(float)))
+    logs = {h: [math.log(float(t) / model[h]) for t in g["step_time_median_s"]]
+            for h, g in ok[ok["config_hash"].isin(model.keys())].groupby("config_hash")}
+
+    def factor_of(hashes) -> float:
+        return math.exp(shrunk_mean([x for h in hashes for x in logs[h]]))
+
+    overall = factor_of(logs)
     rows = []
     for r in pred[pred["n"] > max_n].itertuples():
         mine = small[small["series"] == r.series]
         if mine.empty:
             factor, on = overall, "all series, N <= %d" % max_n
         else:
-            factor = statistics.median(ratio[h] for h in mine["config_hash"])
+            factor = factor_of(mine["config_hash"])
             on = f"{r.series} N=" + ",".join(str(int(n)) for n in sorted(mine["n"]))
         rows.append({"series": r.series, "n": int(r.n), "config_hash": r.config_hash,
                      "step_time_s": float(r.step_time_s), "calibration_factor": factor,
