@@ -448,6 +448,27 @@ def test_block_specs_bench_blocks_and_core_sharing_rows(points):
         assert r["wait_s"] == pytest.approx(r["synced_s"] - r["alone_s"] - r["alpha_s"])
 
 
+def test_collectives_slices_pool_into_one_table_whose_median_the_model_takes(tmp_path):
+    from scalestudy.measure.microbench import pool_slices
+
+    def one_slice(k, ms):
+        path = tmp_path / f"slice_{k}.csv"
+        pd.DataFrame([{"op": "all_reduce", "group_size": 2, "bytes": b, "sample": i,
+                       "seconds": t * 1e-3 * (1 + b / 65536)}
+                      for b in (4096, 65536) for i, t in enumerate(ms)]).to_csv(path, index=False)
+        return str(path)
+
+    out = tmp_path / "collectives.csv"
+    pool_slices([one_slice(0, (1.0, 1.0)), one_slice(1, (4.0, 4.0)), one_slice(2, (2.0, 2.0))],
+                str(out), str(tmp_path / "log"))
+    rows = pd.read_csv(out)
+    assert sorted(rows["slice"].unique()) == [0, 1, 2] and len(rows) == 12
+    # the model's all-reduce at 4 KB: the median over the three slices' samples (2 ms), not
+    # the slow slice's (4 ms) nor the fast one's (1 ms)
+    m = Measured.from_csv(None, str(out))
+    assert m.collective_time("all_reduce", 4096, 2) == pytest.approx(2e-3 * (1 + 4096 / 65536))
+
+
 def test_a_host_slice_times_the_blocks_and_the_core_sharing_in_its_own_process(tmp_path):
     from scalestudy.config.point import Model
     from scalestudy.measure import host_slices, microbench

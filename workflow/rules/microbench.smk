@@ -4,12 +4,16 @@
 # Study key (all optional):
 #   microbench: {enabled: false, matmul_sizes: [256, 512, 1024], dtypes: [fp32, bf16],
 #                sizes: [4096, 65536, 1048576, 8388608], group_sizes: [2]}
-# Both jobs are timed: they hold the host's only `timed_slot`, like training.
+# The measuring jobs are timed: they hold the host's only `timed_slot`, like training; the
+# collectives are measured in slices among the runs (microbench.COLLECTIVE_SLICES), pooled.
 # Needs OUT, PY and STUDY from the Snakefile; include this file and add MICROBENCH_OUTPUTS
 # to `rule all`.
 import shlex
 
+from scalestudy.measure import microbench
 from scalestudy.run.launch import local_torchrun
+
+localrules: microbench_collectives
 
 MB = STUDY.microbench
 MB_GROUPS = sorted(set(MB.group_sizes))
@@ -39,11 +43,15 @@ rule microbench_matmul:
         " --out {output:q} > {log:q} 2>&1"
 
 
-rule microbench_collectives:
+rule microbench_collectives_slice:
+    """One slice of the collectives measurement: the slices are jobs of their own, run among
+    the training runs, so that together they sample the host across the sweep."""
     output:
-        f"{OUT}/microbench/collectives.csv",
+        f"{OUT}/microbench/collectives/slice_{{k}}.csv",
     log:
-        f"{OUT}/logs/microbench_collectives.log",
+        f"{OUT}/logs/microbench_collectives_{{k}}.log",
+    wildcard_constraints:
+        k=r"\d+",
     conda:
         ENV
     resources:
@@ -53,12 +61,28 @@ rule microbench_collectives:
         nproc=max(MB_GROUPS),
         sizes=" ".join(str(s) for s in MB.sizes),
         groups=" ".join(str(g) for g in MB_GROUPS),
+        samples=microbench.COLLECTIVE_SLICE_SAMPLES,
         # torchrun whose stores listen on loopback only (run/launch.py local_torchrun)
         launcher=shlex.join(local_torchrun(max(MB_GROUPS), PY)),
     shell:
         "OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo NCCL_SOCKET_IFNAME=lo timeout 300"
         " {params.launcher} -m scalestudy.measure.microbench collectives"
-        " --sizes {params.sizes} --group-sizes {params.groups} --out {output:q} > {log:q} 2>&1"
+        " --sizes {params.sizes} --group-sizes {params.groups} --samples {params.samples}"
+        " --out {output:q} > {log:q} 2>&1"
+
+
+rule microbench_collectives:
+    """The collectives' slices in one table (scalestudy.measure.microbench.pool_slices)."""
+    input:
+        expand(rules.microbench_collectives_slice.output[0], k=range(microbench.COLLECTIVE_SLICES)),
+    output:
+        f"{OUT}/microbench/collectives.csv",
+    log:
+        f"{OUT}/logs/microbench_collectives.log",
+    resources:
+        timed_slot=0,  # a thread of Snakemake's own process, as plan
+    run:
+        microbench.pool_slices(list(input), output[0], log[0])
 
 
 rule microbench_plot:
