@@ -483,6 +483,7 @@ def test_a_host_slice_times_the_blocks_and_the_core_sharing_in_its_own_process(t
     assert {(r["block"], r["sample"]) for r in rec["blocks"]} == {
         (b, i) for b in microbench.BLOCKS for i in (0, 1)}  # two rounds of every piece
     assert [(r["procs"], r["sample"]) for r in rec["core_sharing"]] == [(1, 0), (2, 0)]
+    assert {(r["procs"], r["sample"]) for r in rec["sync_wait"]} == {(2, 0)}  # one round
     assert rec["load_1m"] >= 0 and rec["measured_at"].endswith("+00:00")
 
 

@@ -41,21 +41,19 @@ rule calibrate:
         # the framework overhead of this host (a CPU study's performance model): plain, and
         # under DTensor when the study has tensor-parallel points
         overhead="plain tp" if any(p.tp > 1 for p in POINTS.values() if p.feasible) else "plain",
-        # the wait for the slowest rank at the study's process counts, when the study enables
-        # its host measurements (microbench: {enabled: true}, as the default study does)
-        procs=" ".join(str(k) for k in PROCS) if HOST_MODEL else "",
         # one process's share of this host's threads, as every point's process gets it
         # (run.launch.threads_per_process)
         dpn=PLATFORM.devices_per_node,
     shell:
         "{params.py:q} -m scalestudy.measure.calibrate --device {params.device} --dtype {params.dtype}"
         " --devices-per-node {params.dpn} --out {output:q} --shapes {params.shapes}"
-        " --overhead {params.overhead} --sync-wait {params.procs} > {log:q} 2>&1"
+        " --overhead {params.overhead} > {log:q} 2>&1"
 
 
 rule calibrate_slice:
-    """One slice of a CPU study's host calibration: its own model piece by piece and what
-    sharing the cores costs at its process counts, a few rounds. The slices are jobs of their
+    """One slice of a CPU study's host calibration: its own model piece by piece, what
+    sharing the cores costs at its process counts and the wait at a synchronisation among
+    them, a few rounds. The slices are jobs of their
     own, run between the training runs, so together they sample the host across the sweep as
     the runs do. Timed, like training."""
     output:

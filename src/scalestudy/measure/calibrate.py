@@ -11,10 +11,9 @@ thread on a 2-core host of 8 devices), and so does the calibration.
 Bounded by ``--max-seconds`` (default 5 s) after warm-up.
 
 On a CPU, ``--overhead`` adds the framework overhead of a degenerate model and the copy
-bandwidth; ``--sync-wait K ...`` the wait for the slowest of K processes at a synchronisation
-(``microbench.bench_sync_wait``). The study's own model timed piece by piece and the cost of
-sharing the cores are measured in slices across the sweep (``scalestudy.measure.host_slices``)
-and pooled into this record. The performance model composes a CPU study's steps from these
+bandwidth. The study's own model timed piece by piece, the cost of sharing the cores and the
+wait at a synchronisation are measured in slices across the sweep
+(``scalestudy.measure.host_slices``) and pooled into this record. The performance model composes a CPU study's steps from these
 (``scalestudy.perf.stepmodel``).
 
 ``--shapes MxNxK ...`` also times ``[M×K] @ [K×N]`` at each given shape (the study's own
@@ -154,9 +153,6 @@ def main(argv: list[str] | None = None) -> int:
                    help="on a CPU, also measure the framework's per-step overhead of these "
                         "layouts (microbench overhead: plain tensors, DTensor for tp) and the "
                         "copy bandwidth")
-    p.add_argument("--sync-wait", nargs="*", type=int, default=[],
-                   help="on a CPU, also measure the wait at a synchronisation among these "
-                        "process counts (microbench.bench_sync_wait)")
     args = p.parse_args(argv)
     device = resolve_device_type(args.device)
     threads = args.threads or process_threads(args.devices_per_node)
@@ -168,10 +164,6 @@ def main(argv: list[str] | None = None) -> int:
 
         rec["overhead"] = bench_overhead(layouts=tuple(args.overhead))
         rec["bandwidth"] = bench_bandwidth(device="cpu")
-    if args.sync_wait and device == "cpu":
-        from scalestudy.measure.microbench import bench_sync_wait
-
-        rec["sync_wait"] = bench_sync_wait(tuple(args.sync_wait))
     write_json(args.out, rec)
     print(f"{rec['device_name']} {args.dtype} {rec['m']}^3 matmul: {rec['flops_per_s'] / 1e12:.4g} TFLOP/s "
           f"(median of {len(rec['samples_flops_per_s'])}) -> {args.out}")

@@ -1,5 +1,5 @@
 """A CPU host's calibration in slices across the sweep: the study's own model timed piece by
-piece and the cost of sharing the cores, a few rounds per slice, each slice a job of its own
+piece, the cost of sharing the cores and the wait at a synchronisation, a few rounds per slice, each slice a job of its own
 that the workflow runs between the training runs (rule ``calibrate_slice``), pooled into
 ``calibration.json`` (rule ``calibration``).
 
@@ -10,7 +10,8 @@ On a shared host the same blocks run up to ~1.7x faster or slower from one minut
 and the study's runs sample the host over the whole sweep: blocks timed in one moment are one
 draw of its speed, common to every prediction of the sweep. Slices spread over the sweep
 sample it as the runs do; the model takes the median over all their rounds
-(``stepmodel.blocks_from_rows``, ``stepmodel.core_sharing_from_rows``).
+(``stepmodel.blocks_from_rows``, ``stepmodel.core_sharing_from_rows``,
+``stepmodel.sync_wait_from_rows``).
 """
 
 from __future__ import annotations
@@ -23,31 +24,33 @@ import socket
 import sys
 
 #: Slices of a sweep's host calibration, and rounds in each: 5 x 3 rounds of the blocks (as
-#: many as one calibration in 3 processes of 5 took before), 5 x 1 of the core sharing.
+#: many as one calibration in 3 processes of 5 took before), 5 x 1 of the core sharing and of
+#: the synchronisation wait.
 SLICES = 5
 BLOCK_ROUNDS = 3
 SHARING_ROUNDS = 1
 
-#: The calibration fields that slices measure (rows of ``microbench.bench_blocks`` and
-#: ``microbench.bench_core_sharing``).
-SLICED = ("blocks", "core_sharing")
+#: The calibration fields that slices measure (rows of ``microbench.bench_blocks``,
+#: ``microbench.bench_core_sharing`` and ``microbench.bench_sync_wait``).
+SLICED = ("blocks", "core_sharing", "sync_wait")
 
 
 def measure_slice(specs: list[dict], procs: list[int], block_rounds: int = BLOCK_ROUNDS,
                   sharing_rounds: int = SHARING_ROUNDS) -> dict:
     """One slice, in this process (its threads as set): ``blocks`` (``block_rounds`` rounds of
-    every ``microbench.block_spec`` in ``specs``), ``core_sharing`` (``sharing_rounds`` rounds
-    at the process counts ``procs``; none without counts), ``measured_at`` (UTC) and
-    ``load_1m`` (the 1-minute load average before the slice)."""
-    from scalestudy.measure.microbench import bench_blocks, bench_core_sharing
+    every ``microbench.block_spec`` in ``specs``), ``core_sharing`` and ``sync_wait``
+    (``sharing_rounds`` rounds each at the process counts ``procs``; none without counts),
+    ``measured_at`` (UTC) and ``load_1m`` (the 1-minute load average before the slice)."""
+    from scalestudy.measure.microbench import bench_blocks, bench_core_sharing, bench_sync_wait
 
     load = os.getloadavg()[0]
     at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
     blocks = bench_blocks(specs, samples=block_rounds) if specs else []
     sharing = (bench_core_sharing(tuple(sorted({1, *procs})), samples=sharing_rounds)
                if procs else [])
+    waits = bench_sync_wait(tuple(procs), samples=sharing_rounds) if procs else []
     return {"host": socket.gethostname(), "measured_at": at, "load_1m": load,
-            "blocks": blocks, "core_sharing": sharing}
+            "blocks": blocks, "core_sharing": sharing, "sync_wait": waits}
 
 
 def with_slices(calibration: dict, slices: list[dict]) -> dict:
@@ -91,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="a JSON list of microbench.block_spec entries: the study's model "
                         "pieces at each micro-batch and layout")
     p.add_argument("--core-sharing", nargs="*", type=int, default=[],
-                   help="the study's process counts on the host")
+                   help="the study's process counts on the host (core sharing and "
+                        "synchronisation wait)")
     p.add_argument("--block-rounds", type=int, default=BLOCK_ROUNDS)
     p.add_argument("--sharing-rounds", type=int, default=SHARING_ROUNDS)
     p.add_argument("--devices-per-node", type=int, default=1,
