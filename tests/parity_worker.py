@@ -6,8 +6,9 @@ AdamW + clip_grad_norm_).
 
 Every layout uses the whole world (pp*dp*tp == N) and the same global batch of GLOBAL_BATCH
 rows per step, so they all reproduce the same reference trajectory. Rank 0 writes OUT_JSON:
-``{"world": N, "results": [{"name", "world", "losses", "ref_losses", "max_loss_diff",
-"max_param_diff", "seconds", "error"}]}``.
+``{"world": N, "results": [{"name", "world", "collectives", "losses", "ref_losses",
+"max_loss_diff", "max_param_diff", "seconds", "error"}]}`` (``collectives``: the first
+step's, by op, for a layout of tensor parallelism alone, ``tp_only``; else null).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ LAYOUTS: dict[str, Point] = {
     "tp2": L(CFG, tp=2),
     "tp2-sp-ga2": L(CFG, tp=2, sequence_parallel=True, grad_accum=2),
     "tp2-tied-swiglu-acsel": L(TIED_SWIGLU, tp=2, activation_checkpointing="selective"),
+    "llama-tp2": L(LLAMA, tp=2),
     "pp2-gpipe": L(CFG, pp=2, pp_schedule="gpipe"),
     "pp2-1f1b-ga4": L(CFG, pp=2, pp_schedule="1f1b", grad_accum=4),
     "pp2v2-interleaved1f1b": L(CFG4, pp=2, pp_schedule="interleaved1f1b", virtual_stages=2),
@@ -161,17 +163,34 @@ def gathered_state_dict(eng: Engine) -> dict[str, torch.Tensor]:
     return local
 
 
-def run_layout(point: Point) -> tuple[list[float] | None, dict]:
+def tp_only(point: Point) -> bool:
+    """Every collective of the layout's step is a tensor-parallel all-reduce or gather (no
+    DP, PP or sequence parallelism; ``CommDebugMode`` fails GPT's sequence-parallel step)."""
+    return (point.tp > 1 and point.dp == 1 and point.pp == 1
+            and not point.parallel.sequence_parallel)
+
+
+def run_layout(point: Point) -> tuple[list[float] | None, dict, dict | None]:
+    """(losses, full state, the first step's collectives by op when ``tp_only``: counted by
+    PyTorch's ``CommDebugMode``)."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
     eng = Engine(point, torch.device("cpu"))
     data = SyntheticTokens(point.model.vocab, point.seq_len, seed=OPT["seed"])
     rows = point.rows_per_rank
-    losses = []
+    losses, comms = [], None
     for step in range(STEPS):
-        loss = eng.train_step(data.rows(step, eng.dp_rank * rows, rows))
+        batch = data.rows(step, eng.dp_rank * rows, rows)
+        if step == 0 and tp_only(point):
+            with CommDebugMode() as mode:
+                loss = eng.train_step(batch)
+            comms = {str(op).split(".")[-1]: n for op, n in mode.get_comm_counts().items()}
+        else:
+            loss = eng.train_step(batch)
         losses.append(None if loss is None else float(loss))
     state = gathered_state_dict(eng)
     eng.close()
-    return (losses if losses[0] is not None else None), state
+    return (losses if losses[0] is not None else None), state, comms
 
 
 def main() -> None:
@@ -191,9 +210,9 @@ def main() -> None:
         layout = LAYOUTS[name]
         cfg = layout.model
         t0 = time.perf_counter()
-        err = None
+        err, comms = None, None
         try:
-            losses, state = run_layout(layout)
+            losses, state, comms = run_layout(layout)
         except Exception:  # record and move on; a hang is caught by the caller's timeout
             err = traceback.format_exc(limit=8)
             print(f"[parity] rank {rank} {name} failed:\n{err}", file=sys.stderr, flush=True)
@@ -216,7 +235,7 @@ def main() -> None:
                     errs.append(f"{len(per_rank)} ranks returned a loss, expected dp*tp")
                 got = [sum(col) / len(col) for col in zip(*per_rank)]
             row = {"name": name, "world": world, "point": layout.to_json(), "seconds": seconds,
-                   "ref_losses": ref_losses, "losses": got, "error": errs[0] if errs else None,
+                   "collectives": comms, "ref_losses": ref_losses, "losses": got, "error": errs[0] if errs else None,
                    "max_loss_diff": None, "max_param_diff": None}
             if not errs and got is not None:
                 row["max_loss_diff"] = max(abs(a - b) for a, b in zip(got, ref_losses))

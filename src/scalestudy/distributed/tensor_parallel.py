@@ -45,15 +45,15 @@ def tensor_parallelize(model: nn.Module, tp_mesh: DeviceMesh, sp: bool, tied: bo
         }
         if block.feed_forward.w3 is not None:
             plan["feed_forward.w3"] = ColwiseParallel()
+        # one replicated input per sub-block, so its column-parallel projections' input
+        # gradients add up before one exchange (Megatron's "f"): wq/wk/wv (w1/w3) converting
+        # the plain input each would exchange each gradient on its own
+        plan["attention"] = PrepareModuleInput(input_layouts=(act, *rest),
+                                               desired_input_layouts=(Replicate(), *rest))
+        plan["feed_forward"] = PrepareModuleInput(input_layouts=(act,),
+                                                  desired_input_layouts=(Replicate(),))
         if sp:
-            plan.update({
-                "attention_norm": SequenceParallel(),
-                "attention": PrepareModuleInput(input_layouts=(Shard(1), *rest),
-                                                desired_input_layouts=(Replicate(), *rest)),
-                "ffn_norm": SequenceParallel(),
-                "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),),
-                                                   desired_input_layouts=(Replicate(),)),
-            })
+            plan.update({"attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel()})
             if key == "0":  # the replicated embedding sum enters the sharded stream
                 plan[""] = PrepareModuleInput(input_layouts=(Replicate(), *rest),
                                               desired_input_layouts=(Shard(1), *rest),
