@@ -235,8 +235,9 @@ def main() -> None:
                     errs.append(f"{len(per_rank)} ranks returned a loss, expected dp*tp")
                 got = [sum(col) / len(col) for col in zip(*per_rank)]
             row = {"name": name, "world": world, "point": layout.to_json(), "seconds": seconds,
-                   "collectives": comms, "ref_losses": ref_losses, "losses": got, "error": errs[0] if errs else None,
-                   "max_loss_diff": None, "max_param_diff": None}
+                   "collectives": comms, "ref_losses": ref_losses, "losses": got,
+                   "error": errs[0] if errs else None, "max_loss_diff": None,
+                   "max_param_diff": None}
             if not errs and got is not None:
                 row["max_loss_diff"] = max(abs(a - b) for a, b in zip(got, ref_losses))
                 missing = sorted(set(ref_state) ^ set(state))

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "src"))
 
-from parity_worker import LAYOUTS, STEPS  # noqa: E402
+from parity_worker import LAYOUTS, STEPS, tp_only  # noqa: E402
 
 LOSS_TOL = 1e-5
 PARAM_TOL = 2e-4
@@ -97,16 +97,14 @@ def test_tensor_parallel_exchanges_are_the_models_count(report: dict) -> None:
     from scalestudy.perf.stepmodel import HardwareSpec, sync_counts
 
     hw = HardwareSpec.load("cpu-local")
-    rows = [r for r in report["results"] if r["collectives"] is not None]
-    if report["world"] == 8:
-        assert not rows
-        return
-    assert rows, "no layout of tensor parallelism alone at this world size"
-    for r in rows:
-        point = Point.from_json(r["point"], r["name"])
+    counted = {r["name"]: r for r in report["results"] if r["collectives"] is not None}
+    assert sorted(counted) == sorted(n for n, p in LAYOUTS.items()
+                                     if p.n == report["world"] and tp_only(p))
+    for name, r in counted.items():
+        point = Point.from_json(r["point"], name)
         if point.parallel.activation_checkpointing != "none":
             continue  # torch's non-reentrant recompute stops before a layer's last exchange
         per_mb, per_step = sync_counts(point, hw, 0, point.model.layers, 0)
         clip = 1 if point.train.grad_clip else 0
         assert sum(r["collectives"].values()) == per_mb * point.grad_accum + per_step + clip, (
-            r["name"], r["collectives"])
+            name, r["collectives"])
