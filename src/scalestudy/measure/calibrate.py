@@ -13,8 +13,8 @@ Bounded by ``--max-seconds`` (default 5 s) after warm-up.
 On a CPU, ``--overhead`` adds the framework overhead of a degenerate model and the copy
 bandwidth. The study's own model timed piece by piece, the cost of sharing the cores and the
 wait at a synchronisation are measured in slices across the sweep
-(``scalestudy.measure.host_slices``) and pooled into this record. The performance model composes a CPU study's steps from these
-(``scalestudy.perf.stepmodel``).
+(``scalestudy.measure.host_slices``) and pooled into this record. The performance model
+composes a CPU study's steps from these (``scalestudy.perf.stepmodel``).
 
 ``--shapes MxNxK ...`` also times ``[M×K] @ [K×N]`` at each given shape (the study's own
 products, ``scalestudy.perf.stepmodel.gemm_shapes``), the same way with samples of ≳ 10 ms: small products

@@ -1,7 +1,7 @@
 """A CPU host's calibration in slices across the sweep: the study's own model timed piece by
-piece, the cost of sharing the cores and the wait at a synchronisation, a few rounds per slice, each slice a job of its own
-that the workflow runs between the training runs (rule ``calibrate_slice``), pooled into
-``calibration.json`` (rule ``calibration``).
+piece, the cost of sharing the cores and the wait at a synchronisation, a few rounds per
+slice, each slice a job of its own that the workflow runs between the training runs (rule
+``calibrate_slice``), pooled into ``calibration.json`` (rule ``calibration``).
 
     python -m scalestudy.measure.host_slices --blocks-json JSON --core-sharing K ... --out FILE
 
