@@ -101,6 +101,28 @@ def test_the_in_step_optimizer_is_paired_by_round():
     assert "step_optimizer_s" not in bare and bare["fwd_bwd_s"] == pytest.approx(9e-3)
 
 
+def test_ddp_wrapper_costs_are_paired_by_round_and_averaged_over_the_step(points):
+    # DDP's micro-batch less the plain one of the same round: 0.3, 0.4, 0.2 ms inside
+    # no_sync (median 0.3), 1.0, 1.6, 1.2 ms with the sync (median 1.2)
+    fb = (8e-3, 16e-3, 9e-3)
+    rows = [{"key": "k", "block": b, "sample": i, "seconds": s}
+            for b, xs in (("fwd_bwd", fb),
+                          ("ddp_fwd_bwd", (8.3e-3, 16.4e-3, 9.2e-3)),
+                          ("ddp_sync_fwd_bwd", (9e-3, 17.6e-3, 10.2e-3)))
+            for i, s in enumerate(xs)]
+    blk = blocks_from_rows(rows)["k"]
+    assert blk["ddp_micro_batch_s"] == pytest.approx(3e-4)
+    assert blk["ddp_sync_s"] == pytest.approx(1.2e-3)
+    # strong-dp N=2: 4 micro-batches, 3 inside no_sync and the last synced
+    wrap = stepmodel.ddp_wrapper_seconds
+    assert wrap(points[("strong-dp", 2)], blk) == pytest.approx((3 * 3e-4 + 1.2e-3) / 4)
+    assert wrap(points[("weak-dp", 2)], blk) == pytest.approx(1.2e-3)  # one, synced
+    # no DDP: one rank, or FSDP2's replicate (with TP or PP); nothing measured
+    for key in (("weak-dp", 1), ("weak-tp", 4), ("strong-pp", 4)):
+        assert wrap(points[key], blk) == 0.0
+    assert wrap(points[("weak-dp", 2)], {"fwd_bwd_s": 8e-3}) == 0.0
+
+
 def test_composed_layer_seconds_takes_the_other_ranks_arithmetic_out():
     assert composed_layer_seconds(10, 2, 1) == 10
     assert composed_layer_seconds(10, 2, 2) == 8
@@ -136,7 +158,7 @@ BLOCKS = {"fwd_bwd_s": 8e-3, "layer_s": 3e-3, "embedding_s": 2e-4, "head_s": 1e-
 
 
 def _measured(points, sharing=None, collectives=None):
-    keys = {block_key(p.model, p.seq_len, p.micro_batch, "tp" if p.tp > 1 else "plain")
+    keys = {block_key(p.model, p.seq_len, p.micro_batch, stepmodel.block_layout(p))
             for p in points.values()}
     return Measured(blocks={k: dict(BLOCKS) for k in keys}, core_sharing=sharing or {},
                     collectives=collectives or {})
@@ -163,6 +185,16 @@ def test_a_data_parallel_step_is_composed_from_the_blocks(points, hw):
     assert sum(b4.terms().values()) == pytest.approx(b4.step_time_s)
     # the modelled arithmetic stays, the rest of the measured micro-batch is overhead
     assert b4.gemm_s + b4.attention_s + b4.elementwise_s + b4.overhead_s == pytest.approx(3 * 8e-3)
+    # DDP's own cost (measured on the plain blocks) is overhead of each micro-batch: strong-dp
+    # N=2 (4 micro-batches, the last synced), computing 1.2x slower on 2 processes
+    key = block_key(p4.model, p4.seq_len, 2, "plain")
+    ddp = Measured(blocks={**m.blocks, key: {**m.blocks[key], "ddp_micro_batch_s": 3e-4,
+                                             "ddp_sync_s": 1.2e-3}},
+                   core_sharing=m.core_sharing, collectives=m.collectives)
+    s2 = points[("strong-dp", 2)]
+    bare, wrapped = (stepmodel.predict_step_time(s2, hw, x) for x in (m, ddp))
+    assert wrapped.overhead_s - bare.overhead_s == pytest.approx(1.2 * (3 * 3e-4 + 1.2e-3))
+    assert wrapped.step_time_s - bare.step_time_s == pytest.approx(1.2 * (3 * 3e-4 + 1.2e-3))
 
 
 def test_a_collective_slows_by_the_sharing_its_measurement_did_not_have(points, hw):
@@ -421,21 +453,26 @@ def test_block_specs_bench_blocks_and_core_sharing_rows(points):
     from scalestudy.measure import microbench
 
     specs = microbench.block_specs(points.values())
-    assert sorted((s["micro_batch"], s["layout"]) for s in specs) == [
-        (2, "plain"), (4, "plain"), (4, "tp")]  # the default study's distinct blocks
+    # the default study's distinct blocks; DDP's where a point of them runs under it (the
+    # strong-pp and weak-tp points' replicate does not)
+    assert sorted((s["micro_batch"], s["layout"], s["ddp"]) for s in specs) == [
+        (2, "plain", True), (4, "plain", True), (4, "tp", False)]
     tiny = Model(name="t", layers=2, hidden=16, heads=2, seq_len=8, vocab=32)
-    rows = microbench.bench_blocks([microbench.block_spec(tiny, 2, "plain"),
+    rows = microbench.bench_blocks([microbench.block_spec(tiny, 2, "plain", ddp=True),
                                     microbench.block_spec(tiny, 2, "tp")],
                                    samples=2, warmup=1, min_time_s=0.0)
-    # two rounds, one sample of every piece of both layouts in each
+    # two rounds, one sample of every piece of both layouts in each (DDP's in the plain one)
+    timed = {"plain": microbench.BLOCKS + microbench.DDP_BLOCKS, "tp": microbench.BLOCKS}
     assert sorted((r["key"], r["block"], r["sample"]) for r in rows) == sorted(
-        (block_key(tiny, 8, 2, lay), b, i) for lay in ("plain", "tp") for b in microbench.BLOCKS
+        (block_key(tiny, 8, 2, lay), b, i) for lay, bs in timed.items() for b in bs
         for i in (0, 1))
     blocks = blocks_from_rows(rows)
     assert set(blocks) == {block_key(tiny, 8, 2, "plain"), block_key(tiny, 8, 2, "tp")}
-    for v in blocks.values():
-        measured = {f"{b}_s" for b in microbench.BLOCKS}
-        assert set(v) == measured | {"step_optimizer_s"} and v["step_optimizer_s"] >= 0
+    for lay, bs in timed.items():
+        v, measured = blocks[block_key(tiny, 8, 2, lay)], {f"{b}_s" for b in bs}
+        paired = {"step_optimizer_s"} | ({"ddp_micro_batch_s", "ddp_sync_s"}
+                                         if lay == "plain" else set())
+        assert set(v) == measured | paired and min(v[b] for b in paired) >= 0
         assert min(v[b] for b in measured) > 0
     sharing = microbench.bench_core_sharing(procs=(1, 2), work_s=0.005, samples=1)
     assert [r["procs"] for r in sharing] == [1, 2] and sharing[0]["factor"] == 1.0

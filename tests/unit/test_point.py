@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from scalestudy.config import vocab
-from scalestudy.config.point import SCHEMA_VERSION, Point, PointError, config_hash
+from scalestudy.config.point import SCHEMA_VERSION, DPWrapper, Point, PointError, config_hash
 from scalestudy.config.study import load_study, schema, validate
 from scalestudy.plan.planner import plan_points
 
@@ -178,3 +178,19 @@ def test_point_json_file_is_refused_naming_the_file(tmp_path, doc, change, named
     path.write_text(json.dumps(doc))
     msg = refused(read_json(path), str(path))
     assert named in msg, msg
+
+
+@pytest.mark.parametrize("layout, mode, wrapper", [
+    ({"dp": 1}, "ddp", "none"), ({"dp": 1, "tp": 2}, "fsdp", "none"),
+    ({"dp": 2}, "ddp", "ddp"), ({"dp": 2}, "zero1", "ddp"),
+    ({"dp": 2, "tp": 2}, "zero1", "ddp"), ({"dp": 2, "pp": 2}, "zero1", "ddp"),
+    ({"dp": 2, "tp": 2}, "ddp", "replicate"), ({"dp": 2, "pp": 2}, "ddp", "replicate"),
+    ({"dp": 2}, "fsdp", "fully_shard"), ({"dp": 2}, "fsdp_grad_op", "fully_shard"),
+    ({"dp": 1, "cp": 2}, "ddp", "ddp"),
+])
+def test_the_data_parallel_wrapper_of_a_layout(layout, mode, wrapper):
+    from scalestudy.config.point import Model
+
+    model = Model(name="t", layers=2, hidden=16, heads=2, seq_len=8, vocab=32)
+    p = Point.for_layout(model, dp_mode=mode, **layout)
+    assert p.dp_wrapper == DPWrapper(wrapper)

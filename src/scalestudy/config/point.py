@@ -28,6 +28,7 @@ import numbers
 import re
 from collections.abc import Mapping as AbcMapping
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from functools import lru_cache
 from typing import Mapping
 
@@ -418,6 +419,17 @@ class Workload:
         return spec
 
 
+class DPWrapper(StrEnum):
+    """The wrapper the trainer puts around the model for data parallelism (derived from a
+    point's layout and ``dp_mode``: ``Point.dp_wrapper``; not a study setting, so not in the
+    vocabulary)."""
+
+    NONE = "none"  # dp · cp == 1
+    DDP = "ddp"  # DistributedDataParallel: ddp with tp == pp == 1, and zero1
+    REPLICATE = "replicate"  # FSDP2's replicate (DTensor-based DDP): ddp with tp or pp > 1
+    FULLY_SHARD = "fully_shard"  # FSDP2's fully_shard: fsdp, fsdp_grad_op
+
+
 @dataclass(frozen=True)
 class Point:
     """One sweep point (× repeat). See the module docstring for units and conventions."""
@@ -499,6 +511,20 @@ class Point:
         """Ranks holding the same parameters, dp · cp: gradients are averaged over them and
         ``dp_mode`` shards over them (torchtitan's ``dp_shard_cp`` mesh)."""
         return self.dp * self.cp
+
+    @property
+    def dp_wrapper(self) -> DPWrapper:
+        """The trainer's data-parallel wrapper: none at dp · cp == 1; ``fully_shard`` for
+        the FSDP modes; ``replicate`` for ddp combined with TP or PP; else (ddp alone, zero1)
+        ``DistributedDataParallel``."""
+        mode = self.parallel.dp_mode
+        if self.dp_cp == 1:
+            return DPWrapper.NONE
+        if mode in (DPMode.FSDP, DPMode.FSDP_GRAD_OP):
+            return DPWrapper.FULLY_SHARD
+        if mode == DPMode.DDP and (self.tp > 1 or self.pp > 1):
+            return DPWrapper.REPLICATE
+        return DPWrapper.DDP
 
     @property
     def stages(self) -> int:
@@ -722,5 +748,5 @@ def identify(point: Point, repeat: int = 0) -> Point:
 
 __all__ = ["Model", "Parallel", "Train", "Platform", "Workload", "Point", "PointError",
            "SCHEMA_VERSION", "config_hash", "point_id", "identify", "UNHASHED_PLATFORM", "HASHED_SITE",
-           "measured_site", "json_value",
+           "measured_site", "json_value", "DPWrapper",
            "swiglu_width"]

@@ -20,29 +20,28 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from scalestudy.config.point import Point
+from scalestudy.config.point import DPWrapper, Point
 from scalestudy.config.vocab import DPMode, DType
 
 
 def uses_fsdp2(point: Point) -> bool:
     """Whether the DP wrapper is of the FSDP2 family (``fully_shard`` or ``replicate``)."""
-    mode = point.parallel.dp_mode
-    return point.dp_cp > 1 and (mode in (DPMode.FSDP, DPMode.FSDP_GRAD_OP) or (
-        mode == DPMode.DDP and (point.tp > 1 or point.pp > 1)))
+    return point.dp_wrapper in (DPWrapper.FULLY_SHARD, DPWrapper.REPLICATE)
 
 
 def apply_data_parallel(model: nn.Module, point: Point, dp_mesh: DeviceMesh,
                         device: torch.device) -> nn.Module:
-    """``model`` wrapped for data parallelism over ``dp_mesh`` (unchanged when dp == 1)."""
-    if point.dp_cp == 1:
+    """``model`` wrapped for data parallelism over ``dp_mesh`` (``point.dp_wrapper``;
+    unchanged when dp == 1)."""
+    wrapper = point.dp_wrapper
+    if wrapper == DPWrapper.NONE:
         return model
-    mode = point.parallel.dp_mode
     if uses_fsdp2(point):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
               if point.train.precision == DType.BF16 else MixedPrecisionPolicy())
-        if mode in (DPMode.FSDP, DPMode.FSDP_GRAD_OP):
-            reshard = mode == DPMode.FSDP
+        if wrapper == DPWrapper.FULLY_SHARD:
+            reshard = point.parallel.dp_mode == DPMode.FSDP
             for block in model.layers.values():
                 fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
             fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
@@ -50,22 +49,31 @@ def apply_data_parallel(model: nn.Module, point: Point, dp_mesh: DeviceMesh,
         # ddp with tp > 1 or pp > 1: DTensor-based DDP (FSDP2 machinery, replicate only).
         from torch.distributed._composable.replicate_with_fsdp import replicate
         return replicate(model, mesh=dp_mesh, mp_policy=mp)
-    from torch.nn.parallel import DistributedDataParallel as DDP
     if point.tp > 1:  # zero1 with TP: DDP over the TP-local shards (PyTorch's TP+DDP recipe)
         from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
         _pre_dp_module_transform(model)
-    # find_unused_parameters under PP: PipelineStage drives DDP's reducer per micro-batch and
-    # DDP's bucket rebuild after the first step then asserts (torch 2.13); finding unused
-    # parameters disables the rebuild. No buffer sync before each forward: the models' buffers
-    # (position ids, the rotary table) are constants built alike on every rank; DDP's default
-    # broadcast of them before every forward is a collective per micro-batch that waits for
-    # the slowest rank (profiled on gloo: ~0.2 ms a call, and the wait inside DDP's forward).
-    # torch >= 2.13 names it forward_sync_buffers (broadcast_buffers is deprecated there).
+    return distributed_data_parallel(model, dp_mesh.get_group(), device,
+                                     find_unused=point.pp > 1)
+
+
+def distributed_data_parallel(model: nn.Module, group, device: torch.device,
+                              find_unused: bool = False) -> nn.Module:
+    """``model`` under ``DistributedDataParallel`` over the process ``group`` as the trainer
+    runs it (the calibration times its cost on a one-rank group the same way).
+
+    ``find_unused`` under PP: PipelineStage drives DDP's reducer per micro-batch and DDP's
+    bucket rebuild after the first step then asserts (torch 2.13); finding unused parameters
+    disables the rebuild. No buffer sync before each forward: the models' buffers (position
+    ids, the rotary table) are constants built alike on every rank; DDP's default broadcast
+    of them before every forward is a collective per micro-batch that waits for the slowest
+    rank (profiled on gloo: ~0.2 ms a call, and the wait inside DDP's forward). torch >= 2.13
+    names it ``forward_sync_buffers`` (``broadcast_buffers`` is deprecated there)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
     sync = ("forward_sync_buffers" if "forward_sync_buffers" in
             inspect.signature(DDP.__init__).parameters else "broadcast_buffers")
-    return DDP(model, process_group=dp_mesh.get_group(),
+    return DDP(model, process_group=group,
                device_ids=[device.index] if device.type == "cuda" else None,
-               find_unused_parameters=point.pp > 1, **{sync: False})
+               find_unused_parameters=find_unused, **{sync: False})
 
 
 def make_optimizer(params: list, point: Point, dp_mesh: DeviceMesh, device: torch.device,

@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from scalestudy.config.point import Model, Point, identify
+from scalestudy.config.point import DPWrapper, Model, Point, identify
 from scalestudy.config.vocab import DType, allowed
 from scalestudy.perf.flops import head_forward_flops, layer_forward_flops
 
@@ -430,16 +430,20 @@ def _overhead_samples(GPT, cfg, layout: str, samples: int, warmup: int) -> list[
 
 #: The blocks ``bench_blocks`` times (seconds per call).
 BLOCKS = ("fwd_bwd", "layer", "embedding", "head", "optimizer", "optimizer_layer", "step")
+#: And for a spec with ``ddp``: the micro-batch's forward + backward under the trainer's
+#: ``DistributedDataParallel`` (a one-rank group), inside ``no_sync`` and with the sync.
+DDP_BLOCKS = ("ddp_fwd_bwd", "ddp_sync_fwd_bwd")
 
 
-def block_spec(model: Model, micro_batch: int, layout: str) -> dict:
+def block_spec(model: Model, micro_batch: int, layout: str, ddp: bool = False) -> dict:
     """One entry of ``bench_blocks``'s ``specs`` (JSON-ready): the study's model (every field
-    of :class:`Model`), the micro-batch and the layout (``plain``, or ``tp``: DTensor)."""
+    of :class:`Model`), the micro-batch, the layout (``plain``, or ``tp``: DTensor) and
+    whether to time the ``DDP_BLOCKS`` too (``ddp``; plain layout only)."""
     from dataclasses import asdict
 
     return {"model": {k: (v.value if hasattr(v, "value") else v)
                       for k, v in asdict(model).items()},
-            "micro_batch": int(micro_batch), "layout": layout}
+            "micro_batch": int(micro_batch), "layout": layout, "ddp": bool(ddp)}
 
 
 #: The largest model a calibration times block by block: one micro-batch's forward +
@@ -458,18 +462,21 @@ def block_flops(p) -> float:
 
 
 def block_specs(points) -> list[dict]:
-    """The distinct ``block_spec`` of the feasible points (model, micro-batch, layout) up to
-    ``MAX_BLOCK_FLOPS`` per micro-batch."""
-    out, seen = [], set()
+    """The distinct ``block_spec`` of the feasible points (model, micro-batch, layout:
+    ``stepmodel.block_layout``) up to ``MAX_BLOCK_FLOPS`` per micro-batch, with ``ddp`` where
+    one of its points runs under ``DistributedDataParallel`` in the plain layout."""
+    from scalestudy.perf.stepmodel import block_layout
+
+    out: dict = {}
     for p in points:
         if not p.feasible or block_flops(p) > MAX_BLOCK_FLOPS:
             continue
-        spec = block_spec(p.model, p.micro_batch, "tp" if p.tp > 1 else "plain")
+        layout = block_layout(p)
+        spec = block_spec(p.model, p.micro_batch, layout)
         key = json.dumps(spec, sort_keys=True)
-        if key not in seen:
-            seen.add(key)
-            out.append(spec)
-    return out
+        spec = out.setdefault(key, spec)
+        spec["ddp"] |= layout == "plain" and p.dp_wrapper == DPWrapper.DDP
+    return list(out.values())
 
 
 def bench_blocks(specs: list[dict], samples: int = 15, warmup: int = 3,
@@ -488,9 +495,13 @@ def bench_blocks(specs: list[dict], samples: int = 15, warmup: int = 3,
     host's speed during the job reaches every block alike.
     ``tp`` layout: the model under ``tensor_parallelize`` on a one-rank mesh, i.e. DTensor's
     dispatch at full width (``stepmodel.composed_layer_seconds`` takes the sharded arithmetic
-    out). Rows ``key, layout, micro_batch, block, sample, seconds`` (``key``:
-    ``stepmodel.block_key``; each sample repeats the call for ``min_time_s``); the model
-    uses the median over samples (``stepmodel.blocks_from_rows``)."""
+    out). A spec with ``ddp`` adds ``DDP_BLOCKS`` to each round: a copy of the model under
+    ``data_parallel.distributed_data_parallel`` on a one-rank group (no peer, so its all-reduce
+    is a local copy), the micro-batch inside ``no_sync`` and with the gradient sync: the
+    wrapper's own cost (``stepmodel.ddp_wrapper_seconds``). Rows ``key, layout, micro_batch,
+    block, sample, seconds`` (``key``: ``stepmodel.block_key``; each sample repeats the call
+    for ``min_time_s``); the model uses the median over samples
+    (``stepmodel.blocks_from_rows``)."""
     import tempfile
 
     import torch.distributed as dist
@@ -498,7 +509,8 @@ def bench_blocks(specs: list[dict], samples: int = 15, warmup: int = 3,
     from scalestudy.perf.stepmodel import block_key
 
     rows: list[dict] = []
-    own_group = any(s["layout"] == "tp" for s in specs) and not dist.is_initialized()
+    own_group = (any(s["layout"] == "tp" or s.get("ddp") for s in specs)
+                 and not dist.is_initialized())
     with tempfile.TemporaryDirectory() as tmp:
         if own_group:  # a one-rank group through a file store: no port, no peer
             dist.init_process_group("gloo", store=dist.FileStore(f"{tmp}/store", 1),
@@ -514,7 +526,7 @@ def bench_blocks(specs: list[dict], samples: int = 15, warmup: int = 3,
                     mesh = init_device_mesh("cpu", (1,))
                 key = block_key(cfg, cfg.seq_len, b, layout)
                 for block, secs in _block_samples(cfg, b, layout, mesh, samples, warmup,
-                                                  min_time_s):
+                                                  min_time_s, bool(spec.get("ddp"))):
                     rows += [{"key": key, "layout": layout, "micro_batch": b, "block": block,
                               "sample": i, "seconds": t} for i, t in enumerate(secs)]
         finally:
@@ -524,7 +536,9 @@ def bench_blocks(specs: list[dict], samples: int = 15, warmup: int = 3,
 
 
 def _block_samples(cfg: Model, b: int, layout: str, mesh, samples: int, warmup: int,
-                   min_time_s: float) -> list:
+                   min_time_s: float, ddp: bool = False) -> list:
+    import contextlib
+
     import torch
 
     from scalestudy.distributed.clipping import clip_grad_norm_
@@ -586,7 +600,22 @@ def _block_samples(cfg: Model, b: int, layout: str, mesh, samples: int, warmup: 
 
     calls = dict(zip(BLOCKS, (fwd_bwd, one_layer, embedding, head, optimizer, optimizer_layer,
                               step)))
-    out = {name: [] for name in BLOCKS}
+    if ddp:
+        if layout != "plain":
+            raise ValueError(f"ddp blocks are timed in the plain layout, not {layout!r}")
+        import torch.distributed as dist
+
+        from scalestudy.distributed.data_parallel import distributed_data_parallel
+
+        torch.manual_seed(0)
+        wrapped = distributed_data_parallel(build_model(cfg), dist.group.WORLD, cpu)
+
+        def ddp_fwd_bwd(sync: bool):
+            with contextlib.nullcontext() if sync else wrapped.no_sync():
+                loss_fn(wrapped(x), y).backward()
+
+        calls |= dict(zip(DDP_BLOCKS, (lambda: ddp_fwd_bwd(False), lambda: ddp_fwd_bwd(True))))
+    out = {name: [] for name in calls}
     for i in range(samples):  # rounds: one sample of every block each
         for name, call in calls.items():
             out[name] += timed_samples(call, cpu, warmup if i == 0 else 0, 1, min_time_s)

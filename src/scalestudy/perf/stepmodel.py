@@ -64,7 +64,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar
 
-from scalestudy.config.point import Model, Point
+from scalestudy.config.point import DPWrapper, Model, Point
 from scalestudy.config.vocab import AttentionKernel, Checkpointing, DPMode, DType
 from scalestudy.perf import flops, kernels, memory, partition
 from scalestudy.perf.hardware import Framework, HardwareSpec, Link, presets
@@ -128,10 +128,10 @@ class Measured:
     sync_wait: dict = field(default_factory=dict)
 
     def block(self, point: Point) -> dict | None:
-        """The measured blocks of ``point``'s model and micro-batch in its layout (``tp`` under
-        tensor parallelism), or None."""
-        layout = "tp" if point.tp > 1 else "plain"
-        return self.blocks.get(block_key(point.model, point.seq_len, point.micro_batch, layout))
+        """The measured blocks of ``point``'s model and micro-batch in its layout
+        (``block_layout``), or None."""
+        return self.blocks.get(block_key(point.model, point.seq_len, point.micro_batch,
+                                         block_layout(point)))
 
     def attention_rate(self, dtype: str, s: float, head_dim: float) -> float | None:
         """Measured fused-attention FLOP/s (Megatron count) at the nearest (seq, head_dim)."""
@@ -263,19 +263,34 @@ class Measured:
                                  if core_sharing is not None else {}))
 
 
+def block_layout(point: Point) -> str:
+    """The layout a calibration times ``point``'s blocks in: ``tp`` (DTensor, one rank) under
+    tensor parallelism, else ``plain``."""
+    return "tp" if point.tp > 1 else "plain"
+
+
 def block_key(model: Model, seq_len: int, micro_batch: int, layout: str) -> str:
     """The name of a measured block set: model name, shape, micro-batch and layout."""
     return (f"{model.name}:l{model.layers}h{model.hidden}a{model.heads}v{model.vocab}"
             f"s{seq_len}:b{micro_batch}:{layout}")
 
 
+#: Blocks read as the median over rounds of their sample less the same round's ``fwd_bwd``
+#: sample: ``{name in the blocks: block timed}``.
+PAIRED_BLOCKS = {"step_optimizer_s": "step", "ddp_micro_batch_s": "ddp_fwd_bwd",
+                 "ddp_sync_s": "ddp_sync_fwd_bwd"}
+
+
 def blocks_from_rows(rows) -> dict:
     """``{key: {block: seconds}}`` from ``microbench.bench_blocks`` rows: the median over
     samples of each block (``fwd_bwd``, ``layer``, ``embedding``, ``head``, ``optimizer``,
-    ``optimizer_layer``, ``step``), and ``step_optimizer_s``: the median over rounds of the
-    ``step`` sample less the ``fwd_bwd`` sample of the same round (``sample``), the optimizer
-    as a step runs it (``in_step_optimizer``); a paired difference, so a drift of the host's
-    speed between rounds cancels instead of adding the noise of two medians."""
+    ``optimizer_layer``, ``step``, ``ddp_fwd_bwd``, ``ddp_sync_fwd_bwd``), and the paired ones
+    (``PAIRED_BLOCKS``): the median over rounds of a block's sample less the ``fwd_bwd`` sample
+    of the same round (``sample``), at least 0: ``step_optimizer_s`` the optimizer as a step
+    runs it (``in_step_optimizer``), ``ddp_micro_batch_s`` / ``ddp_sync_s``
+    ``DistributedDataParallel``'s own cost of a micro-batch without / with the gradient sync
+    (``ddp_wrapper_seconds``). A paired difference, so a drift of the host's speed between
+    rounds cancels instead of adding the noise of two medians."""
     import statistics as st
 
     by: dict = {}
@@ -288,9 +303,10 @@ def blocks_from_rows(rows) -> dict:
             continue
         out[key] = {f"{b}_s": st.median(t for _, t in v) for b, v in blocks.items()}
         mb = {i: t for i, t in blocks["fwd_bwd"] if i is not None}
-        paired = [t - mb[i] for i, t in blocks.get("step", []) if i in mb]
-        if paired:
-            out[key]["step_optimizer_s"] = max(st.median(paired), 0.0)
+        for name, block in PAIRED_BLOCKS.items():
+            paired = [t - mb[i] for i, t in blocks.get(block, []) if i in mb]
+            if paired:
+                out[key][name] = max(st.median(paired), 0.0)
     return out
 
 
@@ -1130,13 +1146,27 @@ def stage_tp_seconds(c, tp: int, layers: int, ckpts: int, first: bool, last: boo
     return t * (1.0 - tp_hidden)
 
 
+def ddp_wrapper_seconds(point: Point, blk: dict) -> float:
+    """``DistributedDataParallel``'s own cost per micro-batch (s) of a point it wraps, from
+    the measured blocks ``blk``: its forward's bookkeeping on the step's ``m - 1`` micro-batches
+    inside ``no_sync`` (``ddp_micro_batch_s``), the reducer's hooks and bucket copies on the
+    last one's (``ddp_sync_s``; timed on a one-rank group, its all-reduce a local copy: the
+    exchange itself is ``dp_comm_s``), averaged over the ``m``. 0 for another wrapper or
+    blocks without them."""
+    if point.dp_wrapper != DPWrapper.DDP or "ddp_sync_s" not in blk:
+        return 0.0
+    m = max(1, int(point.grad_accum))
+    return ((m - 1) * blk.get("ddp_micro_batch_s", 0.0) + blk["ddp_sync_s"]) / m
+
+
 def composed_stages(point: Point, blk: dict, c, layers_of: list[int], ckpts: list[int],
                     comp: list[tuple[float, float, float]]
                     ) -> tuple[list[tuple[float, float, float]], list[float]]:
     """Each stage's micro-batch composed from the host's measured blocks (``blk``:
     ``Measured.block``): its (gemm, attention, elementwise) seconds scaled from the modelled
-    ``comp`` and the rest as overhead (s). ``c``: the layer costs; ``layers_of``, ``ckpts``:
-    layers and recomputed layers per pipeline rank."""
+    ``comp`` and the rest as overhead (s), the DP wrapper's own cost included
+    (``ddp_wrapper_seconds``). ``c``: the layer costs; ``layers_of``, ``ckpts``: layers and
+    recomputed layers per pipeline rank."""
     pp, l = point.pp, point.model.layers
     per_layer = c.gemm_fwd + c.gemm_bwd + c.attn_fwd + c.attn_bwd  # one rank, one layer
     terms, ovhs = list(comp), [0.0] * pp
@@ -1148,6 +1178,7 @@ def composed_stages(point: Point, blk: dict, c, layers_of: list[int], ckpts: lis
             c.head_fwd + c.head_bwd if r == pp - 1 else 0.0)
         total = composed_layer_seconds(full_width, mine, point.tp)
         terms[r], ovhs[r] = split_measured_slot(total, comp[r])
+        ovhs[r] += ddp_wrapper_seconds(point, blk)
     return terms, ovhs
 
 
@@ -1341,7 +1372,8 @@ def predict_range(point: Point, hw: HardwareSpec, measured: Measured | None = No
 
 __all__ = [
     "HardwareSpec", "Link", "Measured", "Prediction", "StepBreakdown", "attention_seconds",
-    "block_key", "blocks_from_rows", "boundary_crosses_node", "collective_time",
+    "block_key", "block_layout", "blocks_from_rows", "boundary_crosses_node", "collective_time",
+    "ddp_wrapper_seconds", "PAIRED_BLOCKS",
     "composed_layer_seconds", "composed_optimizer_seconds", "composed_stage_seconds",
     "in_step_optimizer", "sync_counts", "sync_wait_from_rows", "sync_wait_seconds",
     "sync_wait_terms",
