@@ -1170,6 +1170,7 @@ def composed_stages(point: Point, blk: dict, c, layers_of: list[int], ckpts: lis
     pp, l = point.pp, point.model.layers
     per_layer = c.gemm_fwd + c.gemm_bwd + c.attn_fwd + c.attn_bwd  # one rank, one layer
     terms, ovhs = list(comp), [0.0] * pp
+    wrapper = ddp_wrapper_seconds(point, blk)
     for r in range(pp):
         full_width = composed_stage_seconds(
             blk["fwd_bwd_s"], blk["layer_s"], blk["embedding_s"], blk["head_s"], l,
@@ -1178,7 +1179,7 @@ def composed_stages(point: Point, blk: dict, c, layers_of: list[int], ckpts: lis
             c.head_fwd + c.head_bwd if r == pp - 1 else 0.0)
         total = composed_layer_seconds(full_width, mine, point.tp)
         terms[r], ovhs[r] = split_measured_slot(total, comp[r])
-        ovhs[r] += ddp_wrapper_seconds(point, blk)
+        ovhs[r] += wrapper
     return terms, ovhs
 
 
