@@ -514,6 +514,7 @@ def test_a_host_slice_times_the_blocks_and_the_core_sharing_in_its_own_process(t
     tiny = Model(name="t", layers=2, hidden=16, heads=2, seq_len=8, vocab=32)
     out = tmp_path / "slice_0.json"
     assert host_slices.main(["--device", "cpu", "--out", str(out), "--block-rounds", "2",
+                             "--sharing-rounds", "1",
                              "--blocks-json", json.dumps([microbench.block_spec(tiny, 2, "plain")]),
                              "--core-sharing", "2"]) == 0
     rec = read_json(out)

@@ -23,12 +23,15 @@ import os
 import socket
 import sys
 
-#: Slices of a sweep's host calibration, and rounds in each: 5 x 3 rounds of the blocks (as
-#: many as one calibration in 3 processes of 5 took before), 5 x 1 of the core sharing and of
-#: the synchronisation wait.
+#: Slices of a sweep's host calibration, and rounds in each: 5 x 9 rounds of the blocks, 5 x 2
+#: of the core sharing and of the synchronisation wait. On this project's 2-core host one round
+#: of the 4-sequence forward + backward moves with a log-sd of ~0.2 from one to the next and
+#: rounds ~1 s apart are nearly independent (autocorrelation 0.27 at 0.2 s, 0.08 at 1 s), so
+#: the pooled median's own noise falls as 1/sqrt(rounds): ~0.07 with 5 x 3 rounds (the
+#: slice-to-slice log-sd was 0.15), ~0.04 with 5 x 9. A slice takes ~18 s instead of ~12.
 SLICES = 5
-BLOCK_ROUNDS = 3
-SHARING_ROUNDS = 1
+BLOCK_ROUNDS = 9
+SHARING_ROUNDS = 2
 
 #: The calibration fields that slices measure (rows of ``microbench.bench_blocks``,
 #: ``microbench.bench_core_sharing`` and ``microbench.bench_sync_wait``).
