@@ -15,8 +15,8 @@ import pytest
 from scalestudy.config.study import StudyError, load_study, validate
 from scalestudy.perf import stepmodel
 from scalestudy.report import predict
-from scalestudy.perf.stepmodel import (Measured, block_key, blocks_from_rows,
-                                       composed_layer_seconds, composed_optimizer_seconds,
+from scalestudy.perf.stepmodel import (Measured, block_key, block_layout, block_layout_tp,
+                                       blocks_from_rows, composed_optimizer_seconds,
                                        composed_stage_seconds, core_sharing_from_rows,
                                        core_sharing_slowdown, oversubscribed, sharing_factor,
                                        split_measured_slot)
@@ -123,11 +123,13 @@ def test_ddp_wrapper_costs_are_paired_by_round_and_averaged_over_the_step(points
     assert wrap(points[("weak-dp", 2)], {"fwd_bwd_s": 8e-3}) == 0.0
 
 
-def test_composed_layer_seconds_takes_the_other_ranks_arithmetic_out():
-    assert composed_layer_seconds(10, 2, 1) == 10
-    assert composed_layer_seconds(10, 2, 2) == 8
-    assert composed_layer_seconds(10, 2, 4) == 4
-    assert composed_layer_seconds(3, 2, 4) == 2  # never below its own share
+def test_block_layouts_name_the_tensor_parallel_degree(points):
+    assert block_layout(points[("weak-dp", 2)]) == "plain"
+    assert block_layout(points[("weak-tp", 2)]) == block_layout(points[("weak-tp", 4)]) == "tp2"
+    assert [block_layout_tp(x) for x in ("plain", "tp2", "tp16")] == [1, 2, 16]
+    for bad in ("tp", "tp1", "tp02", "TP2", "fsdp"):
+        with pytest.raises(ValueError, match="use plain or tp<degree>"):
+            block_layout_tp(bad)
 
 
 def test_split_measured_slot():
@@ -234,18 +236,14 @@ def test_a_pipeline_step_is_composed_per_stage(points, hw):
     assert b.step_time_s == pytest.approx(8 * (last + p2p) + first + p2p + opt + clip)
 
 
-def test_tensor_parallel_blocks_lose_the_other_ranks_products(points, hw):
+def test_tensor_parallel_blocks_are_one_ranks_micro_batch(points, hw):
+    # timed as rank 0 of the point's 2-rank mesh: the micro-batch is the measured one, its
+    # modelled arithmetic (one rank's share) split off as the terms, the rest overhead
     p = points[("weak-tp", 2)]
-    m = _measured(points, {1: 1.0, 2: 1.0})
-    b = stepmodel.predict_step_time(p, hw, m)
-    s, b_, dt = p.seq_len, p.micro_batch, "fp32"
-    layer = sum(sum(stepmodel.product_seconds(M, N, K, k, dt, hw, m)[:2]) for M, N, K, k in
-                stepmodel.layer_gemms(p.model, s, b_, 2, fused_qkv=hw.framework.fused_qkv)[:-1])
-    layer += sum(stepmodel.attention_seconds(p.model, s, b_, 2, dt, hw, m)[:2])
-    head = sum(stepmodel.product_seconds(*stepmodel.head_gemm(p.model, s, b_, 2), dt, hw, m)[:2])
-    mine = 2 * layer + head
-    compute = b.gemm_s + b.attention_s + b.elementwise_s + b.overhead_s
-    assert compute == pytest.approx(max(8e-3 - mine, mine))
+    b = stepmodel.predict_step_time(p, hw, _measured(points, {1: 1.0, 2: 1.0}))
+    assert b.composed_from_blocks
+    assert b.gemm_s + b.attention_s + b.elementwise_s + b.overhead_s == pytest.approx(8e-3)
+    assert 0 < b.gemm_s < 8e-3
 
 
 def test_without_blocks_the_preset_path_is_unchanged(points, hw):
@@ -456,18 +454,18 @@ def test_block_specs_bench_blocks_and_core_sharing_rows(points):
     # the default study's distinct blocks; DDP's where a point of them runs under it (the
     # strong-pp and weak-tp points' replicate does not)
     assert sorted((s["micro_batch"], s["layout"], s["ddp"]) for s in specs) == [
-        (2, "plain", True), (4, "plain", True), (4, "tp", False)]
+        (2, "plain", True), (4, "plain", True), (4, "tp2", False)]
     tiny = Model(name="t", layers=2, hidden=16, heads=2, seq_len=8, vocab=32)
     rows = microbench.bench_blocks([microbench.block_spec(tiny, 2, "plain", ddp=True),
-                                    microbench.block_spec(tiny, 2, "tp")],
+                                    microbench.block_spec(tiny, 2, "tp2")],
                                    samples=2, warmup=1, min_time_s=0.0)
     # two rounds, one sample of every piece of both layouts in each (DDP's in the plain one)
-    timed = {"plain": microbench.BLOCKS + microbench.DDP_BLOCKS, "tp": microbench.BLOCKS}
+    timed = {"plain": microbench.BLOCKS + microbench.DDP_BLOCKS, "tp2": microbench.BLOCKS}
     assert sorted((r["key"], r["block"], r["sample"]) for r in rows) == sorted(
         (block_key(tiny, 8, 2, lay), b, i) for lay, bs in timed.items() for b in bs
         for i in (0, 1))
     blocks = blocks_from_rows(rows)
-    assert set(blocks) == {block_key(tiny, 8, 2, "plain"), block_key(tiny, 8, 2, "tp")}
+    assert set(blocks) == {block_key(tiny, 8, 2, "plain"), block_key(tiny, 8, 2, "tp2")}
     for lay, bs in timed.items():
         v, measured = blocks[block_key(tiny, 8, 2, lay)], {f"{b}_s" for b in bs}
         paired = {"step_optimizer_s"} | ({"ddp_micro_batch_s", "ddp_sync_s"}
@@ -483,6 +481,27 @@ def test_block_specs_bench_blocks_and_core_sharing_rows(points):
     for r in sync:  # the wait is what the synchronised loop adds beyond the latency
         assert r["alone_s"] > 0 and r["alpha_s"] > 0
         assert r["wait_s"] == pytest.approx(r["synced_s"] - r["alone_s"] - r["alpha_s"])
+
+
+def test_a_spec_process_group_is_the_points_mesh_without_peers():
+    import torch
+    import torch.distributed as dist
+
+    from scalestudy.measure.microbench import spec_process_group
+
+    with spec_process_group(2, False) as mesh:  # rank 0 of 2 on the fake backend
+        assert mesh.size() == 2 and dist.get_rank() == 0 and dist.get_backend() == "fake"
+        x = torch.full((3,), 2.0)
+        dist.all_reduce(x)  # no peer to wait for: returns at once, the data as it was
+        assert x.tolist() == [2.0, 2.0, 2.0]
+    assert not dist.is_initialized()
+    with spec_process_group(1, True) as mesh:  # DDP's blocks: a one-rank gloo group
+        assert mesh is None and dist.get_world_size() == 1 and dist.get_backend() == "gloo"
+        with pytest.raises(RuntimeError, match="call it outside torch.distributed"):
+            with spec_process_group(2, False):
+                pass
+    with spec_process_group(1, False) as mesh:
+        assert mesh is None and not dist.is_initialized()
 
 
 def test_collectives_slices_pool_into_one_table_whose_median_the_model_takes(tmp_path):

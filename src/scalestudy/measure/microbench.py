@@ -26,6 +26,7 @@ so freed tensors leave the resident set) with ``scalestudy.memory.estimate``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -437,7 +438,7 @@ DDP_BLOCKS = ("ddp_fwd_bwd", "ddp_sync_fwd_bwd")
 
 def block_spec(model: Model, micro_batch: int, layout: str, ddp: bool = False) -> dict:
     """One entry of ``bench_blocks``'s ``specs`` (JSON-ready): the study's model (every field
-    of :class:`Model`), the micro-batch, the layout (``plain``, or ``tp``: DTensor) and
+    of :class:`Model`), the micro-batch, the layout (``stepmodel.block_layout``) and
     whether to time the ``DDP_BLOCKS`` too (``ddp``; plain layout only)."""
     from dataclasses import asdict
 
@@ -493,52 +494,61 @@ def bench_blocks(specs: list[dict], samples: int = 15, warmup: int = 3,
     after a backward, its caches as a step leaves them (``stepmodel.in_step_optimizer``).
     The blocks are sampled in rounds (one sample of each block per round), so a drift of the
     host's speed during the job reaches every block alike.
-    ``tp`` layout: the model under ``tensor_parallelize`` on a one-rank mesh, i.e. DTensor's
-    dispatch at full width (``stepmodel.composed_layer_seconds`` takes the sharded arithmetic
-    out). A spec with ``ddp`` adds ``DDP_BLOCKS`` to each round: a copy of the model under
-    ``data_parallel.distributed_data_parallel`` on a one-rank group (no peer, so its all-reduce
-    is a local copy), the micro-batch inside ``no_sync`` and with the gradient sync: the
-    wrapper's own cost (``stepmodel.ddp_wrapper_seconds``). Rows ``key, layout, micro_batch,
-    block, sample, seconds`` (``key``: ``stepmodel.block_key``; each sample repeats the call
-    for ``min_time_s``); the model uses the median over samples
-    (``stepmodel.blocks_from_rows``)."""
-    import tempfile
-
-    import torch.distributed as dist
-
-    from scalestudy.perf.stepmodel import block_key
+    ``tp<d>`` layout: the model under ``tensor_parallelize`` as rank 0 of a ``d``-rank mesh
+    on torch's ``fake`` process group (``spec_process_group``): that rank's share of the
+    arithmetic and DTensor's whole path of every exchange (the functional collective, its
+    wrapper tensor, the wait, the autograd hooks), without the communication itself, which
+    the model adds from the measured collectives. (On a one-rank mesh DTensor skips every
+    exchange.) A spec with ``ddp`` adds ``DDP_BLOCKS`` to each round: a copy of the model
+    under ``data_parallel.distributed_data_parallel`` on a one-rank group (no peer, so its
+    all-reduce is a local copy), the micro-batch inside ``no_sync`` and with the gradient
+    sync: the wrapper's own cost (``stepmodel.ddp_wrapper_seconds``). Rows ``key, layout,
+    micro_batch, block, sample, seconds`` (``key``: ``stepmodel.block_key``; each sample
+    repeats the call for ``min_time_s``); the model uses the median over samples
+    (``stepmodel.blocks_from_rows``). Runs outside any process group: it makes its own."""
+    from scalestudy.perf.stepmodel import block_key, block_layout_tp
 
     rows: list[dict] = []
-    own_group = (any(s["layout"] == "tp" or s.get("ddp") for s in specs)
-                 and not dist.is_initialized())
-    with tempfile.TemporaryDirectory() as tmp:
-        if own_group:  # a one-rank group through a file store: no port, no peer
-            dist.init_process_group("gloo", store=dist.FileStore(f"{tmp}/store", 1),
-                                    rank=0, world_size=1)
-        mesh = None
-        try:
-            for spec in specs:
-                cfg = Model(**spec["model"])
-                b, layout = int(spec["micro_batch"]), spec["layout"]
-                if layout == "tp" and mesh is None:
-                    from torch.distributed.device_mesh import init_device_mesh
-
-                    mesh = init_device_mesh("cpu", (1,))
-                key = block_key(cfg, cfg.seq_len, b, layout)
-                for block, secs in _block_samples(cfg, b, layout, mesh, samples, warmup,
-                                                  min_time_s, bool(spec.get("ddp"))):
-                    rows += [{"key": key, "layout": layout, "micro_batch": b, "block": block,
-                              "sample": i, "seconds": t} for i, t in enumerate(secs)]
-        finally:
-            if own_group:
-                dist.destroy_process_group()
+    for spec in specs:
+        cfg = Model(**spec["model"])
+        b, layout, ddp = int(spec["micro_batch"]), spec["layout"], bool(spec.get("ddp"))
+        if ddp and layout != "plain":
+            raise ValueError(f"ddp blocks are timed in the plain layout, not {layout!r}")
+        key = block_key(cfg, cfg.seq_len, b, layout)
+        with spec_process_group(block_layout_tp(layout), ddp) as mesh:
+            for block, secs in _block_samples(cfg, b, mesh, samples, warmup, min_time_s, ddp):
+                rows += [{"key": key, "layout": layout, "micro_batch": b, "block": block,
+                          "sample": i, "seconds": t} for i, t in enumerate(secs)]
     return rows
 
 
-def _block_samples(cfg: Model, b: int, layout: str, mesh, samples: int, warmup: int,
-                   min_time_s: float, ddp: bool = False) -> list:
-    import contextlib
+@contextlib.contextmanager
+def spec_process_group(tp: int, ddp: bool):
+    """The process group one ``bench_blocks`` spec is timed in, this process its rank 0,
+    destroyed after it: for ``tp > 1`` torch's ``fake`` backend with ``tp`` ranks (every
+    collective returns at once, its output filled from this rank's input), yielding the
+    ``tp``-rank device mesh; for ``ddp`` a one-rank ``gloo`` group; else none. Yields the mesh
+    or None. Raises ``RuntimeError`` inside another process group."""
+    import torch.distributed as dist
 
+    if tp <= 1 and not ddp:
+        yield None
+        return
+    if dist.is_initialized():
+        raise RuntimeError("bench_blocks makes the process group of its DTensor and DDP blocks: "
+                           "call it outside torch.distributed")
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dist.init_process_group("fake" if tp > 1 else "gloo", store=dist.HashStore(), rank=0,
+                            world_size=max(tp, 1))
+    try:
+        yield init_device_mesh("cpu", (tp,)) if tp > 1 else None
+    finally:
+        dist.destroy_process_group()
+
+
+def _block_samples(cfg: Model, b: int, mesh, samples: int, warmup: int, min_time_s: float,
+                   ddp: bool = False) -> list:
     import torch
 
     from scalestudy.distributed.clipping import clip_grad_norm_
@@ -549,10 +559,8 @@ def _block_samples(cfg: Model, b: int, layout: str, mesh, samples: int, warmup: 
 
     torch.manual_seed(0)
     model = build_model(cfg)
-    if layout == "tp":
+    if mesh is not None:
         tensor_parallelize(model, mesh, False, cfg.tied_embeddings)
-    elif layout != "plain":
-        raise ValueError(f"block layout {layout!r} is not supported; use plain or tp")
     cpu = torch.device("cpu")
 
     def adamw(params):
@@ -601,8 +609,6 @@ def _block_samples(cfg: Model, b: int, layout: str, mesh, samples: int, warmup: 
     calls = dict(zip(BLOCKS, (fwd_bwd, one_layer, embedding, head, optimizer, optimizer_layer,
                               step)))
     if ddp:
-        if layout != "plain":
-            raise ValueError(f"ddp blocks are timed in the plain layout, not {layout!r}")
         import torch.distributed as dist
 
         from scalestudy.distributed.data_parallel import distributed_data_parallel

@@ -40,7 +40,8 @@ Terms (seconds per step; ``docs/performance-model.md`` has the full table with s
 
 On a CPU host that measured the study's own model piece by piece (``Measured.blocks``, the
 calibrate job) each stage's micro-batch and optimizer are composed from those blocks
-(``composed_stage_seconds``, ``composed_layer_seconds``, ``composed_optimizer_seconds``): the
+(``composed_stage_seconds``, ``composed_optimizer_seconds``; under TP timed on one rank of the
+point's mesh, ``block_layout``): the
 arithmetic terms stay as modelled and the measured rest is ``overhead_s``
 (``split_measured_slot``). On a CPU host the computing phases are multiplied by the slowdown of
 the point's processes sharing the cores (``core_sharing_slowdown``: measured where the host's
@@ -60,6 +61,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar
@@ -264,9 +266,21 @@ class Measured:
 
 
 def block_layout(point: Point) -> str:
-    """The layout a calibration times ``point``'s blocks in: ``tp`` (DTensor, one rank) under
-    tensor parallelism, else ``plain``."""
-    return "tp" if point.tp > 1 else "plain"
+    """The layout a calibration times ``point``'s blocks in: ``tp<d>`` under ``d``-way tensor
+    parallelism (DTensor, rank 0 of a ``d``-rank mesh on torch's ``fake`` process group: one
+    rank's share of the arithmetic and every exchange's dispatch, no communication), else
+    ``plain``."""
+    return f"tp{point.tp}" if point.tp > 1 else "plain"
+
+
+def block_layout_tp(layout: str) -> int:
+    """The tensor-parallel degree of a block layout (``block_layout``): 1 for ``plain``.
+    Raises ``ValueError`` for another name."""
+    m = re.fullmatch(r"tp([1-9][0-9]*)", layout)
+    if layout != "plain" and not (m and int(m[1]) > 1):
+        raise ValueError(f"block layout {layout!r} is not supported; use plain or tp<degree> "
+                         "(tp2, tp4, ...)")
+    return int(m[1]) if m else 1
 
 
 def block_key(model: Model, seq_len: int, micro_batch: int, layout: str) -> str:
@@ -923,17 +937,6 @@ def sync_wait_terms(point: Point, hw: HardwareSpec, measured: Measured | None,
     return waits, dp
 
 
-def composed_layer_seconds(measured_s: float, sharded_s: float, tp: int) -> float:
-    """Seconds of a measured block (a layer, or the head and loss) on one of ``tp`` ranks:
-    the block was timed in one process at full width (under DTensor for ``tp > 1``), so the
-    arithmetic the other ``tp - 1`` ranks take over, ``(tp - 1) · sharded_s`` (``sharded_s``:
-    the modelled seconds of the block's sharded products on one rank), comes off; never
-    below ``sharded_s``. ``measured_s`` unchanged for ``tp = 1``."""
-    if tp <= 1:
-        return measured_s
-    return max(measured_s - (tp - 1) * sharded_s, sharded_s)
-
-
 def composed_stage_seconds(full_s: float, layer_s: float, embedding_s: float, head_s: float,
                            layers: float, stage_layers: float, first: bool, last: bool,
                            recomputed: float = 0.0) -> float:
@@ -1159,25 +1162,21 @@ def ddp_wrapper_seconds(point: Point, blk: dict) -> float:
     return ((m - 1) * blk.get("ddp_micro_batch_s", 0.0) + blk["ddp_sync_s"]) / m
 
 
-def composed_stages(point: Point, blk: dict, c, layers_of: list[int], ckpts: list[int],
+def composed_stages(point: Point, blk: dict, layers_of: list[int], ckpts: list[int],
                     comp: list[tuple[float, float, float]]
                     ) -> tuple[list[tuple[float, float, float]], list[float]]:
     """Each stage's micro-batch composed from the host's measured blocks (``blk``:
     ``Measured.block``): its (gemm, attention, elementwise) seconds scaled from the modelled
     ``comp`` and the rest as overhead (s), the DP wrapper's own cost included
-    (``ddp_wrapper_seconds``). ``c``: the layer costs; ``layers_of``, ``ckpts``: layers and
-    recomputed layers per pipeline rank."""
+    (``ddp_wrapper_seconds``). The blocks are one rank's (``block_layout``); ``layers_of``,
+    ``ckpts``: layers and recomputed layers per pipeline rank."""
     pp, l = point.pp, point.model.layers
-    per_layer = c.gemm_fwd + c.gemm_bwd + c.attn_fwd + c.attn_bwd  # one rank, one layer
     terms, ovhs = list(comp), [0.0] * pp
     wrapper = ddp_wrapper_seconds(point, blk)
     for r in range(pp):
-        full_width = composed_stage_seconds(
+        total = composed_stage_seconds(
             blk["fwd_bwd_s"], blk["layer_s"], blk["embedding_s"], blk["head_s"], l,
             layers_of[r], r == 0, r == pp - 1, ckpts[r])
-        mine = (layers_of[r] + ckpts[r] / 3.0) * per_layer + (
-            c.head_fwd + c.head_bwd if r == pp - 1 else 0.0)
-        total = composed_layer_seconds(full_width, mine, point.tp)
         terms[r], ovhs[r] = split_measured_slot(total, comp[r])
         ovhs[r] += wrapper
     return terms, ovhs
@@ -1255,7 +1254,7 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     # from them (the arithmetic terms stay as modelled; the rest is the overhead).
     blk = measured.block(point) if (measured is not None and hw.compute_units) else None
     if blk is not None:
-        comp, ovhs = composed_stages(point, blk, c, layers_of, ckpts, comp)
+        comp, ovhs = composed_stages(point, blk, layers_of, ckpts, comp)
 
     tps = [stage_tp_seconds(c, tp, layers_of[r], ckpts[r], r == 0, r == pp - 1, tp_hidden)
            for r in range(pp)]
@@ -1373,9 +1372,9 @@ def predict_range(point: Point, hw: HardwareSpec, measured: Measured | None = No
 
 __all__ = [
     "HardwareSpec", "Link", "Measured", "Prediction", "StepBreakdown", "attention_seconds",
-    "block_key", "block_layout", "blocks_from_rows", "boundary_crosses_node", "collective_time",
+    "block_key", "block_layout", "block_layout_tp", "blocks_from_rows", "boundary_crosses_node", "collective_time",
     "ddp_wrapper_seconds", "PAIRED_BLOCKS",
-    "composed_layer_seconds", "composed_optimizer_seconds", "composed_stage_seconds",
+    "composed_optimizer_seconds", "composed_stage_seconds",
     "in_step_optimizer", "sync_counts", "sync_wait_from_rows", "sync_wait_seconds",
     "sync_wait_terms",
     "collective_sharing", "core_sharing_from_rows", "core_sharing_slowdown", "cp_exchange_seconds", "cp_local",
