@@ -39,7 +39,7 @@ TINY = {
 # with one, so the long ones starting first keep the end of the run short (longest
 # processing time first). The Slurm and install tests wait more than they compute.
 LONGEST_FIRST = ("test_parallel_parity.py", "test_foreign.py", "test_workflow.py", "test_slurm.py",
-                 "test_faults.py", "test_install.py", "test_examples.py", "test_compare.py",
+                 "test_faults.py", "test_lifetime.py", "test_install.py", "test_examples.py", "test_compare.py",
                  "test_sitepolicy.py", "test_rendezvous.py", "test_trust.py")
 
 
@@ -54,6 +54,22 @@ def as_from_a_terminal() -> None:
     which Python and Snakemake then keep ignoring, so a test's Ctrl-C would not arrive)."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@contextmanager
+def small_tmpfs(path: Path, size: str):
+    """A real, small file system at ``path`` (a tmpfs of ``size``, e.g. ``4m``), unmounted
+    after the block; the test is skipped where it cannot be mounted (not root)."""
+    path.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}); the "
+                    "injected ENOSPC tests still run")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=False)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Fault injection for the tests: a rank that dies or hangs at a chosen step of a real run.
+"""Fault injection for the tests: a rank that dies, hangs or lags at a chosen step of a real run.
 
 Test-only (production code has no fault switch). The trainer calls a per-step hook named by
 ``SCALESTUDY_STEP_HOOK`` (``scalestudy.train.hooks``); a test that injects faults sets, in the
@@ -8,10 +8,12 @@ environment the runner passes on to torchrun and the ranks::
     SCALESTUDY_FAULT="kill:rank=1:step=3:match=kill_;hang:rank=1:step=2:match=hang_"
     PYTHONPATH=<repo>/tests:<repo>/src:...          (so the ranks can import this module)
 
-``SCALESTUDY_FAULT`` is ``;``-separated ``KIND[:rank=R][:step=S][:match=SUB]``:
+``SCALESTUDY_FAULT`` is ``;``-separated ``KIND[:rank=R][:step=S][:match=SUB][:ms=MS]``:
 
 - ``kill``: the rank SIGKILLs itself at the start of step S (a node or process dying);
 - ``hang``: the rank sleeps forever at the start of step S, so its peers wait in a collective;
+- ``slow``: the rank sleeps ``ms`` milliseconds before each step from S on (a straggler: it
+  reaches every step late, so its peers wait for it in the step's collectives);
 - ``rank`` (global rank, default 0), ``step`` (optimizer step from 0, default 0); ``match``
   (default: every point) limits the fault to points whose ``point_id`` contains SUB.
 """
@@ -27,7 +29,7 @@ from typing import Callable, Mapping
 FAULT_ENV = "SCALESTUDY_FAULT"
 #: What a test puts in ``SCALESTUDY_STEP_HOOK`` to enable this module.
 HOOK_SPEC = "fault_injection:make_hook"
-FAULT_KINDS = ("kill", "hang")
+FAULT_KINDS = ("kill", "hang", "slow")
 
 
 def parse_faults(text: str | None) -> list[dict]:
@@ -39,12 +41,13 @@ def parse_faults(text: str | None) -> list[dict]:
         if kind not in FAULT_KINDS:
             raise ValueError(f"{FAULT_ENV}: unknown fault {kind!r} in {spec!r}; use one of "
                              f"{', '.join(FAULT_KINDS)}")
-        fault = {"kind": kind, "rank": 0, "step": 0, "match": ""}
+        fault = {"kind": kind, "rank": 0, "step": 0, "match": "",
+                 **({"ms": 0} if kind == "slow" else {})}
         for opt in opts:
             key, sep, value = opt.partition("=")
             if not sep or key not in fault or key == "kind":
                 raise ValueError(f"{FAULT_ENV}: bad option {opt!r} in {spec!r}; use rank=R, "
-                                 "step=S, match=SUBSTRING")
+                                 "step=S, match=SUBSTRING (slow: also ms=MS)")
             fault[key] = value if key == "match" else int(value)
         faults.append(fault)
     return faults
@@ -60,7 +63,14 @@ def fault_for(point_id: str, rank: int, environ: Mapping = os.environ) -> dict |
 
 
 def inject_fault(fault: dict | None, step: int) -> None:
-    """Act once the fault's step is reached: SIGKILL this process, or hang in it forever."""
+    """Act once the fault's step is reached: SIGKILL this process, or hang in it forever; a
+    ``slow`` fault sleeps its ``ms`` before that step and every later one."""
+    if fault is not None and fault["kind"] == "slow" and step >= fault["step"]:
+        if step == fault["step"]:
+            print(f"scalestudy fault injection: rank {fault['rank']} slow by {fault['ms']} ms "
+                  f"a step from step {step}", file=sys.stderr, flush=True)
+        time.sleep(fault["ms"] / 1000)
+        return
     if fault is None or step != fault["step"]:
         return
     print(f"scalestudy fault injection: rank {fault['rank']} {fault['kind']} at step {step}",

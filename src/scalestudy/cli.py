@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import signal
 import subprocess
 import sys
 import textwrap
@@ -126,9 +127,43 @@ def snakemake_argv(study: str, results: str, profile: str | None, extra: list[st
             "--directory", str(Path(results).resolve())]
     if profile:
         argv += ["--profile", profile]
-    argv += ["--config", f"study={Path(study).resolve()}", f"results={Path(results).resolve()}",
-             *(["trust_site=true"] if trust_site else [])]
-    return argv + extra
+    # the caller's arguments before --config, whose values would take a target as one more
+    return argv + extra + ["--config", f"study={Path(study).resolve()}",
+                           f"results={Path(results).resolve()}",
+                           *(["trust_site=true"] if trust_site else [])]
+
+
+#: How long Snakemake may take to stop its jobs after a Ctrl-C (s) before it is terminated.
+STOP_GRACE_S = 60.0
+
+
+def run_snakemake(argv: list[str]) -> int:
+    """Run Snakemake to its end; its exit status. Snakemake and its jobs run in a process group
+    of their own. On Ctrl-C, SIGTERM or a lost terminal (SIGHUP) here, the group gets one SIGINT
+    (each job's runner stops its point: ``scalestudy.run.lifetime``; Snakemake then releases its
+    lock) and :data:`STOP_GRACE_S` to end, then SIGKILL; a KeyboardInterrupt goes on. Killed
+    (SIGKILL) here, Snakemake is killed with us and its jobs' runners end their points."""
+    from scalestudy.run.lifetime import dies_with_parent, kill_group
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    proc = subprocess.Popen(argv, process_group=0, preexec_fn=dies_with_parent(signal.SIGKILL))
+    handlers = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        for sig, grace in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGKILL, None)):
+            kill_group(proc.pid, sig)
+            try:
+                proc.wait(timeout=grace)
+                break
+            except (subprocess.TimeoutExpired, KeyboardInterrupt):  # a second Ctrl-C: on
+                continue
+        raise
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 def cmd_run(args) -> int:
@@ -136,27 +171,27 @@ def cmd_run(args) -> int:
     extra = args.snakemake_args
     args.profile = args.profile or str(paths.profile("local"))
     check_profile_site(study, args.profile, args.trust_site)
+    from scalestudy.record.source import refuse_other_source
     from scalestudy.run import guard
 
     study_dir = Path(args.results) / study.name
     guard.refuse_escaping_links(study_dir)  # (the Snakefile checks again, and takes the lock)
+    refuse_other_source(study_dir, args.study, study.to_json())
     if guard.is_locked(study_dir):
         raise guard.StudyLocked(f"study {study.name} is being run by another launcher "
                                 f"({guard.holder(study_dir / guard.LOCK_FILE)}); wait for it "
                                 "to finish or stop it")
     argv = snakemake_argv(args.study, args.results, args.profile, extra, args.trust_site)
-    rc = subprocess.call(argv)
-    locks = Path(args.results).resolve() / ".snakemake" / "locks"
-    if rc != 0 and locks.is_dir() and any(locks.iterdir()):
-        print(f"scalestudy: error: another run of a study in {args.results} holds Snakemake's "
-              "lock; wait for it to finish, or if none is running (a killed run left the lock), "
-              f"run: scalestudy run {args.study} --results {args.results} -- --unlock",
+    rc = run_snakemake(argv)
+    if rc < 0:  # Snakemake killed by a signal: its points ended with it
+        print(f"scalestudy: error: Snakemake was killed by {signal.Signals(-rc).name}; run the "
+              "same command again to go on (a study reruns only its unfinished points)",
               file=sys.stderr)
-        return rc
+        return 128 - rc
     if rc == 0 and not args.no_report and not {"-n", "--dry-run", "--dryrun"} & set(extra):
         report = Path(args.results).resolve() / study.name / "report.html"
-        rc = subprocess.call(snakemake_argv(args.study, args.results, args.profile, [],
-                                            args.trust_site) + ["--report", str(report)])
+        rc = run_snakemake(snakemake_argv(args.study, args.results, args.profile, [],
+                                          args.trust_site) + ["--report", str(report)])
     return rc
 
 
@@ -266,9 +301,21 @@ def delegated_main(name: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """Run one subcommand; Ctrl-C ends any of them with one line and exit status 130."""
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:
+        print("scalestudy: interrupted; run the same command again to go on (a study reruns "
+              "only its unfinished points)", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str]) -> int:
+    # a full disk or an unwritable results folder: one line naming the path, exit status 2
+    from scalestudy.record.io import exit_on_os_error
+
     if argv and argv[0] in DELEGATED:
-        return int(delegated_main(argv[0])(argv[1:]) or 0)
+        return exit_on_os_error(lambda: delegated_main(argv[0])(argv[1:]))
     extra = argv[argv.index("--") + 1:] if "--" in argv else []  # run: for snakemake
     args = build_parser().parse_args(argv[:len(argv) - len(extra) - bool(extra or "--" in argv)])
     args.snakemake_args = extra
@@ -276,8 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     from scalestudy.run.guard import StudyLocked
 
     try:
-        return int(args.func(args) or 0)
-    except (StudyError, PointError, RecordError, StudyLocked, FileNotFoundError) as e:
+        return exit_on_os_error(lambda: args.func(args))
+    except (StudyError, PointError, RecordError, StudyLocked) as e:
         one_line = printable(str(e).replace("\r", "\\r").replace("\n", "\\n"))
         print(f"scalestudy: error: {one_line}", file=sys.stderr)
         return 2

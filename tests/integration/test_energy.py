@@ -1,23 +1,27 @@
 """Energy counters (scalestudy.train.energy): RAPL against a fake powercap tree, NVML and AMD SMI
 against stubs of their Python modules, the per-step record, its summary, the runs.csv columns and
 summary.md's reason when nothing was measured; then one real run whose ranks read a fake RAPL
-counter that a thread advances (the real NVML path needs a GPU: not here)."""
+counter that their own step hook advances (``tests/fake_rapl.py``: tied to steps, not to a
+clock or a thread; the real NVML path needs a GPU: not here)."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
-import threading
 import types
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+import fake_rapl
+
 from scalestudy.analysis import aggregate
 from scalestudy.report import summary
 from scalestudy.train import energy
+
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def powercap(root: Path, zones: dict[str, tuple[str, int, int]]) -> Path:
@@ -208,8 +212,10 @@ def test_columns_are_appended_and_empty_on_this_host(tiny_study_run):
     """The shared tiny run: no readable counter here, so the columns are empty and say why."""
     _, results, _ = tiny_study_run
     runs = pd.read_csv(results / "tiny" / "runs.csv")
-    assert list(runs.columns[-4:]) == ["joules_per_token", "avg_power_w", "energy_source",
-                                       "energy_note"]
+    cols = list(runs.columns)  # appended after the older columns (later ones may follow)
+    at = cols.index("joules_per_token")
+    assert cols[at:at + 4] == ["joules_per_token", "avg_power_w", "energy_source", "energy_note"]
+    assert at > cols.index("workload")
     ok = runs[runs["status"] == "ok"]
     if ok["energy_source"].isna().all():  # no RAPL readable on this machine
         assert ok["joules_per_token"].isna().all() and ok["energy_note"].notna().all()
@@ -219,48 +225,45 @@ def test_columns_are_appended_and_empty_on_this_host(tiny_study_run):
 
 @pytest.mark.timeout(300)
 def test_a_real_run_records_energy_per_step_per_rank(tmp_path, monkeypatch):
-    """Two ranks under torchrun read a fake RAPL package that a thread advances by 1 mJ per
-    tick: steps.jsonl, summary.json and runs.csv carry the energy, counted once per host."""
+    """Two ranks under torchrun read a fake RAPL package that advances with the steps, not
+    with time: before step i every rank's step hook (``tests/fake_rapl.py``) sets the counter
+    to ``counter_uj(i)``, so step i's energy is exactly (i + 1) mJ (the last step's 0: no hook
+    follows the meter's read after the loop) on any host, loaded or not. steps.jsonl,
+    summary.json and runs.csv carry it, counted once per host."""
     from scalestudy.config.point import Model, Point, identify
     from scalestudy.run import runner
 
     root = powercap(tmp_path / "powercap", {"intel-rapl:0": ("package-0", 0, 2**40)})
     monkeypatch.setenv("SCALESTUDY_POWERCAP", str(root))
     monkeypatch.setenv("SCALESTUDY_ENERGY", "auto")
-    stop = threading.Event()
-
-    def tick():
-        uj, z = 0, root / "intel-rapl:0"
-        while not stop.is_set():
-            uj += 1000
-            (z / ".e").write_text(f"{uj}\n")
-            os.replace(z / ".e", z / "energy_uj")
-            stop.wait(0.001)
-    t = threading.Thread(target=tick, daemon=True)
-    t.start()
-    try:
-        model = Model(name="m", layers=2, hidden=32, heads=2, seq_len=16, vocab=64)
-        # 16 steps: the steady window (14 steps, ~0.1-0.3 s) outlasts the ticker's waits for
-        # the CPU under a loaded suite (with 4 steady steps it once did not tick in them)
-        point = identify(Point.for_layout(model, dp=2, micro_batch=1, device="cpu", steps=16,
-                                          warmup_steps=2, series="e", mode="weak", baseline_n=2))
-        run_dir = tmp_path / "runs" / point.point_id
-        run_dir.mkdir(parents=True)
-        (run_dir / "point.json").write_text(point.json_text())
-        status = runner.run_point(run_dir / "point.json", run_dir)
-    finally:
-        stop.set()
-        t.join()
+    monkeypatch.setenv("SCALESTUDY_STEP_HOOK", fake_rapl.HOOK_SPEC)
+    monkeypatch.setenv(fake_rapl.FAKE_RAPL_ENV, str(root / "intel-rapl:0" / "energy_uj"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(TESTS), str(TESTS.parent / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    steps, warm = 6, 2
+    model = Model(name="m", layers=2, hidden=32, heads=2, seq_len=16, vocab=64)
+    point = identify(Point.for_layout(model, dp=2, micro_batch=1, device="cpu", steps=steps,
+                                      warmup_steps=warm, series="e", mode="weak", baseline_n=2))
+    run_dir = tmp_path / "runs" / point.point_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "point.json").write_text(point.json_text())
+    status = runner.run_point(run_dir / "point.json", run_dir)
     assert status["state"] == "ok", status
-    steps = [json.loads(x) for x in (run_dir / "steps.jsonl").read_text().splitlines()]
-    assert all(len(s["rank_energy_j"]) == 2 for s in steps)
-    # the fake counter's thread may not tick within a step on a loaded host: every step's
-    # energy is a count (never negative), and the run's is positive
-    assert all(s["energy_j"] >= 0 for s in steps) and sum(s["energy_j"] for s in steps) > 0
-    # one host: the package is counted once, not once per rank
-    assert all(s["energy_j"] == s["rank_energy_j"][0] for s in steps)
+    lines = [json.loads(x) for x in (run_dir / "steps.jsonl").read_text().splitlines()]
+    want = [fake_rapl.step_energy_j(i, steps) for i in range(steps)]
+    assert want[:2] == [0.001, 0.002] and want[-1] == 0.0
+    exact = {"rel": 1e-9, "abs": 1e-15}  # (µJ counts summed as floats)
+    # one host: the package is counted once, not once per rank; both ranks read the same
+    assert [s["energy_j"] for s in lines] == pytest.approx(want, **exact)
+    assert all(len(s["rank_energy_j"]) == 2 for s in lines)
+    assert [r for s in lines for r in s["rank_energy_j"]] == pytest.approx(
+        [w for w in want for _ in range(2)], **exact)
     e = json.loads((run_dir / "summary.json").read_text())["energy"]
     assert e["source"] == "rapl" and e["scope"] == "host" and e["counted_ranks"] == [0]
-    assert e["joules_per_token"] > 0 and e["avg_power_w"] > 0
+    steady = sum(want[warm:])
+    assert e["joules_steady"] == pytest.approx(steady, **exact)
+    tokens = point.tokens_per_step * (steps - warm)
+    assert e["joules_per_token"] == pytest.approx(steady / tokens, **exact)
+    assert e["avg_power_w"] > 0
     row = aggregate.energy_columns(json.loads((run_dir / "summary.json").read_text()))
     assert row["energy_source"] == "rapl" and row["joules_per_token"] == e["joules_per_token"]

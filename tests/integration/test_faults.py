@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from scalestudy.config.study import validate
 from scalestudy.paths import profile
 from scalestudy.plan.planner import plan_points
 from scalestudy.record.states import RunState
-from scalestudy.run import guard, outcome, runner
+from scalestudy.run import guard, lifetime, outcome, runner
 from scalestudy.train import hooks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -225,6 +226,17 @@ def test_planner_copies_retries_into_points_unhashed():
 # The runner around a stand-in launcher (a plain Python process; no torch): watchdog, retries,
 # memory limit, stale records.
 
+#: A stand-in's sound record of its point (``d``: the run folder): every step trains the
+#: point's tokens, as the runner checks (``record.read.run_problem``).
+WRITE_RECORD = ("import json\n"
+                "p = json.loads((d / 'point.json').read_text())\n"
+                "line = {'step_time_s': 0.01, 'loss': 1.0,"
+                " 'tokens': p['global_batch'] * p['model']['seq_len']}\n"
+                "(d / 'steps.jsonl').write_text(''.join(json.dumps(dict(line, step=i)) + '\\n'"
+                " for i in range(p['train']['steps'])))\n"
+                "(d / 'summary.json').write_text('{}')\n")
+
+
 def _fake_point(tmp_path: Path, *, timeout_s=60.0, retries=0, memory_limit_mb=None) -> Path:
     point = Point.for_layout(Model(), device="cpu", timeout_s=timeout_s, collective_timeout_s=5,
                              memory_limit_mb=memory_limit_mb, retries=retries,
@@ -253,11 +265,14 @@ def test_watchdog_kills_the_whole_process_group(tmp_path, fake_launch):
                 "pathlib.Path(sys.argv[1], 'child.pid').write_text(str(c.pid))\n"
                 "print('training...', flush=True)\n"
                 "time.sleep(600)\n")
-    run_dir = _fake_point(tmp_path, timeout_s=3)
+    # the watchdog must fire after the stand-in has started its child and printed (~0.1 s on an
+    # idle host, seconds on a loaded 2-core one, too close to 3 s); the test waits, idle
+    run_dir = _fake_point(tmp_path, timeout_s=10)
     status = runner.run_point(run_dir / "point.json", run_dir)
     assert status["state"] == "timeout" and status["reason"].startswith("watchdog"), status
     assert status["exit_code"] is not None and status["exit_code"] < 0
-    stat = Path(f"/proc/{int((run_dir / 'child.pid').read_text())}/stat")
+    pid = int((run_dir / "child.pid").read_text())
+    stat = Path(f"/proc/{pid}/stat")
 
     def gone() -> bool:  # or a zombie waiting to be reaped: either way it no longer runs
         try:
@@ -266,11 +281,9 @@ def test_watchdog_kills_the_whole_process_group(tmp_path, fake_launch):
             return True
 
     # the group's SIGKILL is delivered at once; a busy host may take a moment to finish the exit
-    # of a grandchild whose parent died first (seen: state R, reparented to init)
-    deadline = time.monotonic() + 5.0
-    while not gone() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert gone(), "the hung rank outlived the watchdog"
+    # of a grandchild whose parent died first (seen: state R, reparented to init): wait for its
+    # exit itself (``_exited``: its pidfd, bounded), not for a clock
+    assert _exited(pid) and gone(), "the hung rank outlived the watchdog"
     saved = json.loads((run_dir / "status.json").read_text())
     assert saved["state"] == "timeout" and "training..." in "\n".join(saved["evidence"])
 
@@ -281,12 +294,25 @@ def test_retries_rerun_crashes_but_not_ooms(tmp_path, fake_launch):
                 "d = pathlib.Path(sys.argv[1]); n = d.parent / 'tries'\n"
                 "k = int(n.read_text()) if n.exists() else 0; n.write_text(str(k + 1))\n"
                 "if k == 0: raise RuntimeError('flaky node')\n"
-                "(d / 'summary.json').write_text('{}')\n")
+                + WRITE_RECORD)
     run_dir = _fake_point(tmp_path, retries=2)
     status = runner.run_point(run_dir / "point.json", run_dir)
     assert status["state"] == "ok"
     assert [a["state"] for a in status["attempts"]] == ["crashed", "ok"]
     assert "flaky node" in status["attempts"][0]["reason"]
+
+
+def test_a_record_that_is_not_its_points_run_is_invalid(tmp_path, fake_launch):
+    """The launch ends well but its steps count half the point's tokens: the runner's status
+    is ``invalid`` with the reason, not ``ok``."""
+    fake_launch("import pathlib, sys\n"
+                "d = pathlib.Path(sys.argv[1])\n"
+                + WRITE_RECORD.replace("['seq_len']}", "['seq_len'] // 2}"))
+    run_dir = _fake_point(tmp_path)
+    status = runner.run_point(run_dir / "point.json", run_dir)
+    assert status["state"] == "invalid", status
+    assert status["reason"].startswith("steps.jsonl: step 0 trained 32 tokens, the point "
+                                       "trains 64 per step"), status["reason"]
 
 
 def test_oom_is_not_retried_and_memory_limit_applies(tmp_path, fake_launch):
@@ -302,14 +328,55 @@ def test_stale_records_and_temp_files_are_cleared_before_an_attempt(tmp_path, fa
     fake_launch("import pathlib, sys, os\n"
                 "d = pathlib.Path(sys.argv[1])\n"
                 "print(sorted(p.name for p in d.iterdir()))\n"
-                "(d / 'summary.json').write_text('{}')\n")
+                + WRITE_RECORD)
     run_dir = _fake_point(tmp_path)
     for name in ("summary.json", "steps.jsonl", "status.json", ".summary.abc.json"):
         (run_dir / name).write_text("half")
     status = runner.run_point(run_dir / "point.json", run_dir)
     assert status["state"] == "ok"
     log = (run_dir / "stdout.log").read_text()
-    assert "['point.json', 'stdout.log']" in log  # nothing of the old attempt was left
+    # nothing of the old attempt was left: the point's lock and the launch's TMPDIR are new
+    assert "['.point.lock', 'point.json', 'stdout.log', 'tmp']" in log
+
+
+def _exited(pid: int, timeout: float = 120.0) -> bool:
+    """Whether ``pid`` exits (a zombie included) within ``timeout`` s: its pidfd turns readable
+    at the exit; a killed grandchild may take a moment on a busy host."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:  # exited and reaped already
+        return True
+    try:
+        return bool(select.select([fd], [], [], timeout)[0])
+    finally:
+        os.close(fd)
+
+
+def test_a_points_log_is_capped_its_tmpdir_is_its_own_and_no_child_outlives_it(
+        tmp_path, fake_launch, monkeypatch):
+    """The launch writes 3 MB, puts a file into its TMPDIR and leaves a background child in its
+    process group: stdout.log keeps its head and tail with the cut in status.json, the TMPDIR
+    was the run folder's ``tmp`` (gone after the attempt), and the child is ended."""
+    monkeypatch.setattr(runner.capture, "HEAD_BYTES", 64 << 10)
+    monkeypatch.setattr(runner.capture, "TAIL_BYTES", 64 << 10)
+    fake_launch("import os, pathlib, subprocess, sys\n"
+                "d = pathlib.Path(sys.argv[1])\n"
+                "c = subprocess.Popen(['sleep', '600'])\n"
+                "(d / 'child.pid').write_text(str(c.pid))\n"
+                "(d / 'tmpdir').write_text(os.environ['TMPDIR'])\n"
+                "pathlib.Path(os.environ['TMPDIR'], 'scratch').write_text('x')\n"
+                "for i in range(30000):\n"
+                "    print(f'line {i:06d} ' + 'x' * 88)\n"
+                + WRITE_RECORD)
+    run_dir = _fake_point(tmp_path)
+    status = runner.run_point(run_dir / "point.json", run_dir)
+    assert status["state"] == "ok", status
+    log = (run_dir / "stdout.log").read_bytes()
+    assert status["log_cut_bytes"] > 2_000_000 and len(log) < 300_000
+    assert b"bytes of output cut here" in log and log.endswith(b"line 029999 " + b"x" * 88 + b"\n")
+    assert (run_dir / "tmpdir").read_text() == str(run_dir / "tmp")
+    assert not (run_dir / "tmp").exists()
+    assert _exited(int((run_dir / "child.pid").read_text())), "the background child outlived it"
 
 
 def test_a_runner_error_is_still_a_status(tmp_path, monkeypatch):
@@ -434,7 +501,8 @@ def resumed(faulty):
         "second": second,
         "locks": list((results / ".snakemake" / "locks").glob("*")),
         "study_locked": guard.is_locked(out),
-        "temp_files": [p for p in (out / "runs").rglob(".*") if p.is_file()],
+        "temp_files": [p for p in (out / "runs").rglob(".*")
+                       if p.is_file() and p.name != lifetime.POINT_LOCK],
     }
     t0 = time.monotonic()
     final = subprocess.run(_argv(study_file, results), capture_output=True, text=True,

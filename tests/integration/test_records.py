@@ -261,3 +261,46 @@ def test_compare_and_plot_of_a_damaged_study_and_hostile_host_names(study, tmp_p
     assert err.count("\n") == 1 and "study.json: series" in err
     summary = (study / "summary.md").read_text()
     assert "invalid" in summary and "step_time_s True" in summary
+
+
+@pytest.mark.timeout(120)
+def test_a_diverged_training_writes_json_and_is_invalid(tmp_path, monkeypatch):
+    """A real tiny training (the trainer's own ``loop.run``, one rank in this process) with a
+    learning rate so large that the loss is NaN from step 1: every record is valid JSON, and
+    aggregate and status call the run ``invalid``, the loss diverged at step 1."""
+    import torch.distributed as dist
+
+    from scalestudy.config.point import Model, Point, identify
+    from scalestudy.train import loop
+
+    model = Model(name="m", layers=2, hidden=32, heads=2, seq_len=16, vocab=64)
+    point = identify(Point.for_layout(model, dp=1, micro_batch=2, device="cpu", steps=4,
+                                      warmup_steps=1, lr=1e30, series="d", mode="weak"))
+    run_dir = tmp_path / "d" / "runs" / point.point_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "point.json").write_text(point.json_text())
+    for k, v in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="0", RANK="0", WORLD_SIZE="1",
+                     LOCAL_RANK="0", SCALESTUDY_ENERGY="off").items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("SCALESTUDY_STEP_HOOK", raising=False)
+    try:
+        loop.run(point, run_dir)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    for name in ("summary.json", "env.json"):  # strict JSON: no NaN or Infinity literal
+        json.loads((run_dir / name).read_text(), parse_constant=lambda c: pytest.fail(c))
+    lines = [json.loads(x, parse_constant=lambda c: pytest.fail(c))
+             for x in (run_dir / "steps.jsonl").read_text().splitlines()]
+    assert [r.get("loss_nonfinite") for r in lines] == [None, "nan", "nan", "nan"]
+    (run_dir / "status.json").write_text(json.dumps({"state": "ok", "reason": ""}))
+    row = {"point_id": point.point_id, "config_hash": point.config_hash, "feasible": True,
+           "n": 1, "series": "d", "mode": "weak", "repeat": 0, "tokens_per_step": 32}
+    run, times, _ = aggregate.read_run(row, run_dir, None, None)
+    why = "loss diverged: non-finite loss (nan) at step 1"
+    from scalestudy.record.read import run_problem
+
+    assert run_problem(run_dir, point.to_json()) == why  # the runner's verdict: invalid too
+    assert (run["status"], run["reason"], times) == ("invalid", why, [])
+    (ps,), *_ = st.read_points(run_dir.parents[1], [row], timeout_s=60, now=0)
+    assert ps.state == "invalid" and ps.reason == f"status ok but {why}"

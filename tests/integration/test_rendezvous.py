@@ -203,7 +203,8 @@ def _run_and_inspect(argv_list: list[list[str]], envs: list[dict], run_dir: Path
                 raise AssertionError("launch failed: " + "".join(
                     (p.communicate(timeout=30)[0] or "")[-3000:] for p in procs))
             time.sleep(0.2)
-        time.sleep(0.5)
+        # every rank has joined (its file is written after init and an all-reduce), so every
+        # socket of the launchers and ranks is open now: read them (no settling sleep)
         tree: set[int] = set()
         for p in procs:
             tree |= descendants(p.pid)

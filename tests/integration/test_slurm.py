@@ -288,3 +288,51 @@ def test_study_through_slurm_gives_the_local_points_and_tables(slurm, tmp_path):
     assert eff["efficiency"].notna().all()
     assert (eff.loc[eff["n"] == 1, "efficiency"] - 1).abs().max() < 1e-12
     assert (out / "summary.md").is_file() and (out / "figures").is_dir()
+
+
+# A 2-node x 1-process point whose rank 1 (node n2) reaches every step 300 ms late
+# (tests/fault_injection.py's slow fault), run by the runner inside a 2-node job: the node
+# check runs over the allocation before each attempt, the run is ok but flagged with n2, and
+# its retry is spent (scalestudy.run.health; docs/failures.md "Stragglers and node health").
+STRAGGLER_POINT = """
+import sys
+from scalestudy.config.point import Model, Point, identify
+from scalestudy.record.io import write_text
+point = identify(Point.for_layout(
+    Model(layers=1, hidden=16, heads=2, seq_len=8, vocab=32), dp=2, device="cpu",
+    devices_per_node=1, max_nodes=2, steps=4, warmup_steps=1, timeout_s=200,
+    collective_timeout_s=60, retries=1, site={"cpus_per_proc": 1}))
+write_text(sys.argv[1] + "/point.json", point.json_text())
+"""
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(600)
+def test_a_slow_node_is_checked_flagged_and_retried_on_slurm(slurm, tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    subprocess.run([sys.executable, "-c", STRAGGLER_POINT, str(run_dir)], check=True,
+                   env=slurm, timeout=60)
+    tests = REPO / "tests"
+    env = {**slurm, "SCALESTUDY_STEP_HOOK": "fault_injection:make_hook",
+           "SCALESTUDY_FAULT": "slow:rank=1:ms=300",
+           "PYTHONPATH": os.pathsep.join([str(tests), slurm["PYTHONPATH"]])}
+    log = tmp_path / "job.log"
+    sub = subprocess.run(
+        ["sbatch", "--parsable", "--nodes", "2", "--ntasks", "2", "--cpus-per-task", "1",
+         "--mem", "2500", "-t", "5", "-o", str(log), "-J", "ss-straggler", "--wrap",
+         f"{sys.executable} -m scalestudy.run.runner {run_dir / 'point.json'} {run_dir}"],
+        capture_output=True, text=True, env=env, timeout=60)
+    assert sub.returncode == 0, sub.stderr
+    state = _wait_job(sub.stdout.strip().split(";")[0], env, 400)
+    text = log.read_text() if log.exists() else "(no log)"
+    assert state == "COMPLETED", text[-3000:]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "ok", status
+    assert len(status["attempts"]) == 2, status["attempts"]  # the retry was spent on the flag
+    for a in status["attempts"]:
+        assert sorted(r["node"] for r in a["node_check"]["rows"]) == ["n1", "n2"], a
+        assert a["node_check"]["exclude"] == []  # no spare node in a 2-node allocation
+        assert a["straggler"].startswith("straggler: rank 1 on n2 "), a
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stragglers"]["straggler_host"] == "n2"

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import as_from_a_terminal
+from conftest import as_from_a_terminal, small_tmpfs
 from scalestudy import cli
 from scalestudy.report.summary import aggregate_study
 from scalestudy.config.point import Model, Platform, Point, config_hash
@@ -66,7 +66,8 @@ def test_aggregate_writes_all_tables_or_none_and_cleans_stale_temps(tmp_path, mo
     with pytest.raises(OSError):
         aggregate_study(d)
     assert {n: (d / n).read_bytes() for n in before} == before  # none of the new tables
-    assert not [p for p in d.iterdir() if p.name.startswith(".") and p.name != ".lock"]
+    assert not [p for p in d.iterdir() if p.name.startswith(".")
+                and p.name not in (".lock", io.TABLES_LOCK)]
     monkeypatch.undo()
     aggregate_study(d)
     runs = pd.read_csv(d / "runs.csv").set_index("point_id")
@@ -138,14 +139,7 @@ FILL = ("import sys\n"
 
 def test_a_full_disk_is_a_crashed_point_with_its_reason(tmp_path, fake_launch):
     # a real full file system: a 1 MiB tmpfs (root may mount; else this is skipped)
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}); "
-                    "the injected ENOSPC test below still runs")
-    try:
+    with small_tmpfs(tmp_path / "small", "1m") as mnt:
         run_dir = _fake_point(mnt / "run")
         fake_launch(FILL)  # the command fills the disk through its log
         status = runner.run_point(run_dir / "point.json", run_dir)
@@ -153,8 +147,6 @@ def test_a_full_disk_is_a_crashed_point_with_its_reason(tmp_path, fake_launch):
         assert status["reason"] == f"no space left on device ({run_dir})"
         saved = json.loads((run_dir / "status.json").read_text())  # room was made for it
         assert saved["reason"] == status["reason"]
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
 
 
 def test_an_injected_enospc_while_writing_is_a_crashed_point(tmp_path, fake_launch, monkeypatch):
@@ -212,9 +204,15 @@ def test_two_launchers_of_one_study_at_once_the_second_refuses(tmp_path):
     results = tmp_path / "results"
     out = results / "locked"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # the first launcher's rank hangs at step 1 (tests/fault_injection.py) until the SIGINT
+    # below: it holds the lock for as long as the test needs, however fast or loaded the host
+    path = [str(REPO / "tests"), str(REPO / "src"),
+            *filter(None, [os.environ.get("PYTHONPATH")])]
+    hung = {**env, "SCALESTUDY_STEP_HOOK": "fault_injection:make_hook",
+            "SCALESTUDY_FAULT": "hang:rank=0:step=1", "PYTHONPATH": os.pathsep.join(path)}
     first = subprocess.Popen([sys.executable, "-m", "scalestudy.cli", "run", str(study_file),
                               "--results", str(results), "--no-report"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=hung,
                              start_new_session=True, preexec_fn=as_from_a_terminal)
     try:
         deadline = time.monotonic() + 300

@@ -128,7 +128,7 @@ def test_collect_writes_the_builtin_summary_keys(tmp_path):
 @pytest.mark.parametrize("records, problem", [
     (None, "the command wrote no steps.jsonl into $SCALESTUDY_POINT_DIR"),
     ([(0, 0.1)] * 1, "steps.jsonl has 1 steps, the point trains 4: pass {steps}"),
-    ("tokens", "steps.jsonl step 0: 7 tokens, the point trains 64 per step"),
+    ("tokens", "steps.jsonl: step 0 trained 7 tokens, the point trains 64 per step"),
 ])
 def test_missing_or_foreign_metrics_are_invalid_with_the_reason(tmp_path, records, problem):
     p = point()

@@ -1,3 +1,6 @@
+# A rule that cannot write (a full disk, an unwritable results folder) fails with one line in
+# its log, `scalestudy: error: PATH: what; fix` (scalestudy.record.io.exit_on_os_error), and
+# leaves the files it had written before whole; the sweep's other jobs go on (keep-going).
 import os
 
 localrules: aggregate, predict, predict_before_run
@@ -53,7 +56,7 @@ rule predict_before_run:
         results=lambda w, input: os.path.dirname(os.path.dirname(input.plan)),
         out=lambda w, output: os.path.dirname(output[0]),
     shell:
-        "{params.py:q} -m scalestudy.report.predict {input.study:q} --results {params.results:q}"
+        "{params.py:q} -m scalestudy.cli predict {input.study:q} --results {params.results:q}"
         " --out {params.out:q} --before-run > {log:q} 2>&1"
 
 
@@ -86,5 +89,5 @@ rule predict:
         results=lambda w, input: os.path.dirname(os.path.dirname(input.runs)),
         out=lambda w, output: os.path.dirname(output.predictions),
     shell:
-        "{params.py:q} -m scalestudy.report.predict {input.study:q} --results {params.results:q}"
+        "{params.py:q} -m scalestudy.cli predict {input.study:q} --results {params.results:q}"
         " --out {params.out:q} > {log:q} 2>&1"

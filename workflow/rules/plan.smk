@@ -16,7 +16,7 @@ rule plan:
         from scalestudy.plan.planner import write_plan
         from scalestudy.record.io import write_text
 
-        write_text(log[0], write_plan(list(POINTS.values()), OUT, STUDY) + "\n")
+        write_text(log[0], write_plan(list(POINTS.values()), OUT, STUDY, SETUP.source) + "\n")
 
 
 rule point_spec:

@@ -1,6 +1,13 @@
+# A rule that cannot write fails with one line in its log (as aggregate.smk's); plots and
+# aggregate hold the study's tables lock (scalestudy.record.io.tables_lock).
 import os
 
 localrules: plots, front_page
+
+#: The front page's command: report.front with one line for a failed write (it has no own).
+FRONT_PAGE = ("import sys; from scalestudy.record.io import exit_on_os_error; "
+              "from scalestudy.report.front import main; "
+              "sys.exit(exit_on_os_error(lambda: main(sys.argv[1:])))")
 
 
 rule plots:
@@ -41,5 +48,6 @@ rule front_page:
     params:
         py=PY,
         study_dir=lambda w, input: os.path.dirname(input[0]),
+        code=FRONT_PAGE,
     shell:
-        "{params.py:q} -m scalestudy.report.front {params.study_dir:q} > {log:q} 2>&1"
+        "{params.py:q} -c {params.code:q} {params.study_dir:q} > {log:q} 2>&1"

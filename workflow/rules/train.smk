@@ -120,4 +120,6 @@ rule train:
         # Slurm: nodes, tasks, cpus_per_task, mem_mb, runtime, gres, mpi (multi-node), ...
         **slurm.rule_resources(lambda w: slurm.point_resources(POINTS[w.pid])),
     shell:
-        "{params.py:q} -m scalestudy.run.runner {params.point:q} {params.run_dir:q} > {log:q} 2>&1"
+        # exec: the runner is the job's process itself, so it ends with Snakemake
+        # (scalestudy.run.lifetime)
+        "exec {params.py:q} -m scalestudy.run.runner {params.point:q} {params.run_dir:q} > {log:q} 2>&1"

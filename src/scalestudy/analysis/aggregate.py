@@ -32,6 +32,7 @@ from scalestudy.config.point import Point, PointError
 from scalestudy.config.vocab import FlopsConvention
 from scalestudy.perf import flops, hardware
 from scalestudy.record import read as rread
+from scalestudy.record import stragglers
 from scalestudy.record.states import RunState
 
 RUN_COLUMNS = [
@@ -51,6 +52,8 @@ RUN_COLUMNS = [
     "n_params", "exit_code", "wall_s", "workload",
     # energy (train/energy.py): empty where no counter was readable, energy_note says why
     "joules_per_token", "avg_power_w", "energy_source", "energy_note",
+    # stragglers (record/stragglers.py): empty without per-rank times (one rank, a command)
+    *stragglers.COLUMNS,
 ]
 
 EFFICIENCY_COLUMNS = [
@@ -107,19 +110,20 @@ _CONSTANTS = ("tokens", "n", "model_flops", "hardware_flops", "peak", "ceiling")
 def _read_records(run_dir: str | None, pid: str, chash: str | None
                   ) -> tuple[dict, dict, dict | None, list[str]]:
     """A run folder's ``point.json``, ``summary.json`` ({} when absent or damaged),
-    ``status.json`` (None) and why any of them, or ``env.json``, cannot be used."""
+    ``status.json`` (None) and why any of them, or ``env.json``, cannot be used (summary and
+    env checked against the point: the reader's ``*_vs_point``)."""
     damaged: list[str] = []
     point, summary, status = {}, {}, None
     if run_dir:
         point, why = rread.read_point(run_dir, pid, chash)
         damaged += [why] if why else []
         point = point or {}
-        summary, why = rread.read_summary(run_dir, pid, chash)
+        summary, why = rread.read_summary(run_dir, pid, chash, point)
         damaged += [why] if why else []
         summary = summary or {}
         status, why = rread.read_status(run_dir)
         damaged += [why] if why else []
-        damaged += [w for w in [rread.read_env(run_dir)[1]] if w]
+        damaged += [w for w in [rread.read_env(run_dir, point)[1]] if w]
     return point, summary, status, damaged
 
 
@@ -156,6 +160,9 @@ def _add_rate_columns(row: dict, plan_row: dict, point: dict, summary: dict,
                loss_first=summary.get("loss_first"), loss_last=summary.get("loss_last"),
                n_params=summary.get("n_params"))
     row.update(energy_columns(summary) if state == RunState.OK else {})
+    if state == RunState.OK:
+        row.update(stragglers.columns(summary.get(stragglers.SUMMARY_KEY),
+                                      stragglers.threshold(point)))
     return (_num(plan_row.get("tokens_per_step")), _num(plan_row.get("n")), mf, hf, peak,
                  ceiling)
 
@@ -195,8 +202,7 @@ def read_run(plan_row: dict, run_dir, calibration: dict | None, convention: str 
         elif damaged:
             summary = {}  # a failed run's damaged record adds nothing
     if state == RunState.OK:  # (status.json exists, so run_dir does)
-        expect = (point.get("train") or {}).get("steps")
-        steps, why = rread.read_steps(run_dir + "/steps.jsonl", expect)
+        steps, why = rread.read_steps(run_dir + "/steps.jsonl", point=point)
         times = steady_times(steps, detect_warmup).tolist()
         if why:
             state, reason, times = RunState.INVALID, f"status ok but {why}", []

@@ -295,7 +295,9 @@ class Train:
 #: Platform settings that do not change what is measured: not hashed, so changing them never
 #: reruns a point. (``memory_limit_mb`` is hashed: RLIMIT_AS changes the allocator's
 #: behaviour; of ``site`` only :data:`HASHED_SITE` is.)
-UNHASHED_PLATFORM = ("timeout_s", "collective_timeout_s", "site", "max_nodes")
+UNHASHED_PLATFORM = ("timeout_s", "collective_timeout_s", "site", "max_nodes", "straggler_ratio")
+#: Default of ``platform.straggler_ratio`` (``scalestudy.record.stragglers``).
+STRAGGLER_RATIO = 1.2
 #: ``platform.site`` keys that change what is measured, hashed when set: the ranks'
 #: environment (runtime variables: OMP_NUM_THREADS, NCCL_*, ...; a secret-looking name's value
 #: is never hashed, only its name), cores per process and per node, devices per node,
@@ -318,6 +320,9 @@ class Platform:
     timeout_s: float = 900  # watchdog on the whole point (seconds)
     collective_timeout_s: float = 120  # process-group timeout (seconds)
     memory_limit_mb: int | None = None  # CPU only: RLIMIT_AS per training process (MiB)
+    # a run whose ranks' slowest/fastest step time (median over steady steps) exceeds this is
+    # flagged as shaped by a straggler, and retried within ``retries``
+    straggler_ratio: float = STRAGGLER_RATIO
     site: Site = field(default_factory=Site)  # Slurm specifics (a mapping is resolved: Site)
 
     def __post_init__(self):
@@ -330,6 +335,9 @@ class Platform:
         elif not isinstance(self.site, Site):
             raise PointError(f"platform.site: {_short(self.site)} is not allowed (an object)")
         _check(self)
+        if not 1 <= self.straggler_ratio <= 1000:
+            raise PointError(f"platform.straggler_ratio: {_short(self.straggler_ratio)} is not "
+                             "allowed (a number from 1 to 1000)")
 
 
 #: Workload fields that do not change what is measured: not hashed.

@@ -4,7 +4,10 @@ keys, so ``scalestudy.analysis.aggregate`` builds the same ``runs.csv`` row from
 
 Keys: ``point_id``, ``config_hash``, ``repeat``, ``n_params`` (from the model block),
 ``steps`` (records), ``warmup_steps``, ``loss_first`` / ``loss_last`` (first and last known
-loss), ``loss_noise_floor`` (the synthetic data's, built-in trainer only),
+finite loss), ``loss_nonfinite`` / ``loss_nonfinite_step`` (only when a step's loss was NaN or
+infinite: ``"nan"``, ``"inf"`` or ``"-inf"`` and the first such step, the marker of
+``scalestudy.record.loss``; the reader makes such a run ``invalid``), ``loss_noise_floor``
+(the synthetic data's, built-in trainer only),
 ``tokens_per_step``, ``step_time_median_s`` (steady-state records), ``tokens_per_s``,
 ``model_flops_per_step`` / ``hardware_flops_per_step`` (``{convention: FLOPs or null}``,
 ``scalestudy.perf.flops.point_flops_table``), ``device_type``, ``device_name``,
@@ -18,6 +21,7 @@ from statistics import median
 
 from scalestudy.config.point import Point
 from scalestudy.perf import flops, hardware
+from scalestudy.record.loss import NONFINITE_KEY, first_nonfinite
 
 
 def summary(point: Point, records: list[dict], *, device_type: str, device_name: str | None,
@@ -32,6 +36,9 @@ def summary(point: Point, records: list[dict], *, device_type: str, device_name:
     key, peak, source = hardware.resolve_peak(point.platform.hardware or device_name,
                                               point.train.precision)
     table = flops.point_flops_table(point)
+    bad = first_nonfinite(records)
+    if bad is not None:
+        extra = {NONFINITE_KEY: bad[1], f"{NONFINITE_KEY}_step": bad[0], **extra}
     return {
         "point_id": point.point_id, "config_hash": point.config_hash,
         "repeat": point.repeat, "n_params": flops.param_count(point.model),

@@ -26,6 +26,7 @@ from scalestudy.config.vocab import ScalingMode
 from scalestudy.perf import memory
 from scalestudy.plan import constraints
 from scalestudy.record.io import write_json, write_text
+from scalestudy.record.source import with_source
 
 SWEEPABLE = ("tp", "pp", "cp", "micro_batch", "dp_mode", "pp_schedule", "activation_checkpointing")
 PLAN_COLUMNS = [
@@ -210,11 +211,15 @@ def plan_table(points: list[Point]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_plan(points: list[Point], study_dir: Path, study: Study | None = None) -> str:
-    """Write ``plan.tsv`` (and the resolved ``study.json`` when ``study`` is given) into
-    ``study_dir``, atomically; returns a one-line summary."""
+def write_plan(points: list[Point], study_dir: Path, study: Study | None = None,
+               source: str | None = None) -> str:
+    """Write ``plan.tsv`` (and the resolved ``study.json`` when ``study`` is given, naming the
+    study file ``source``: ``record.source``) into ``study_dir``, atomically; returns a
+    one-line summary."""
     write_text(Path(study_dir) / "plan.tsv", plan_table(points))
     if study is not None:
-        write_json(Path(study_dir) / "study.json", study.to_json())
+        doc = study.to_json()
+        write_json(Path(study_dir) / "study.json",
+                   with_source(doc, source) if source is not None else doc)
     n_ok = sum(p.feasible for p in points)
     return f"{len(points)} runs planned, {n_ok} feasible, {len(points) - n_ok} skipped"

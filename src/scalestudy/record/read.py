@@ -14,6 +14,16 @@ counts integers (``bool`` is not a number); wall times and memory finite and >= 
 numbers integers, consecutive and unique; the number of steps equal to the point's
 ``train.steps``; a run folder's ``point.json`` must be the folder's point (its ``point_id``
 the folder's name, its ``config_hash`` the plan's).
+
+Against the point (``point.json``; :func:`point_facts`, the pure checks
+:func:`step_vs_point`, :func:`summary_vs_point`, :func:`env_vs_point`): every step trained the
+point's tokens (global batch x sequence length; a line's optional ``global_batch``,
+``seq_len`` and its per-rank ``rank_energy_j`` list, one entry per rank, agree); the summary's
+``tokens_per_step`` and ``steps``; the world size (``env.json``'s ``world_size`` and its list
+of ``ranks``) is the point's ``n``; a layout a record states (``layout``: dp, tp, pp, cp) is
+the point's. A loss that was not finite (the ``loss_nonfinite`` marker of
+``scalestudy.record.loss``, or a NaN/Infinity literal) makes the run invalid: ``loss
+diverged: non-finite loss (nan) at step K``.
 """
 
 from __future__ import annotations
@@ -25,7 +35,9 @@ import stat
 from dataclasses import dataclass
 
 from scalestudy.config.files import ReadProblem, read_capped
+from scalestudy.record import stragglers
 from scalestudy.record.states import RunState
+from scalestudy.record.loss import NONFINITE_KEY, diverged, nonfinite_loss
 
 #: Size caps (bytes) per record; a larger file is damaged, not read. steps.jsonl: about 256
 #: bytes a line for the schema's 1,000,000 steps.
@@ -182,19 +194,27 @@ REQUIRED = ("step", "step_time_s", "loss", "tokens")
 STEP_TIME_RANGE_S = (1e-9, 1e7)
 
 
-def parse_steps(text: str, source: str = "steps.jsonl") -> tuple[list[dict], str | None]:
+#: The values of a line's ``loss_nonfinite`` (None: absent).
+_NONFINITE = (None, "nan", "inf", "-inf")
+
+
+def parse_steps(text: str, source: str = "steps.jsonl", point: dict | None = None
+                ) -> tuple[list[dict], str | None]:
     """The records of a ``steps.jsonl`` text and the first problem (None: it meets the
     contract of ``scalestudy.record.steps``): a line that is not a JSON object, a missing
     key, a step time or token count that is not a finite positive number, a loss that is not
-    a number or null, a ``warmup`` that is not a bool, step numbers not consecutive (each the
-    previous one + 1: no gap, no repeat)."""
+    a number or null, a loss that was not finite (the run diverged), a ``warmup`` that is not
+    a bool, step numbers not consecutive (each the previous one + 1: no gap, no repeat);
+    with ``point`` (a ``point.json`` object) a line that is not the point's
+    (:func:`step_vs_point`)."""
     records: list[dict] = []
-    return records, _check_lines(text, source, records.append)
+    return records, _check_lines(text, source, records.append, point_facts(point))
 
 
-def _check_lines(text: str, source: str, keep) -> str | None:
-    """Check every line of a ``steps.jsonl`` text, handing each sound record to ``keep``;
-    the first problem, or None."""
+def _check_lines(text: str, source: str, keep, facts: "PointFacts | None" = None
+                 ) -> str | None:
+    """Check every line of a ``steps.jsonl`` text (against ``facts`` when given), handing
+    each sound record to ``keep``; the first problem, or None."""
     last = None
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -222,6 +242,12 @@ def _check_lines(text: str, source: str, keep) -> str | None:
         loss = rec["loss"]
         if loss is not None and (not isinstance(loss, (int, float)) or isinstance(loss, bool)):
             return f"{source} line {i}: loss {_show(loss)} is not a number or null"
+        if rec.get(NONFINITE_KEY) not in _NONFINITE:
+            return (f"{source} line {i}: {NONFINITE_KEY} {_show(rec[NONFINITE_KEY])} is not "
+                    "nan, inf or -inf")
+        mark = nonfinite_loss(rec)
+        if mark is not None:
+            return diverged(rec["step"], mark)
         if "warmup" in rec and not isinstance(rec["warmup"], bool):
             return f"{source} line {i}: warmup {_show(rec['warmup'])} is not true/false"
         peak = rec.get("peak_memory_bytes")
@@ -232,6 +258,10 @@ def _check_lines(text: str, source: str, keep) -> str | None:
             what = "repeats" if rec["step"] <= last else "skips after"
             return (f"{source} line {i}: step {rec['step']} {what} step {last} (one line "
                     "per step, in order)")
+        if facts is not None:
+            problem = step_vs_point(rec, facts, source)
+            if problem:
+                return problem
         last = rec["step"]
         keep(rec)
     return None
@@ -249,10 +279,15 @@ class Steps:
         return [t for t, w in zip(self.times, self.warmup) if not w]
 
 
-def read_steps(path: str | os.PathLike, expect_steps: int | None = None
-               ) -> tuple[Steps | None, str | None]:
+def read_steps(path: str | os.PathLike, expect_steps: int | None = None,
+               point: dict | None = None) -> tuple[Steps | None, str | None]:
     """``(steps, None)`` or ``(None, reason)``; ``expect_steps``: the point's ``train.steps``
-    (the file must hold exactly that many lines)."""
+    (the file must hold exactly that many lines; taken from ``point`` when not given);
+    ``point``: the run's ``point.json`` object, every line checked against it
+    (:func:`step_vs_point`)."""
+    facts = point_facts(point)
+    if expect_steps is None and facts is not None:
+        expect_steps = facts.steps
     name = os.path.basename(os.fspath(path))
     try:
         text = read_text(path)
@@ -266,7 +301,7 @@ def read_steps(path: str | os.PathLike, expect_steps: int | None = None
     def keep(r: dict) -> None:  # only what the tables need: 1M steps stay small
         times.append(float(r["step_time_s"]))
         warmup.append(bool(r.get("warmup", False)))
-    problem = _check_lines(text, name, keep)
+    problem = _check_lines(text, name, keep, facts)
     del text
     if problem:
         return None, problem
@@ -292,6 +327,8 @@ def check_status(status: dict, name: str = "status.json") -> dict:
     _check(status, name, "reason", _str, "text")
     _check(status, name, "exit_code", is_int, "an integer")
     _check(status, name, "wall_s", _nonneg, "a number of seconds >= 0")
+    _check(status, name, "log_cut_bytes", lambda v: is_int(v) and v >= 0,
+           "a count of bytes >= 0")
     for k in ("started", "finished"):
         _check(status, name, k, _str, "a time stamp")
     _check(status, name, "evidence", lambda v: isinstance(v, list)
@@ -341,34 +378,48 @@ def check_summary(s: dict, name: str = "summary.json") -> dict:
         for conv, v in table.items():
             if v is not None and not positive(v):
                 raise RecordError(f"{name}: {k}.{conv} {_show(v)} is not a positive number of FLOPs")
+    _check(s, name, NONFINITE_KEY, lambda v: v in _NONFINITE, "nan, inf or -inf")
+    _check(s, name, f"{NONFINITE_KEY}_step", lambda v: is_int(v) and v >= 0, "an integer >= 0")
+    _check(s, name, "world_size", lambda v: is_int(v) and v > 0, "an integer > 0")
+    _check(s, name, "layout", _layout, "a table of whole numbers (dp, tp, pp, cp)")
     _check(s, name, "energy", lambda v: isinstance(v, dict), "an object")
     e = s.get("energy") or {}
     for k in ("joules_per_token", "avg_power_w"):
         if e.get(k) is not None and not positive(e[k]):
             raise RecordError(f"{name}: energy.{k} {_show(e[k])} is not a positive number")
+    why = stragglers.problem(s.get(stragglers.SUMMARY_KEY))
+    if why:
+        raise RecordError(f"{name}: {stragglers.SUMMARY_KEY}.{why}")
     return s
 
 
 def read_summary(run_dir: str | os.PathLike, point_id: str | None = None,
-                 config_hash: str | None = None) -> tuple[dict | None, str | None]:
-    """``(summary, None)``, ``(None, None)`` when absent, ``(None, reason)`` when damaged or
-    another point's (``point_id`` / ``config_hash`` given and different)."""
-    return _read_checked(run_dir, "summary.json", check_summary, point_id, config_hash)
+                 config_hash: str | None = None, point: dict | None = None
+                 ) -> tuple[dict | None, str | None]:
+    """``(summary, None)``, ``(None, None)`` when absent, ``(None, reason)`` when damaged,
+    another point's (``point_id`` / ``config_hash`` given and different), not the point's
+    run (``point``: its ``point.json`` object; :func:`summary_vs_point`) or a diverged
+    run's."""
+    facts = point_facts(point) or PointFacts()
+    return _read_checked(run_dir, "summary.json", check_summary, point_id, config_hash,
+                         lambda s: summary_vs_point(s, facts))
 
 
 def _read_checked(folder, name: str, check, point_id: str | None = None,
-                  config_hash: str | None = None) -> tuple[dict | None, str | None]:
+                  config_hash: str | None = None, versus=None) -> tuple[dict | None, str | None]:
     """``(record, None)``, ``(None, None)`` when absent, ``(None, reason)`` when ``check``
-    (or, with ``point_id`` / ``config_hash``, the point's identity) refuses it."""
+    (or, with ``point_id`` / ``config_hash``, the point's identity; then ``versus(record)``,
+    the problem against the point or None) refuses it."""
     try:
         rec = read_object(os.path.join(os.fspath(folder), name))
         if rec is None:
             return None, None
         check(rec)
         _same_point(rec, name, point_id, config_hash)
-        return rec, None
     except RecordError as e:
         return None, str(e)
+    problem = versus(rec) if versus is not None else None
+    return (None, problem) if problem else (rec, None)
 
 
 def _same_point(rec: dict, name: str, point_id: str | None, config_hash: str | None) -> None:
@@ -389,6 +440,10 @@ def check_point(p: dict, name: str = "point.json") -> dict:
     for k, kind in (("model", dict), ("train", dict), ("platform", dict), ("parallel", dict)):
         if k in p and not isinstance(p[k], kind):
             raise RecordError(f"{name}: {k} {_show(p[k])} is not an object")
+    for k in ("n", "tp", "pp", "cp"):
+        _check(p, name, k, lambda v: is_int(v) and v > 0, "an integer > 0")
+    for k in ("dp", "global_batch"):  # (fractions in an infeasible point)
+        _check(p, name, k, positive, "a positive number")
     train = p.get("train") or {}
     _check(train, name, "steps", lambda v: is_int(v) and v > 0, "an integer > 0")
     _check(train, name, "warmup_steps", lambda v: is_int(v) and v >= 0, "an integer >= 0")
@@ -402,6 +457,7 @@ def check_point(p: dict, name: str = "point.json") -> dict:
     for k, v in model.items():
         if isinstance(v, (dict, list)):
             raise RecordError(f"{name}: model.{k} {_show(v)} is not a value")
+    _check(model, name, "seq_len", lambda v: is_int(v) and v > 0, "an integer > 0")
     return p
 
 
@@ -412,7 +468,142 @@ def read_point(run_dir: str | os.PathLike, point_id: str | None = None,
     return _read_checked(run_dir, "point.json", check_point, point_id, config_hash)
 
 
+# --- a run's records against its point -------------------------------------------------------
+
+#: The layout sizes a record may state (``env.json``'s or ``summary.json``'s ``layout``).
+LAYOUT_KEYS = ("dp", "tp", "pp", "cp")
+
+
+@dataclass(frozen=True)
+class PointFacts:
+    """What a run's records must show, from its ``point.json`` (None: not known). Units:
+    ``global_batch`` sequences, ``seq_len`` tokens, ``n`` ranks (the world size)."""
+
+    steps: int | None = None
+    global_batch: int | float | None = None
+    seq_len: int | None = None
+    n: int | None = None
+    layout: tuple[tuple[str, int | float], ...] = ()
+
+    @property
+    def tokens_per_step(self) -> float | None:
+        """Tokens of one optimizer step, all ranks together: global batch x seq len."""
+        if self.global_batch is None or self.seq_len is None:
+            return None
+        return self.global_batch * self.seq_len
+
+
+def point_facts(point: dict | None) -> PointFacts | None:
+    """The :class:`PointFacts` of a ``point.json`` object checked by :func:`check_point`
+    (None: no point); a field of another type is left unknown."""
+    if not point:
+        return None
+    model = point.get("model") if isinstance(point.get("model"), dict) else {}
+    train = point.get("train") if isinstance(point.get("train"), dict) else {}
+
+    def count(v):
+        return v if positive(v) else None
+    seq = model.get("seq_len", point.get("seq_len"))
+    sizes = {k: point.get(k, 1 if k == "cp" else None) for k in LAYOUT_KEYS}  # (cp 1: absent)
+    return PointFacts(
+        steps=train.get("steps") if is_int(train.get("steps")) else None,
+        global_batch=count(point.get("global_batch")),
+        seq_len=seq if is_int(seq) and seq > 0 else None, n=count(point.get("n")),
+        layout=tuple((k, v) for k, v in sizes.items() if positive(v)))
+
+
+def _differs(have, want) -> bool:
+    """A stated count that is not the point's (to a relative 1e-9: JSON floats)."""
+    return not is_number(have) or abs(have - want) > 1e-9 * abs(want)
+
+
+def _batch_words(facts: PointFacts) -> str:
+    return f"global_batch {_fmt(facts.global_batch)} x seq_len {facts.seq_len}"
+
+
+def _fmt(x) -> str:
+    return str(int(x)) if is_number(x) and float(x).is_integer() else _show(x)
+
+
+def step_vs_point(rec: dict, facts: PointFacts, source: str = "steps.jsonl") -> str | None:
+    """Why one ``steps.jsonl`` line is not a step of the point (None: it is one): its
+    ``tokens`` are not global batch x seq len; its optional ``global_batch`` / ``seq_len``
+    are not the point's; its per-rank ``rank_energy_j`` lists another number of ranks than
+    the point's ``n``."""
+    step, want = rec.get("step"), facts.tokens_per_step
+    if want is not None and _differs(rec.get("tokens"), want):
+        return (f"{source}: step {step} trained {_fmt(rec.get('tokens'))} tokens, the point "
+                f"trains {_fmt(want)} per step ({_batch_words(facts)})")
+    for key in ("global_batch", "seq_len"):
+        want = getattr(facts, key)
+        if key in rec and want is not None and _differs(rec[key], want):
+            return (f"{source}: step {step} states {key} {_show(rec[key])}, the point's is "
+                    f"{_fmt(want)}")
+    ranks = rec.get("rank_energy_j")
+    if facts.n is not None and isinstance(ranks, list) and len(ranks) != facts.n:
+        return (f"{source}: step {step} has rank_energy_j of {len(ranks)} rank(s), the point "
+                f"runs on n={_fmt(facts.n)}")
+    return None
+
+
+def _layout_vs_point(rec: dict, facts: PointFacts, name: str) -> str | None:
+    stated = rec.get("layout")
+    if not isinstance(stated, dict):
+        return None
+    for key, want in facts.layout:
+        if key in stated and _differs(stated[key], want):
+            return (f"{name}: layout {key}={_show(stated[key])}, the point's is {key}="
+                    f"{_fmt(want)} ({' '.join(f'{k}={_fmt(v)}' for k, v in facts.layout)})")
+    return None
+
+
+def summary_vs_point(s: dict, facts: PointFacts, name: str = "summary.json") -> str | None:
+    """Why a sound ``summary.json`` is not a good run of the point (None: it is): a loss that
+    was not finite (``loss_nonfinite``: the run diverged), ``tokens_per_step`` not global
+    batch x seq len, ``steps`` not ``train.steps``, a stated world size (``world_size``) or
+    ``layout`` not the point's."""
+    if s.get(NONFINITE_KEY) is not None:
+        return diverged(s.get(f"{NONFINITE_KEY}_step"), s[NONFINITE_KEY])
+    want = facts.tokens_per_step
+    if want is not None and "tokens_per_step" in s and _differs(s["tokens_per_step"], want):
+        return (f"{name}: tokens_per_step {_fmt(s['tokens_per_step'])}, the point trains "
+                f"{_fmt(want)} ({_batch_words(facts)})")
+    if facts.steps is not None and s.get("steps") is not None and s["steps"] != facts.steps:
+        return f"{name}: {s['steps']} steps, the point trains {facts.steps} (train.steps)"
+    if facts.n is not None and s.get("world_size") is not None and \
+            _differs(s["world_size"], facts.n):
+        return (f"{name}: world_size {_show(s['world_size'])}, the point runs on "
+                f"n={_fmt(facts.n)}")
+    return _layout_vs_point(s, facts, name)
+
+
+def env_vs_point(e: dict, facts: PointFacts, name: str = "env.json") -> str | None:
+    """Why a sound ``env.json`` is not the point's run (None: it is): its ``world_size``, its
+    number of ``ranks`` or its ``layout`` is not the point's."""
+    if facts.n is not None:
+        if e.get("world_size") is not None and _differs(e["world_size"], facts.n):
+            return (f"{name}: world_size {_show(e['world_size'])}, the point runs on "
+                    f"n={_fmt(facts.n)} ranks")
+        ranks = e.get("ranks")
+        if isinstance(ranks, list) and len(ranks) != facts.n:
+            return f"{name}: {len(ranks)} ranks recorded, the point runs on n={_fmt(facts.n)}"
+    return _layout_vs_point(e, facts, name)
+
+
 # --- env.json --------------------------------------------------------------------------------
+
+
+def run_problem(run_dir: str | os.PathLike, point: dict) -> str | None:
+    """Why a finished run's records are not a sound run of ``point`` (its ``point.json``
+    object): the first reason of its summary, steps and env read against it (a diverged loss
+    included), or None. The runner's verdict on an attempt that ended well."""
+    pid, chash = point.get("point_id"), point.get("config_hash")
+    for why in (read_summary(run_dir, pid, chash, point)[1],
+                read_steps(os.path.join(run_dir, "steps.jsonl"), point=point)[1],
+                read_env(run_dir, point)[1]):
+        if why:
+            return why
+    return None
 
 
 def check_env(e: dict, name: str = "env.json") -> dict:
@@ -425,12 +616,23 @@ def check_env(e: dict, name: str = "env.json") -> dict:
                                                                      for x in v.values()),
            "a table of text")
     _check(e, name, "world_size", lambda v: is_int(v) and v > 0, "an integer > 0")
+    _check(e, name, "ranks", lambda v: isinstance(v, list), "a list of ranks")
+    _check(e, name, "layout", _layout, "a table of whole numbers (dp, tp, pp, cp)")
     return e
 
 
-def read_env(run_dir: str | os.PathLike) -> tuple[dict | None, str | None]:
-    """``(env.json object, None)``, ``(None, None)`` when absent, ``(None, reason)``."""
-    return _read_checked(run_dir, "env.json", check_env)
+def _layout(v) -> bool:
+    return isinstance(v, dict) and all(is_int(x) and x > 0 for x in v.values())
+
+
+def read_env(run_dir: str | os.PathLike, point: dict | None = None
+             ) -> tuple[dict | None, str | None]:
+    """``(env.json object, None)``, ``(None, None)`` when absent, ``(None, reason)`` when
+    damaged or, with ``point`` (its ``point.json`` object), not the point's world size or
+    layout (:func:`env_vs_point`)."""
+    facts = point_facts(point) or PointFacts()
+    return _read_checked(run_dir, "env.json", check_env,
+                         versus=lambda e: env_vs_point(e, facts))
 
 
 # --- calibration.json, study.json ------------------------------------------------------------

@@ -7,7 +7,12 @@
 ``step_time_s``       float > 0: wall time of the whole optimizer step (every micro-batch,
                       the optimizer update), the device synchronised before each clock read;
                       with several ranks the mean of the ranks' times (``rank_step_time``)
-``loss``              float or null: the step's mean training loss (nats)
+``loss``              float or null: the step's mean training loss (nats); null when
+                      unknown or not finite
+``loss_nonfinite``    optional text, ``"nan"``, ``"inf"`` or ``"-inf"``: the step's loss was
+                      not a finite number (the run diverged; ``loss`` is then null, so the
+                      line stays valid JSON; ``scalestudy.record.loss``). Absent for a
+                      finite or unknown loss
 ``tokens``            int > 0: tokens the step trained, all ranks together
                       (global batch × sequence length)
 ``peak_memory_bytes`` optional int: the most any rank's device allocated
@@ -28,6 +33,7 @@ import os
 from pathlib import Path
 
 from scalestudy.record.io import write_text
+from scalestudy.record.loss import loss_fields, nonfinite_loss
 
 STEPS_FILE = "steps.jsonl"
 #: the environment variable naming a command workload's point folder
@@ -51,9 +57,10 @@ def rank_step_time(times: list[float]) -> float:
 
 def step_record(step: int, step_time_s: float, loss: float | None, tokens: int | float,
                 warmup: bool | None = None, peak_memory_bytes: int | None = None) -> dict:
-    """One line of ``steps.jsonl`` (see the module doc for the keys)."""
-    rec = {"step": int(step), "step_time_s": float(step_time_s),
-           "loss": None if loss is None else float(loss), "tokens": _int(tokens)}
+    """One line of ``steps.jsonl`` (see the module doc for the keys; a NaN or infinite
+    loss: ``record.loss.loss_fields``)."""
+    rec = {"step": int(step), "step_time_s": float(step_time_s), **loss_fields(loss),
+           "tokens": _int(tokens)}
     if warmup is not None:
         rec["warmup"] = bool(warmup)
     if peak_memory_bytes is not None:
@@ -80,12 +87,14 @@ def write_steps(path: str | os.PathLike, records: list[dict]) -> Path:
 
 def merge_ranks(per_rank: list[list[dict]]) -> list[dict]:
     """One record per step from every rank's records: the ranks' time (``rank_step_time``),
-    the mean loss over the ranks that report one, the largest peak memory, rank 0's tokens."""
+    the mean loss over the ranks that report one (not finite when any rank's was not), the
+    largest peak memory, rank 0's tokens."""
     n = min(len(r) for r in per_rank) if per_rank else 0
     out = []
     for i in range(n):
         recs = [r[i] for r in per_rank]
-        losses = [r["loss"] for r in recs if r.get("loss") is not None]
+        losses = [float(nonfinite_loss(r) or r["loss"]) for r in recs
+                  if r.get("loss") is not None or nonfinite_loss(r)]
         peaks = [r["peak_memory_bytes"] for r in recs if r.get("peak_memory_bytes") is not None]
         out.append(step_record(recs[0]["step"], rank_step_time([r["step_time_s"] for r in recs]),
                                sum(losses) / len(losses) if losses else None, recs[0]["tokens"],

@@ -124,6 +124,12 @@ def front_html(study_dir: Path) -> str:
             out.append(f"<p>... and {len(bad) - MAX_LISTED} more: see runs.csv.</p>")
     else:
         out.append("<p>None: every planned point ran.</p>")
+    flagged = summary.straggler_runs(runs)
+    if len(flagged):
+        out.append(f'<h2 id="stragglers">Points shaped by a straggler ({len(flagged)})</h2>')
+        rows = [[str(r.series), str(r.n), str(r.straggler_note), str(r.point_id)]
+                for r in flagged.head(MAX_LISTED).itertuples(index=False)]
+        out.append(_table(["series", "N", "flag (the run is ok)", "point"], rows, {2: "reason"}))
 
     notes = []
     if "device_type" in runs and (runs["device_type"] == "cpu").any():

@@ -28,7 +28,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from scalestudy.record.io import refuse_escaping_links, write_text  # noqa: E402
+from scalestudy.record.io import (clean_temps, os_error_line, refuse_escaping_links,  # noqa: E402
+                                  tables_lock, write_text)
 from scalestudy.record.read import RecordError, one_line, read_study  # noqa: E402
 from scalestudy.report import references as refs  # noqa: E402
 from scalestudy.report import style as fstyle  # noqa: E402
@@ -263,10 +264,11 @@ def run(study_dir: Path, references: list[str] | None = None,
     style = fstyle.checked(style or _study_style(study_dir))
     refuse_escaping_links(study_dir)  # a figures/ linked elsewhere is not written through
     out_dir = study_dir / "figures"
-    out_dir.mkdir(parents=True, exist_ok=True)
     sns.set_theme(style="whitegrid", context="paper")
     paths: list[Path] = []
-    with fstyle.applied(style):
+    with tables_lock(study_dir), fstyle.applied(style):  # one writer of the figures at a time
+        out_dir.mkdir(parents=True, exist_ok=True)
+        clean_temps(out_dir, FIGURES)  # a killed plot's leftovers
         for mode in ("weak", "strong"):
             paths += efficiency_figure(eff, runs, mode, out_dir, refs_named, style)
         paths += throughput_figure(eff, runs, out_dir, style)
@@ -288,8 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for path in run(args.study_dir, args.references, args.style):
             print(path)
-    except (RecordError, FileNotFoundError) as e:
+    except RecordError as e:
         print(f"scalestudy: error: {one_line(e)}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a full disk, an unwritable figures/: one line, each figure whole
+        print(f"scalestudy: error: {os_error_line(e)}", file=sys.stderr)
         return 2
     return 0
 

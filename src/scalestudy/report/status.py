@@ -8,6 +8,8 @@ plan), ``study.json``, ``calibration.json`` and per point ``runs/<id>/``: ``stat
 (written last by the runner), ``steps.jsonl``, ``stdout.log``. A point is
 
 - **ok** / **failed** (``oom``, ``timeout``, ``crashed``, ``invalid``): its ``status.json``;
+  an ok point whose ranks were out of step beyond ``platform.straggler_ratio`` is listed as
+  flagged, with the rank and host that held the others up (``scalestudy.record.stragglers``);
 - **running**: its ``stdout.log`` exists without a ``status.json`` (the runner opened the log:
   the attempt started); it has been running since its folder last changed (the runner
   clears the previous attempt's records and opens the log when it starts);
@@ -45,6 +47,8 @@ from scalestudy.config.vocab import Device
 from scalestudy.record.read import (RecordError, one_line, printable, read_env, read_plan,
                                     read_point, read_status, read_summary,
                                     read_steps, read_study, read_tail)
+from scalestudy.record import stragglers
+from scalestudy.record.source import refuse_other_source
 from scalestudy.record.states import FAILED, RunState
 
 #: What status adds to the run states.
@@ -72,6 +76,7 @@ class PointStatus:
     elapsed_s: float | None = None  # a running point's time so far
     estimate_s: float | None = None  # an unfinished point's estimated remaining wall time
     over_estimate: bool = False  # a running point that has run longer than its estimate
+    straggler: str = ""  # an ok point shaped by a straggler: the note (record/stragglers.py)
 
 
 @dataclass
@@ -109,6 +114,10 @@ def resolve(target: str | None, results: str = "results") -> tuple[Path, Study |
     p = Path(target)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
         study = load_study(p)
+        try:  # the folder of another study file with the same name is not this study's
+            refuse_other_source(Path(results) / study.name, p, study.to_json())
+        except RecordError as e:
+            raise StudyError(str(e)) from None
         return Path(results) / study.name, study
     if (p / "plan.tsv").is_file() or (p / "study.json").is_file():
         return p, None
@@ -200,14 +209,16 @@ def read_points(study_dir: Path, rows: list[dict], timeout_s: float, now: float
             if ps.state == RunState.OK:
                 point, why = read_point(d, pid, r.get("config_hash") or None)
                 steps = None
-                why = why or read_summary(d, pid, r.get("config_hash") or None)[1] \
-                    or read_env(d)[1]  # the records aggregate reads, checked alike
+                summary, why_summary = read_summary(d, pid, r.get("config_hash") or None, point)
+                why = why or why_summary \
+                    or read_env(d, point)[1]  # the records aggregate reads, checked alike
                 if not why:
-                    steps, why = read_steps(d / "steps.jsonl",
-                                            ((point or {}).get("train") or {}).get("steps"))
+                    steps, why = read_steps(d / "steps.jsonl", point=point)
                 if why:
                     ps.state, ps.reason = str(RunState.INVALID), f"status ok but {why}"
                     continue
+                ps.straggler = stragglers.columns((summary or {}).get(stragglers.SUMMARY_KEY),
+                                                  stragglers.threshold(point))["straggler_note"]
                 steady = steps.steady()
                 if steady and ps.wall_s is not None:
                     finished[pid] = _Finished(ps.n, ps.wall_s, sum(steps.times), median(steady))
@@ -422,6 +433,9 @@ def text(st: StudyStatus, limit: int = 20) -> str:
         parts.append(f"{c[INTERRUPTED]} interrupted")
     if c.get("infeasible"):
         parts.append(f"{c['infeasible']} infeasible")
+    n_flagged = sum(1 for p in st.points if p.straggler)
+    if n_flagged:
+        parts.append(f"{n_flagged} ok but flagged (straggler)")
     out = [f"study {st.study} ({st.study_dir}) at {st.now}: {planned} planned runs",
            "  " + ", ".join(parts)]
     left = ("done" if st.done else
@@ -467,6 +481,8 @@ def text(st: StudyStatus, limit: int = 20) -> str:
     listing("failed", failed, fail_line)
     listing("interrupted", [p for p in st.points if p.state == INTERRUPTED],
             lambda p: [f"  {p.series} N={p.n} r{p.repeat}  {p.reason}"])
+    listing("ok but flagged", [p for p in st.points if p.straggler],
+            lambda p: [f"  {p.series} N={p.n} r{p.repeat}  {p.straggler}", f"      {p.point_id}"])
     return printable("\n".join(out)) + "\n"  # no escape sequence of a log reaches the terminal
 
 

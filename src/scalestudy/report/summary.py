@@ -18,7 +18,7 @@ import pandas as pd
 
 from scalestudy.analysis.aggregate import collect
 from scalestudy.record import read as rread
-from scalestudy.record.io import atomic_paths, clean_temps
+from scalestudy.record.io import atomic_paths, clean_temps, os_error_line, tables_lock
 
 CPU_NOTE = ("CPU/gloo runs test correctness and communication volume, not cluster "
             "communication time.")
@@ -192,7 +192,21 @@ def summary_markdown(runs: pd.DataFrame, efficiency: pd.DataFrame, context: dict
         out += ["", "## Points that did not run successfully", ""]
         for r in _rows(bad, ["point_id", "status", "reason"]):
             out.append(f"- `{r.point_id}`: {r.status} — {md_text(r.reason)}")
+    flagged = straggler_runs(runs)
+    if len(flagged):
+        out += ["", "## Points shaped by a straggler (ok, flagged)", ""]
+        for r in _rows(flagged, ["point_id", "straggler_note"]):
+            out.append(f"- `{r.point_id}`: {md_text(r.straggler_note)}")
     return "\n".join(out) + "\n"
+
+
+def straggler_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The ok runs flagged as shaped by a straggler (``runs.csv``'s ``straggler_note``,
+    ``scalestudy.record.stragglers``); none for a table without the column."""
+    if "straggler_note" not in runs.columns:
+        return runs.iloc[0:0]
+    notes = runs["straggler_note"]
+    return runs[(runs["status"] == "ok") & notes.notna() & (notes.astype(str) != "")]
 
 
 def energy_note(runs: pd.DataFrame) -> str:
@@ -304,21 +318,24 @@ TABLE_STEMS = ("runs", "efficiency", "summary")
 
 def aggregate_study(study_dir: Path, detect_warmup: bool = False) -> None:
     """Write ``runs.csv``, ``runs.parquet``, ``efficiency.csv``, ``summary.md`` and
-    ``summary.tex`` (all or none, atomically)."""
+    ``summary.tex`` (all or none, atomically), holding the study's tables lock: a second
+    aggregate (or plot) of the study waits for this one. An OSError names the path."""
     study_dir = Path(study_dir)
-    clean_temps(study_dir, TABLE_STEMS)  # a killed aggregate's leftovers
-    runs, efficiency, context = collect(study_dir, detect_warmup)
-    names = ("runs.csv", "runs.parquet", "efficiency.csv", "summary.md", "summary.tex")
-    with atomic_paths([study_dir / n for n in names]) as (t_runs, t_parquet, t_eff, t_md, t_tex):
-        runs.to_csv(t_runs, index=False, float_format="%.6g")
-        try:
-            runs.to_parquet(t_parquet, index=False)
-        except (TypeError, ValueError, ImportError):  # mixed-type object column: store as text
-            obj = runs.select_dtypes(include="object").columns
-            runs.astype({c: "string" for c in obj}).to_parquet(t_parquet, index=False)
-        efficiency.to_csv(t_eff, index=False, float_format="%.6g")
-        t_md.write_text(summary_markdown(runs, efficiency, context))
-        t_tex.write_text(summary_latex(runs, efficiency, context))
+    with tables_lock(study_dir):
+        clean_temps(study_dir, TABLE_STEMS)  # a killed aggregate's leftovers
+        runs, efficiency, context = collect(study_dir, detect_warmup)
+        names = ("runs.csv", "runs.parquet", "efficiency.csv", "summary.md", "summary.tex")
+        with atomic_paths([study_dir / n for n in names]) as (t_runs, t_parquet, t_eff, t_md,
+                                                               t_tex):
+            runs.to_csv(t_runs, index=False, float_format="%.6g")
+            try:
+                runs.to_parquet(t_parquet, index=False)
+            except (TypeError, ValueError, ImportError):  # mixed-type object column: as text
+                obj = runs.select_dtypes(include="object").columns
+                runs.astype({c: "string" for c in obj}).to_parquet(t_parquet, index=False)
+            efficiency.to_csv(t_eff, index=False, float_format="%.6g")
+            t_md.write_text(summary_markdown(runs, efficiency, context))
+            t_tex.write_text(summary_latex(runs, efficiency, context))
     for msg in context["messages"]:
         print(msg, file=sys.stderr)
 
@@ -332,8 +349,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         aggregate_study(args.study_dir, args.detect_warmup)
-    except (rread.RecordError, OSError) as e:
+    except rread.RecordError as e:
         print(f"scalestudy: error: {rread.one_line(e)}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a full disk, an unwritable folder: one line, the tables as they were
+        print(f"scalestudy: error: {os_error_line(e)}", file=sys.stderr)
         return 2
     return 0
 

@@ -28,7 +28,8 @@ from scalestudy.perf.hardware import cpu_name
 from scalestudy.perf.run_summary import summary
 from scalestudy.record.env import common_env
 from scalestudy.record.io import write_json
-from scalestudy.record.read import RecordError, parse_steps, read_steps, read_text
+from scalestudy.record.read import (RecordError, parse_steps, point_facts, read_steps,
+                                    read_text, step_vs_point)
 from scalestudy.record.steps import STEPS_FILE, write_steps
 from scalestudy.run import logparse, workload
 
@@ -95,19 +96,11 @@ def steps_from_jsonl(point: Point, run_dir: Path) -> tuple[list[dict], str | Non
     if len(records) != steps:
         return records, (f"{STEPS_FILE} has {len(records)} steps, the point trains {steps}: "
                          "pass {steps} to the command")
-    want = point.tokens_per_step
-    bad = next((r for r in records if abs(r["tokens"] - want) > 1e-9 * want), None)
-    if bad is not None:
-        return records, (f"{STEPS_FILE} step {bad['step']}: {bad['tokens']} tokens, the point "
-                         f"trains {want} per step: the command does not train the point's "
-                         "batch (pass {global_batch}/{micro_batch}/{seq_len})")
-    for key, placeholder in (("global_batch", "{global_batch}"), ("seq_len", "{seq_len}")):
-        want = getattr(point, key)
-        bad = next((r for r in records if key in r and r[key] != want), None)
-        if bad is not None:
-            return records, (f"{STEPS_FILE} step {bad['step']}: {key} {bad[key]!r}, the "
-                             f"point's is {want}: the command does not run the point (pass "
-                             f"{placeholder})")
+    facts = point_facts(point.to_json())  # the reader's one check of a line vs the point
+    problem = next(filter(None, (step_vs_point(r, facts, STEPS_FILE) for r in records)), None)
+    if problem:
+        return records, (f"{problem}: the command does not run the point's batch (pass "
+                         "{global_batch}/{micro_batch}/{seq_len})")
     for i, r in enumerate(records):
         r["warmup"] = i < warm
     return records, None

@@ -9,13 +9,17 @@ from the repository root, an installed package: they all parse ``workflow/Snakef
   owner's pid and start time, for the refusal's one line.
 - **Nothing written outside the results folder**: a symlink in the study folder (a run
   folder, ``figures/``, a record) that leads outside it is refused with one line.
+- **One study file per results folder**: a folder another study file with the same ``name:``
+  made (``study.json``'s ``source``) is refused with one line (``record.source``).
+- **Snakemake's stale locks are cleared**: its lock files that name the study's files, left by
+  a killed launcher (the holder of the study's lock knows no other is alive), are removed and
+  the user told, so a rerun after any kill needs no ``--unlock``.
 - **A damaged ``status.json`` is rerun**: it is removed, so Snakemake sees the point as not
   run.
 """
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import sys
@@ -24,6 +28,8 @@ from pathlib import Path
 
 from scalestudy.record.io import refuse_escaping_links
 from scalestudy.record.read import damaged_status
+from scalestudy.record.source import refuse_other_source
+from scalestudy.run.lifetime import try_lock
 
 LOCK_FILE = ".lock"
 
@@ -38,13 +44,8 @@ def lock_study(study_dir: str | os.PathLike) -> int:
     study_dir = Path(study_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
     path = study_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        os.close(fd)
-        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise
+    fd = try_lock(path)
+    if fd is None:
         raise StudyLocked(f"study {study_dir.name} is being run by another launcher "
                           f"({holder(path)}); wait for it to finish or stop it "
                           f"(lock: {path})") from None
@@ -99,11 +100,47 @@ def rerun_damaged(study_dir: str | os.PathLike, point_ids) -> list[str]:
     return out
 
 
-def claim_study(study_dir: str | os.PathLike, point_ids) -> int:
-    """The launcher's start: refuse escaping symlinks, take the lock, clear damaged statuses
-    (each removal printed on stderr). Returns the lock's descriptor."""
+def stale_snakemake_locks(study_dir: str | os.PathLike,
+                          workdir: str | os.PathLike = ".") -> list[Path]:
+    """Snakemake's lock files (``WORKDIR/.snakemake/locks/N.{input,output}.lock``, one path a
+    line) that name a file of ``study_dir``. Called by the holder of the study's lock, they are
+    stale: only a launcher of this study locks its files, and none other is alive (a killed
+    one left them)."""
+    locks = Path(workdir) / ".snakemake" / "locks"
+    study = Path(study_dir).resolve()
+    try:
+        files = sorted(p for p in locks.iterdir() if p.name.endswith(".lock") and p.is_file())
+    except OSError:
+        return []
+    stale = []
+    for lock in files:
+        try:
+            paths = lock.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        if any((Path(workdir) / p.strip()).resolve().is_relative_to(study)
+               for p in paths if p.strip()):
+            stale.append(lock)
+    return stale
+
+
+def claim_study(study_dir: str | os.PathLike, point_ids, source: str | None = None,
+                study_json: dict | None = None) -> int:
+    """The launcher's start: refuse escaping symlinks and a folder another study file made
+    (``source``, ``study_json``: the study file and its study; ``record.source``), take the
+    lock, clear Snakemake's stale locks of the study and damaged statuses (each removal
+    printed on stderr). Returns the lock's descriptor."""
     refuse_escaping_links(study_dir)
+    if source is not None:
+        refuse_other_source(study_dir, source, study_json)
     fd = lock_study(study_dir)
+    stale = stale_snakemake_locks(study_dir)
+    for lock in stale:
+        lock.unlink(missing_ok=True)
+    if stale:
+        print(f"scalestudy: removed Snakemake's stale lock ({', '.join(p.name for p in stale)} in "
+              f"{stale[0].parent.resolve()}): a killed run of study {Path(study_dir).name} left "
+              "it, and no launcher of the study is running", file=sys.stderr)
     for line in rerun_damaged(study_dir, point_ids):
         print(f"scalestudy: {line}", file=sys.stderr)
     return fd

@@ -11,7 +11,8 @@
   --ntasks-per-node 1 --cpus-per-task C --kill-on-bad-exit=1 python -m scalestudy.run.nodes
   node`` (``scalestudy.run.nodes``); the first node binds the rendezvous store on its own
   address at a port the kernel picks at job start and tells the others through a file in the
-  run folder (or ``site.rdzv_port``).
+  run folder (or ``site.rdzv_port``); ``--exclude`` names the nodes the node check found slow
+  (``scalestudy.run.health``).
 - Several nodes outside Slurm (a laptop, CI): ``python -m scalestudy.run.nodes local-nodes``
   starts K torchrun launchers on this host.
 - :func:`launch_env` gives the environment of the launch.
@@ -34,6 +35,7 @@ from scalestudy.config import sitepolicy
 from scalestudy.config.point import Point
 from scalestudy.config.template import command_argv
 from scalestudy.config.vocab import GPURequest
+from scalestudy.run import health
 from scalestudy.run.slurm import cpus_per_task, is_gpu
 
 #: The per-rank entry point of the built-in trainer (``python -m ENTRY POINT_JSON RUN_DIR``).
@@ -97,6 +99,9 @@ def launch_argv(point: Point, run_dir: str | os.PathLike, *, python: str = sys.e
         srun.append(f"--gpus-per-node={p}")
     if site.srun_extra:
         srun += shlex.split(site.srun_extra)
+    exclude = health.excluded(run_dir)
+    if exclude:  # the nodes the node check found slow (scalestudy.run.health)
+        srun.append(f"--exclude={','.join(exclude)}")
     port = rdzv_port(point)
     return [*srun, python, "-m", "scalestudy.run.nodes", "node",
             "--nnodes", str(k), "--nproc-per-node", str(p),

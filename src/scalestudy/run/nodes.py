@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Mapping
 
+from scalestudy.run import lifetime
 from scalestudy.run.launch import TORCHRUN
 from scalestudy.run.torchrun import LISTEN_FD_ENV, bind_socket
 
@@ -206,6 +207,8 @@ def _local_nodes_main(args: argparse.Namespace) -> int:
                               rdzv_id=args.rdzv_id, port=sock.getsockname()[1], train=train)
     env = dict(os.environ)
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    lock = env.get(lifetime.POINT_LOCK_FD_ENV, "")
+    lock_fds = (int(lock),) if lock.isdigit() else ()
     procs = []
 
     def stop_all(*_):
@@ -226,12 +229,14 @@ def _local_nodes_main(args: argparse.Namespace) -> int:
     for i, argv in enumerate(argvs):
         print(f"scalestudy.run.nodes local-nodes [{i}]: {shlex.join(argv)}", file=sys.stderr,
               flush=True)
+        # each launcher stops (SIGTERM: its ranks with it) when this process ends, killed or not,
+        # and holds the point's lock (scalestudy.run.lifetime)
+        keep = (*lock_fds, sock.fileno()) if i == 0 else lock_fds
+        procs.append(subprocess.Popen(
+            argv, env={**env, LISTEN_FD_ENV: str(sock.fileno())} if i == 0 else env,
+            pass_fds=keep, preexec_fn=lifetime.dies_with_parent(signal.SIGTERM)))
         if i == 0:
-            procs.append(subprocess.Popen(argv, env={**env, LISTEN_FD_ENV: str(sock.fileno())},
-                                          pass_fds=(sock.fileno(),)))
             sock.close()  # the first launcher holds it now
-        else:
-            procs.append(subprocess.Popen(argv, env=env))
     rc = 0
     try:
         while any(proc.poll() is None for proc in procs):

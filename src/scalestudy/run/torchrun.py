@@ -23,14 +23,21 @@ choice at job start) and pass it in, inheritable, as ``SCALESTUDY_RDZV_LISTEN_FD
 The workers' own sockets are not torchrun's: gloo listens on the interface of
 ``GLOO_SOCKET_IFNAME`` and NCCL's bootstrap on ``NCCL_SOCKET_IFNAME``
 (``scalestudy.run.launch.env_additions`` sets both to ``lo`` for points on one host).
+
+Each rank dies with this torchrun and holds the point's lock (:func:`install_rank_lifetime`,
+``scalestudy.run.lifetime``).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
 import sys
 from datetime import timedelta
+
+from scalestudy.run import lifetime
 
 #: An inherited, bound (not yet listening) socket for the rendezvous store: its fd number.
 LISTEN_FD_ENV = "SCALESTUDY_RDZV_LISTEN_FD"
@@ -114,7 +121,41 @@ def install() -> list[str]:
     return missing
 
 
+def rank_popen_kwargs(environ=os.environ) -> dict:
+    """What each rank's ``Popen`` gets beyond torch's own arguments: it dies with this torchrun
+    (SIGKILL: a rank holds nothing to clean up, and a stopped rank takes no SIGTERM), and it
+    holds the point's lock (``scalestudy.run.lifetime``) when the runner handed one down."""
+    kwargs: dict = {"preexec_fn": lifetime.dies_with_parent(signal.SIGKILL)}
+    fd = environ.get(lifetime.POINT_LOCK_FD_ENV, "")
+    if fd.isdigit():
+        kwargs["pass_fds"] = (int(fd),)
+    return kwargs
+
+
+def install_rank_lifetime() -> bool:
+    """Start torchrun's ranks with :func:`rank_popen_kwargs`, each in a session of its own as
+    torch does (its shutdown signals each rank's group). False when this torch's
+    ``SubprocessHandler`` is not the one read here (torch 2.6-2.13)."""
+    try:
+        from torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler \
+            import SubprocessHandler
+    except ImportError:
+        return False
+    if not hasattr(SubprocessHandler, "_popen"):
+        return False
+
+    def _popen(self, args, env):
+        return subprocess.Popen(args=args, env=env, stdout=self._stdout, stderr=self._stderr,
+                                start_new_session=True, **rank_popen_kwargs())
+
+    SubprocessHandler._popen = _popen
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
+    if not install_rank_lifetime():
+        print("scalestudy.run.torchrun: warning: this torch has no SubprocessHandler._popen: "
+              "a rank may outlive a killed torchrun", file=sys.stderr, flush=True)
     missing = install()
     if missing:
         print(f"scalestudy.run.torchrun: warning: this torch has no {', '.join(missing)}: the "

@@ -16,6 +16,7 @@ from scalestudy.config.point import Platform, Point
 from scalestudy.config.study import load_study
 from scalestudy.config.studyspec import Study
 from scalestudy.plan.planner import plan_points
+from scalestudy.record.source import source_path
 from scalestudy.run.guard import claim_study
 
 DEFAULT_STUDY = "workflow/config/default.yaml"
@@ -26,6 +27,7 @@ class WorkflowSetup:
     """One study as the rules see it."""
 
     study_file: str  # the study file, as given
+    source: str  # the study file's resolved path (study.json's source: record/source.py)
     study: Study  # the validated study, ``platform.site`` resolved with secrets redacted
     platform: Platform  # the study's platform (redacted site)
     points: dict[str, Point]  # every planned point (feasible or not) by id, in study order
@@ -47,9 +49,11 @@ def workflow_setup(config: Mapping, *, claim: bool = False,
 
     The secret ``site.env`` values go into ``environ[SECRETS_ENV]`` (removed when there are
     none): local and Slurm jobs inherit them and the launch puts them back (run/launch.py).
-    ``claim``: take the study's lock and clear damaged statuses (the launcher's main process;
-    jobs that re-parse the Snakefile take nothing). Raises :class:`StudyError` for an invalid
-    study, ``ValueError`` or :class:`sitepolicy.SiteError` for a refused site."""
+    ``claim``: refuse a results folder another study file made, take the study's lock and
+    clear damaged statuses (the launcher's main process; jobs that re-parse the Snakefile take
+    nothing). Raises :class:`StudyError` for an invalid study, ``ValueError`` or
+    :class:`sitepolicy.SiteError` for a refused site, ``RecordError`` for a folder of another
+    study file."""
     study_file = config.get("study", DEFAULT_STUDY)
     trust_site = is_true(config.get("trust_site", False))
     study = load_study(study_file, trust_site=trust_site)
@@ -65,8 +69,9 @@ def workflow_setup(config: Mapping, *, claim: bool = False,
     points = {p.point_id: p for p in plan_points(study, study_file)}
     feasible = tuple(pid for pid, p in points.items() if p.feasible)
     out = f"{config.get('results', 'results')}/{study.name}"
+    source = source_path(study_file)
     return WorkflowSetup(
-        study_file=study_file, study=study, platform=study.platform,
+        study_file=study_file, source=source, study=study, platform=study.platform,
         points=points, feasible=feasible, out=out,
         before_run_max_n=study.predict.before_run_max_n,
-        lock=claim_study(out, feasible) if claim else None)
+        lock=claim_study(out, feasible, source, study.to_json()) if claim else None)

@@ -1,5 +1,10 @@
 """What rank 0 writes at the end of a run: ``steps.jsonl``, ``summary.json`` and ``env.json``
-(atomically; ``docs/architecture.md`` has their contracts)."""
+(atomically; ``docs/architecture.md`` has their contracts). Valid JSON whatever the loss: a
+NaN or infinite loss is written as ``loss`` null with its ``loss_nonfinite`` marker
+(``scalestudy.record.steps``), and the reader makes the run ``invalid`` (the loss diverged).
+``env.json`` states the ``world_size`` torch.distributed ran with, one entry per rank
+(``ranks``) and the ``layout`` (dp, tp, pp, cp) the trainer built its mesh with; the reader
+checks them against the point."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import torch.distributed as dist
 
 from scalestudy.config.point import Point
 from scalestudy.record.env import common_env
+from scalestudy.record import stragglers
 from scalestudy.record.io import write_json
 from scalestudy.perf.run_summary import summary as run_summary
 from scalestudy.train import energy
@@ -46,6 +52,7 @@ def env_record(point: Point, device: torch.device, backend: str, ranks: list[dic
         "device_name": detect_device(device.type)["device_name"],
         "device_count": torch.cuda.device_count() if cuda else 0,
         "world_size": dist.get_world_size(),
+        "layout": {"dp": int(point.dp), "tp": point.tp, "pp": point.pp, "cp": point.cp},
         "hosts": sorted({r["host"] for r in ranks}),
         "slurm": {k: v for k, v in ranks[0]["env"].items() if k.startswith("SLURM_")},
         "ranks": ranks,
@@ -58,7 +65,8 @@ def env_record(point: Point, device: torch.device, backend: str, ranks: list[dic
 def write_record(point: Point, run_dir: Path, gathered: list[dict], device: torch.device,
                  backend: str, t_start: float) -> None:
     """``steps.jsonl`` (per step: the mean loss over the ranks that know it, the ranks' time,
-    ``rank_step_time``), ``env.json`` and ``summary.json`` of a finished run."""
+    ``rank_step_time``), ``env.json`` and ``summary.json`` of a finished run (with the ranks'
+    spread of step times, ``scalestudy.record.stragglers``)."""
     tr = point.train
     steps, warm = tr.steps, tr.warmup_steps
     step_times = [rank_step_time([g["times"][i] for g in gathered]) for i in range(steps)]
@@ -78,6 +86,11 @@ def write_record(point: Point, run_dir: Path, gathered: list[dict], device: torc
         memory_kind=mem_kind, train_wall_s=time.perf_counter() - t_start,
         loss_noise_floor=SyntheticTokens(point.model.vocab, point.seq_len).noise_floor(),
         energy=energy_summary)
+    spread = stragglers.rank_spread(  # hosts by their Slurm node name (srun --exclude's)
+        [g["times"] for g in gathered],
+        [g["view"]["env"].get("SLURMD_NODENAME") or g["view"]["host"] for g in gathered], warm)
+    if spread is not None:
+        summary[stragglers.SUMMARY_KEY] = spread
     write_json(run_dir / "env.json", env_record(point, device, backend,
                                                 [g["view"] for g in gathered]))
     write_json(run_dir / "summary.json", summary)

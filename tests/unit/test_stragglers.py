@@ -1,0 +1,170 @@
+"""Stragglers (``scalestudy.record.stragglers``): the ranks' spread of step times, the flag and
+its threshold, the record's check, the runner's retry decision and the ``slow`` fault."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+
+import pytest
+
+import fault_injection
+from scalestudy.config.point import Model, Point, PointError, identify
+from scalestudy.record import stragglers
+from scalestudy.record.read import RecordError, check_summary, read_summary
+from scalestudy.run import health
+
+HOSTS = ["node-a", "node-a", "node-b", "node-b"]
+
+
+def test_a_late_rank_is_the_one_with_the_shortest_step():
+    # rank 2 reaches every step 30 ms late: its peers wait for it inside their steps
+    per_rank = [[0.5, 0.04, 0.04, 0.04], [0.5, 0.04, 0.04, 0.04],
+                [0.5, 0.01, 0.01, 0.01], [0.5, 0.04, 0.04, 0.04]]
+    rec = stragglers.rank_spread(per_rank, HOSTS, warmup_steps=1)
+    assert rec == {"rank_spread": pytest.approx(4.0), "straggler_rank": 2,
+                   "straggler_share": 1.0, "straggler_host": "node-b", "steps": 3}
+    # slowest / median would read 1.0 here: 3 of 4 ranks waited
+    assert stragglers.problem(rec) is None
+
+
+def test_spread_is_the_median_over_steady_steps_and_ties_go_to_the_lower_rank():
+    per_rank = [[9.0, 1.1, 1.0, 3.0], [1.0, 1.0, 2.0, 1.0]]
+    rec = stragglers.rank_spread(per_rank, ["h0", "h1"], warmup_steps=1)
+    # steady ratios 1.1, 2.0, 3.0 -> median 2.0; fastest: rank 1, 0, 1 -> rank 1 (2 of 3)
+    assert rec["rank_spread"] == pytest.approx(2.0)
+    assert (rec["straggler_rank"], rec["straggler_host"]) == (1, "h1")
+    assert rec["straggler_share"] == pytest.approx(2 / 3)
+    tie = stragglers.rank_spread([[1.0, 2.0], [2.0, 1.0]], ["h0", "h1"])
+    assert tie["straggler_rank"] == 0
+
+
+def test_no_record_without_two_ranks_or_steady_steps():
+    assert stragglers.rank_spread([[0.1, 0.1]], ["h"]) is None
+    assert stragglers.rank_spread([[0.1], [0.1]], ["h", "h"], warmup_steps=1) is None
+    assert stragglers.columns(None, 1.2) == dict.fromkeys(stragglers.COLUMNS)
+
+
+def test_flag_threshold_note_and_columns():
+    rec = {"rank_spread": 1.5, "straggler_rank": 1, "straggler_share": 0.75,
+           "straggler_host": "node-b", "steps": 8}
+    assert stragglers.flagged(rec, 1.2) and not stragglers.flagged(rec, 1.5)
+    assert not stragglers.flagged(None, 1.0)
+    # a late rank that changes from step to step (more processes than cores) is no straggler
+    assert not stragglers.flagged(dict(rec, straggler_share=0.38), 1.2)
+    assert stragglers.flagged(dict(rec, straggler_share=stragglers.MIN_SHARE), 1.2)
+    note = stragglers.note(rec, 1.2)
+    assert note.startswith("straggler: rank 1 on node-b held the others up in 75% of 8 steady")
+    assert "1.50 (median) > platform.straggler_ratio 1.2" in note
+    cols = stragglers.columns(rec, 1.2)
+    assert cols == {"rank_spread": 1.5, "straggler_rank": 1, "straggler_host": "node-b",
+                    "straggler": True, "straggler_note": note}
+    assert stragglers.columns(rec, 2.0)["straggler_note"] == ""
+    assert stragglers.threshold({"platform": {"straggler_ratio": 1.7}}) == 1.7
+    assert stragglers.threshold({"platform": {}}) == stragglers.STRAGGLER_RATIO  # older point
+
+
+@pytest.mark.parametrize("bad, why", [
+    ([], "is not an object"),
+    ({"rank_spread": 0.5}, "rank_spread 0.5 is not a number >= 1"),
+    ({"rank_spread": 1.1, "straggler_rank": True}, "straggler_rank True is not an integer"),
+    ({"rank_spread": 1.1, "straggler_rank": 0, "straggler_share": 0,
+      "straggler_host": "h", "steps": 1}, "straggler_share 0 is not a fraction"),
+    ({"rank_spread": 1.1, "straggler_rank": 0, "straggler_share": 1}, "straggler_host missing"),
+])
+def test_the_reader_refuses_a_damaged_record(bad, why):
+    with pytest.raises(RecordError, match="summary.json: stragglers." + why.replace("(", r"\(")):
+        check_summary({"stragglers": bad})
+
+
+def test_the_threshold_is_a_checked_setting_outside_the_point_id():
+    base = identify(Point.for_layout(Model(), device="cpu", dp=2))
+    other = identify(base.replace(platform=dataclasses.replace(base.platform, straggler_ratio=3.0)))
+    assert other.platform.straggler_ratio == 3.0 and base.platform.straggler_ratio == 1.2
+    assert other.point_id == base.point_id and other.config_hash == base.config_hash
+    with pytest.raises(PointError, match="platform.straggler_ratio: 0.9 is not allowed"):
+        dataclasses.replace(base.platform, straggler_ratio=0.9)
+
+
+def test_the_runner_retries_an_ok_attempt_only_when_it_is_flagged(tmp_path):
+    point = identify(Point.for_layout(Model(), device="cpu", dp=2))
+    rec = {"rank_spread": 1.9, "straggler_rank": 1, "straggler_share": 1.0,
+           "straggler_host": "node-b", "steps": 4}
+    (tmp_path / "summary.json").write_text(json.dumps({"stragglers": rec}))
+    entry = health.attempt_stragglers(point, tmp_path, "ok")
+    assert entry["rank_spread"] == 1.9 and entry["straggler"].startswith("straggler: rank 1")
+    assert health.retry_straggler(entry)
+    assert health.attempt_stragglers(point, tmp_path, "crashed") == {}
+    calm = point.replace(platform=dataclasses.replace(point.platform, straggler_ratio=2.0))
+    assert health.attempt_stragglers(calm, tmp_path, "ok") == {"rank_spread": 1.9}
+    assert not health.retry_straggler({"rank_spread": 1.9})
+    (tmp_path / "summary.json").write_text("{}")  # one rank, a command: nothing to judge
+    assert health.attempt_stragglers(point, tmp_path, "ok") == {}
+    assert read_summary(tmp_path)[1] is None
+
+
+def test_the_slow_fault_sleeps_before_every_step_from_its_step(monkeypatch):
+    [fault] = fault_injection.parse_faults("slow:rank=1:ms=40:step=2:match=weak_")
+    assert fault == {"kind": "slow", "rank": 1, "step": 2, "match": "weak_", "ms": 40}
+    slept = []
+    monkeypatch.setattr(fault_injection.time, "sleep", slept.append)
+    for step in range(4):
+        fault_injection.inject_fault(fault, step)
+    assert slept == [0.04, 0.04]
+    with pytest.raises(ValueError, match="bad option 'ms=5'"):
+        fault_injection.parse_faults("kill:ms=5")  # only a slow fault has a delay
+
+
+# --- the node check of a multi-node Slurm point (scalestudy.run.health) ----------------------
+
+def _two_node_point(**platform):
+    return identify(Point.for_layout(Model(), device="cpu", dp=4, devices_per_node=2,
+                                     **platform))
+
+
+def test_a_node_far_below_the_median_is_slow_and_excluded_only_with_a_spare():
+    rows = [{"node": "n1", "flops_per_s": 1e11}, {"node": "n2", "flops_per_s": 0.9e11},
+            {"node": "n3", "flops_per_s": 0.3e11}]
+    assert health.slow_nodes(rows, 1.2) == ["n3"]
+    assert health.slow_nodes(rows, 5.0) == [] and health.slow_nodes(rows[:1], 1.2) == []
+    assert health.exclusion(rows, ["n3"], needed=2) == (
+        ["n3"], "excluded n3 (slow in the node check)")
+    kept, why = health.exclusion(rows, ["n3"], needed=3)
+    assert kept == [] and why.startswith("n3 slow in the node check but not excluded")
+    assert health.parse_rows('noise\n{"node": "n1", "flops_per_s": 5}\n{"node": "n2"}\n[1]\n') \
+        == [{"node": "n1", "flops_per_s": 5.0}]
+
+
+def test_the_check_runs_on_slurm_only_and_its_exclusion_reaches_srun(tmp_path):
+    from scalestudy.run import launch
+
+    point = _two_node_point()
+    assert point.nodes == 2
+    slurm = {"SLURM_JOB_ID": "42"}
+    calls = []
+
+    def fake_srun(argv, **kw):
+        calls.append(argv)
+        out = "".join(json.dumps({"node": n, "flops_per_s": r}) + "\n"
+                      for n, r in (("n1", 1e11), ("n2", 1e11), ("n3", 1e10)))
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    entry = health.before_attempt(point, tmp_path, slurm, run=fake_srun)
+    assert calls[0][:3] == ["srun", "--ntasks-per-node", "1"]
+    assert calls[0][-2:] == ["-m", "scalestudy.measure.nodecheck"]
+    assert entry["node_check"]["slow"] == ["n3"] and entry["node_check"]["exclude"] == ["n3"]
+    assert json.loads((tmp_path / "health.json").read_text()) == entry["node_check"]
+    argv = launch.launch_argv(point, tmp_path, environ=slurm)
+    assert argv[0] == "srun" and "--exclude=n3" in argv
+    # off Slurm: no check, and no stale exclusion left behind
+    assert health.before_attempt(point, tmp_path, {}, run=fake_srun) == {}
+    assert len(calls) == 1 and not (tmp_path / "health.json").exists()
+    assert "--exclude=n3" not in launch.launch_argv(point, tmp_path, environ=slurm)
+
+
+def test_a_failed_check_excludes_nothing_and_says_why(tmp_path):
+    def broken(argv, **kw):
+        return subprocess.CompletedProcess(argv, 1, "", "srun: error: Unable to create step")
+    rec = health.check_nodes(_two_node_point(), tmp_path, run=broken)
+    assert rec["exclude"] == [] and rec["error"].startswith("node check exit code 1: srun")
