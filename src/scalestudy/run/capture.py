@@ -2,7 +2,9 @@
 stderr) copied from a pipe into the log, keeping its first :data:`HEAD_BYTES` and its last
 :data:`TAIL_BYTES`; what lies between is cut, the cut marked in the log and counted in
 ``status.json`` (``log_cut_bytes``). The log stays live while the point runs (``scalestudy
-status`` reads its end) and never holds more than head + marker + 2 x tail bytes."""
+status`` reads its end) and never holds more than head + marker + 2 x tail bytes. When the
+log cannot be written (a full disk) the pipe is closed, so the launch's next write fails as it
+would on the file, and the point ends as a full disk does (``runner.no_space``)."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ class CappedLog:
         self.head = HEAD_BYTES if head is None else head
         self.tail = TAIL_BYTES if tail is None else tail
         self.cut = 0
-        self.error: Exception | None = None  # the write that failed (the rest was drained)
+        self.error: Exception | None = None  # the write that failed (the pipe was closed)
         self._kept = 0  # bytes of output in the log past its first ``head``
         self._ring = bytearray()  # the last ``tail`` bytes past the head
         self._start = log.tell()  # the log's own first lines (the command line) stay
@@ -49,11 +51,9 @@ class CappedLog:
     def _copy(self) -> None:
         try:
             while chunk := os.read(self.read_fd, _CHUNK):
-                if self.error is None:
-                    try:
-                        self._write(chunk)
-                    except (OSError, ValueError) as e:  # a full disk: drain, write no more
-                        self.error = e
+                self._write(chunk)
+        except (OSError, ValueError) as e:  # a full disk: the pipe closes, and the writers
+            self.error = e                  # fail on it as on the file (a full disk is data)
         finally:
             os.close(self.read_fd)
 
