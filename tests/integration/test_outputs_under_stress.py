@@ -300,6 +300,9 @@ def test_two_study_files_with_one_name_do_not_share_a_results_folder(tmp_path, c
     assert out.out == "" and out.err == f"scalestudy: error: {e.value}\n"
     assert status.main([str(x), "--results", str(results)]) == 0
     capsys.readouterr()
+    # scalestudy run of the other file: the same line, before Snakemake starts
+    assert cli.main(["run", str(y), "--results", str(results)]) == 2
+    assert capsys.readouterr().err == f"scalestudy: error: {e.value}\n"
     # the same study moved (an equal study at another path) is still the same study
     moved = tmp_path / "c" / "x.yaml"
     moved.parent.mkdir()
