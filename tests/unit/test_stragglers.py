@@ -26,7 +26,7 @@ def test_a_late_rank_is_the_one_with_the_shortest_step():
     assert rec == {"rank_spread": pytest.approx(4.0), "straggler_rank": 2,
                    "straggler_share": 1.0, "straggler_host": "node-b", "steps": 3}
     # slowest / median would read 1.0 here: 3 of 4 ranks waited
-    assert stragglers.problem(rec) is None
+    assert stragglers.record_problem(rec) is None
 
 
 def test_spread_is_the_median_over_steady_steps_and_ties_go_to_the_lower_rank():
@@ -43,7 +43,7 @@ def test_spread_is_the_median_over_steady_steps_and_ties_go_to_the_lower_rank():
 def test_no_record_without_two_ranks_or_steady_steps():
     assert stragglers.rank_spread([[0.1, 0.1]], ["h"]) is None
     assert stragglers.rank_spread([[0.1], [0.1]], ["h", "h"], warmup_steps=1) is None
-    assert stragglers.columns(None, 1.2) == dict.fromkeys(stragglers.COLUMNS)
+    assert stragglers.columns(None, 1.2) == dict.fromkeys(stragglers.RUNS_COLUMNS)
 
 
 def test_flag_threshold_note_and_columns():

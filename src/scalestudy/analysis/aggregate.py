@@ -53,7 +53,7 @@ RUN_COLUMNS = [
     # energy (train/energy.py): empty where no counter was readable, energy_note says why
     "joules_per_token", "avg_power_w", "energy_source", "energy_note",
     # stragglers (record/stragglers.py): empty without per-rank times (one rank, a command)
-    *stragglers.COLUMNS,
+    *stragglers.RUNS_COLUMNS,
 ]
 
 EFFICIENCY_COLUMNS = [

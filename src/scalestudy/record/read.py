@@ -387,7 +387,7 @@ def check_summary(s: dict, name: str = "summary.json") -> dict:
     for k in ("joules_per_token", "avg_power_w"):
         if e.get(k) is not None and not positive(e[k]):
             raise RecordError(f"{name}: energy.{k} {_show(e[k])} is not a positive number")
-    why = stragglers.problem(s.get(stragglers.SUMMARY_KEY))
+    why = stragglers.record_problem(s.get(stragglers.SUMMARY_KEY))
     if why:
         raise RecordError(f"{name}: {stragglers.SUMMARY_KEY}.{why}")
     return s
@@ -590,9 +590,6 @@ def env_vs_point(e: dict, facts: PointFacts, name: str = "env.json") -> str | No
     return _layout_vs_point(e, facts, name)
 
 
-# --- env.json --------------------------------------------------------------------------------
-
-
 def run_problem(run_dir: str | os.PathLike, point: dict) -> str | None:
     """Why a finished run's records are not a sound run of ``point`` (its ``point.json``
     object): the first reason of its summary, steps and env read against it (a diverged loss
@@ -604,6 +601,9 @@ def run_problem(run_dir: str | os.PathLike, point: dict) -> str | None:
         if why:
             return why
     return None
+
+
+# --- env.json --------------------------------------------------------------------------------
 
 
 def check_env(e: dict, name: str = "env.json") -> dict:

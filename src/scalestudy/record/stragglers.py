@@ -67,7 +67,7 @@ def rank_spread(per_rank: list[list[float]], hosts: list[str], warmup_steps: int
             "steps": len(ratios)}
 
 
-def problem(rec) -> str | None:
+def record_problem(rec) -> str | None:
     """What is wrong with a ``stragglers`` record (the field and the range), or None when it
     is sound or absent."""
     if rec is None:
@@ -128,7 +128,7 @@ def columns(rec: dict | None, threshold: float) -> dict:
     ``straggler_host``, ``straggler`` (the flag) and ``straggler_note`` (:func:`note` when
     flagged, else empty); all empty without a record."""
     if not rec:
-        return dict.fromkeys(COLUMNS)
+        return dict.fromkeys(RUNS_COLUMNS)
     flag = flagged(rec, threshold)
     return {"rank_spread": rec["rank_spread"], "straggler_rank": rec["straggler_rank"],
             "straggler_host": rec["straggler_host"], "straggler": flag,
@@ -136,4 +136,4 @@ def columns(rec: dict | None, threshold: float) -> dict:
 
 
 #: The ``runs.csv`` columns (:func:`columns`).
-COLUMNS = ("rank_spread", "straggler_rank", "straggler_host", "straggler", "straggler_note")
+RUNS_COLUMNS = ("rank_spread", "straggler_rank", "straggler_host", "straggler", "straggler_note")
