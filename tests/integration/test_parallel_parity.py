@@ -94,7 +94,8 @@ def test_tensor_parallel_exchanges_are_the_models_count(report: dict) -> None:
     and w1/w3's input gradients are exchanged once; the embedding's; the head's logits
     gather and input gradient) times the micro-batches, and clipping's norm all-reduce."""
     from scalestudy.config.point import Point
-    from scalestudy.perf.stepmodel import HardwareSpec, sync_counts
+    from scalestudy.perf.hardware import HardwareSpec
+    from scalestudy.perf.host import sync_counts
 
     hw = HardwareSpec.load("cpu-local")
     counted = {r["name"]: r for r in report["results"] if r["collectives"] is not None}

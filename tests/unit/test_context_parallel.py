@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scalestudy.config.point import Model, Point  # noqa: E402
 from scalestudy.measure.microbench import memory_point  # noqa: E402
 from scalestudy.perf import flops, partition  # noqa: E402
-from scalestudy.perf import stepmodel as sm  # noqa: E402
+from scalestudy.perf import rates, stepmodel, terms_comm as comm  # noqa: E402
 from scalestudy.plan import constraints  # noqa: E402
 from test_parallel_layout import fake_world  # noqa: E402,F401 (the fake process group fixture)
 from test_stepmodel_terms import hw_  # noqa: E402 (the declared test system)
@@ -41,17 +41,17 @@ def test_cp_exchange_by_hand():
     hw = hw_()
     m = Model(**MODEL)
     nbytes = 2 * 2 * 128 * 256 / 2 * 4  # K and V of b=2 rows of s=128 tokens, kv_dim/tp, fp32
-    want = (2 * sm.collective_time("all_gather", nbytes, 4, hw.intra)
-            + sm.collective_time("reduce_scatter", nbytes, 4, hw.intra))
-    assert sm.cp_exchange_seconds(m, 128, 2, 2, 4, 4, hw) == pytest.approx(want)
+    want = (2 * rates.collective_time("all_gather", nbytes, 4, hw.intra)
+            + rates.collective_time("reduce_scatter", nbytes, 4, hw.intra))
+    assert comm.cp_exchange_seconds(m, 128, 2, 2, 4, 4, hw) == pytest.approx(want)
     assert nbytes == 262144
     # all_gather on the intra link: alpha + (p-1)/p n / bw
-    assert sm.collective_time("all_gather", nbytes, 4, hw.intra) == pytest.approx(
+    assert rates.collective_time("all_gather", nbytes, 4, hw.intra) == pytest.approx(
         1e-5 + 0.75 * nbytes / hw.intra.bw(4, True))
     # cp*tp beyond a node: the inter-node link
-    far = sm.cp_exchange_seconds(m, 128, 2, 4, 4, 4, hw)
+    far = comm.cp_exchange_seconds(m, 128, 2, 4, 4, 4, hw)
     assert far == pytest.approx(3 * (1e-4 + 0.75 * (nbytes / 2) / hw.inter.bw(4, True)))
-    assert sm.cp_exchange_seconds(m, 128, 2, 1, 1, 4, hw) == 0.0
+    assert comm.cp_exchange_seconds(m, 128, 2, 1, 1, 4, hw) == 0.0
 
 
 def test_cp_divides_the_compute_keeps_the_flops_and_adds_the_exchange():
@@ -59,11 +59,11 @@ def test_cp_divides_the_compute_keeps_the_flops_and_adds_the_exchange():
     base = point(dp=1, mb=2, m=2)
     two = point(dp=1, cp=2, mb=2, m=2)
     assert two.n == 2 and two.dp == 1 and two.global_batch == base.global_batch
-    b1, b2 = sm.predict_step_time(base, hw), sm.predict_step_time(two, hw)
+    b1, b2 = stepmodel.predict_step_time(base, hw), stepmodel.predict_step_time(two, hw)
     assert b2.model_flops_per_step == b1.model_flops_per_step  # FLOPs unchanged by cp
     assert b2.gemm_s == pytest.approx(b1.gemm_s / 2)
     assert b2.attention_s == pytest.approx(b1.attention_s / 2)
-    t_cp = sm.cp_exchange_seconds(Model(**MODEL), 128, 2, 1, 2, 4, hw)
+    t_cp = comm.cp_exchange_seconds(Model(**MODEL), 128, 2, 1, 2, 4, hw)
     assert b2.cp_comm_s == pytest.approx(2 * 8 * t_cp)  # m micro-batches x 8 layers
     assert b1.cp_comm_s == 0.0
     assert sum(b2.terms().values()) == pytest.approx(b2.step_time_s)
@@ -77,13 +77,13 @@ def test_uneven_stages_make_the_heavier_one_the_bottleneck():
         return even.replace(parallel=dataclasses.replace(even.parallel, pp_partition=counts))
 
     assert partition.rank_layers(split((3, 5))) == [3, 5]
-    e, u, w = (sm.predict_step_time(p, hw) for p in (even, split((3, 5)), split((2, 6))))
+    e, u, w = (stepmodel.predict_step_time(p, hw) for p in (even, split((3, 5)), split((2, 6))))
     assert u.bottleneck_stage == w.bottleneck_stage == 1
     # one layer more on the bottleneck stage costs the same m layer-slots each time
     assert u.gemm_s - e.gemm_s == pytest.approx(w.gemm_s - u.gemm_s)
     assert u.gemm_s > e.gemm_s and u.step_time_s > e.step_time_s
     # the lighter first stage: a stage with fewer layers is never the bottleneck
-    light = sm.predict_step_time(split((5, 3)), hw)
+    light = stepmodel.predict_step_time(split((5, 3)), hw)
     assert light.bottleneck_stage == 0
 
 

@@ -13,13 +13,13 @@ import pandas as pd
 import pytest
 
 from scalestudy.config.study import StudyError, load_study, validate
-from scalestudy.perf import stepmodel
+from scalestudy.perf import hardware, host, memory, rates, stepmodel, terms_comm as comm
 from scalestudy.report import predict
-from scalestudy.perf.stepmodel import (Measured, block_key, block_layout, block_layout_tp,
-                                       blocks_from_rows, composed_optimizer_seconds,
-                                       composed_stage_seconds, core_sharing_from_rows,
-                                       core_sharing_slowdown, oversubscribed, sharing_factor,
-                                       split_measured_slot)
+from scalestudy.perf.host import (composed_optimizer_seconds, composed_stage_seconds,
+                                  core_sharing_slowdown, oversubscribed, sharing_factor,
+                                  split_measured_slot)
+from scalestudy.perf.rates import (Measured, block_key, block_layout, block_layout_tp,
+                                   blocks_from_rows, core_sharing_from_rows)
 from scalestudy.plan.planner import plan_points
 
 DEFAULT = "workflow/config/default.yaml"
@@ -33,7 +33,7 @@ def points():
 
 @pytest.fixture(scope="module")
 def hw():
-    return stepmodel.HardwareSpec.load("cpu-local")
+    return hardware.HardwareSpec.load("cpu-local")
 
 
 # --- pure terms ------------------------------------------------------------------------------
@@ -54,7 +54,7 @@ def test_core_sharing_slowdown_and_oversubscription(points, hw):
     assert core_sharing_slowdown(p4, hw) == 2.0  # 4 processes, 2 cores, nothing measured
     assert core_sharing_slowdown(p4, hw, m) == 2.5 and core_sharing_slowdown(p1, hw, m) == 1.0
     assert oversubscribed(p4, hw) and not oversubscribed(points[("weak-dp", 2)], hw)
-    gpu = stepmodel.HardwareSpec.load("dgx-a100")
+    gpu = hardware.HardwareSpec.load("dgx-a100")
     assert core_sharing_slowdown(p4, gpu, m) == 1.0 and not oversubscribed(p4, gpu)
 
 
@@ -72,13 +72,13 @@ def test_composed_stage_and_optimizer_seconds_by_hand():
 def test_in_step_optimizer_is_the_step_block_less_its_micro_batch():
     blk = {"fwd_bwd_s": 8e-3, "optimizer_s": 1.5e-3, "optimizer_layer_s": 6e-4}
     # measured without a step block (an older calibration.json): the isolated optimizer
-    assert stepmodel.in_step_optimizer(blk) == (1.5e-3, 6e-4)
+    assert host.in_step_optimizer(blk) == (1.5e-3, 6e-4)
     # a step of 10.4 ms = its 8 ms micro-batch + 2.4 ms of optimizer after a backward:
     # 1.6x the isolated block, one layer's share alike (0.96 ms)
-    whole, layer = stepmodel.in_step_optimizer({**blk, "step_s": 10.4e-3})
+    whole, layer = host.in_step_optimizer({**blk, "step_s": 10.4e-3})
     assert whole == pytest.approx(2.4e-3) and layer == pytest.approx(6e-4 * 1.6)
     # a step measured faster than its micro-batch (noise) gives no negative time
-    assert stepmodel.in_step_optimizer({**blk, "step_s": 7e-3}) == (0.0, 0.0)
+    assert host.in_step_optimizer({**blk, "step_s": 7e-3}) == (0.0, 0.0)
 
 
 def test_the_in_step_optimizer_is_paired_by_round():
@@ -93,7 +93,7 @@ def test_the_in_step_optimizer_is_paired_by_round():
     blk = blocks_from_rows(rows)["k"]
     assert blk["step_optimizer_s"] == pytest.approx(2e-3)
     assert blk["step_s"] - blk["fwd_bwd_s"] == pytest.approx(9e-3)
-    assert stepmodel.in_step_optimizer(blk) == pytest.approx((2e-3, 8e-4))
+    assert host.in_step_optimizer(blk) == pytest.approx((2e-3, 8e-4))
     rows[3]["seconds"] = 5e-3  # a step faster than its micro-batch (noise): never negative
     assert blocks_from_rows(rows)["k"]["step_optimizer_s"] >= 0.0
     # rows without their round (an older record): medians, and the medians' difference
@@ -114,7 +114,7 @@ def test_ddp_wrapper_costs_are_paired_by_round_and_averaged_over_the_step(points
     assert blk["ddp_micro_batch_s"] == pytest.approx(3e-4)
     assert blk["ddp_sync_s"] == pytest.approx(1.2e-3)
     # strong-dp N=2: 4 micro-batches, 3 inside no_sync and the last synced
-    wrap = stepmodel.ddp_wrapper_seconds
+    wrap = host.ddp_wrapper_seconds
     assert wrap(points[("strong-dp", 2)], blk) == pytest.approx((3 * 3e-4 + 1.2e-3) / 4)
     assert wrap(points[("weak-dp", 2)], blk) == pytest.approx(1.2e-3)  # one, synced
     # no DDP: one rank, or FSDP2's replicate (with TP or PP); nothing measured
@@ -160,7 +160,7 @@ BLOCKS = {"fwd_bwd_s": 8e-3, "layer_s": 3e-3, "embedding_s": 2e-4, "head_s": 1e-
 
 
 def _measured(points, sharing=None, collectives=None):
-    keys = {block_key(p.model, p.seq_len, p.micro_batch, stepmodel.block_layout(p))
+    keys = {block_key(p.model, p.seq_len, p.micro_batch, rates.block_layout(p))
             for p in points.values()}
     return Measured(blocks={k: dict(BLOCKS) for k in keys}, core_sharing=sharing or {},
                     collectives=collectives or {})
@@ -179,7 +179,7 @@ def test_a_data_parallel_step_is_composed_from_the_blocks(points, hw):
     # fp32 gradients (timed with 4 processes on the host) is not slowed again
     p4 = points[("weak-dp", 4)]
     b4 = stepmodel.predict_step_time(p4, hw, m)
-    grads = 4 * stepmodel.memory.stage_params(p4.model, 1, 1, 0)
+    grads = 4 * memory.stage_params(p4.model, 1, 1, 0)
     ar = 4e-3 + grads / 0.5e9
     assert b4.oversubscribed and b4.core_sharing_slowdown == 3.0
     assert b4.dp_comm_exposed_s == pytest.approx(ar)
@@ -205,18 +205,18 @@ def test_a_collective_slows_by_the_sharing_its_measurement_did_not_have(points, 
     coll = {("all_reduce", 2): (1e-3, 1e9), ("all_reduce", 4): (4e-3, 0.5e9)}
     m = _measured(points, {1: 1.0, 2: 1.25, 4: 3.0}, coll)
     tp4, dp4, tp2 = points[("weak-tp", 4)], points[("weak-dp", 4)], points[("weak-tp", 2)]
-    assert stepmodel.collective_sharing(tp4, hw, m, 2) == pytest.approx(3.0 / 1.25)
-    assert stepmodel.collective_sharing(dp4, hw, m, 4) == 1.0
-    assert stepmodel.collective_sharing(tp2, hw, m, 2) == 1.0
+    assert host.collective_sharing(tp4, hw, m, 2) == pytest.approx(3.0 / 1.25)
+    assert host.collective_sharing(dp4, hw, m, 4) == 1.0
+    assert host.collective_sharing(tp2, hw, m, 2) == 1.0
     # declared collectives (nothing measured) take the whole sharing; a GPU none
-    assert stepmodel.collective_sharing(tp4, hw, Measured(core_sharing={4: 3.0}), 2) == 3.0
-    gpu = stepmodel.HardwareSpec.load("dgx-a100")
-    assert stepmodel.collective_sharing(tp4, gpu, m, 2) == 1.0
+    assert host.collective_sharing(tp4, hw, Measured(core_sharing={4: 3.0}), 2) == 3.0
+    gpu = hardware.HardwareSpec.load("dgx-a100")
+    assert host.collective_sharing(tp4, gpu, m, 2) == 1.0
     # in the step: weak-tp N=4 (tp 2 x dp 2) on 4 processes: its TP exchanges and its DP
     # all-reduce (2 ranks each) are 2.4x their time at N=2 (2 processes: 1.25 / 1.25)
     b2, b4 = (stepmodel.predict_step_time(p, hw, m) for p in (tp2, tp4))
     assert b2.tp_comm_s > 0 and b4.tp_comm_s == pytest.approx(2.4 * b2.tp_comm_s)
-    grads = 4 * stepmodel.memory.stage_params(tp4.model, 2, 1, 0)
+    grads = 4 * memory.stage_params(tp4.model, 2, 1, 0)
     assert b4.dp_comm_exposed_s == pytest.approx(2.4 * (1e-3 + grads / 1e9))
     assert sum(b4.terms().values()) == pytest.approx(b4.step_time_s)
 
@@ -226,7 +226,7 @@ def test_a_pipeline_step_is_composed_per_stage(points, hw):
     b = stepmodel.predict_step_time(p, hw, _measured(points, {1: 1.0, 2: 1.0}))
     first = 8e-3 - 3e-3 - 1e-3  # no head
     last = 8e-3 - 3e-3 - 2e-4  # no embedding
-    p2p = sum(stepmodel.p2p_seconds(p, r, hw, None) for r in (0,))  # declared link: 1 boundary
+    p2p = sum(comm.p2p_seconds(p, r, hw, None) for r in (0,))  # declared link: 1 boundary
     assert b.bottleneck_stage == 1
     assert b.micro_batch_slot_s == pytest.approx(last + p2p)
     assert b.pp_bubble_s == pytest.approx(first + p2p)
@@ -313,7 +313,7 @@ SYNC = {2: [(5e-4, 1e-4), (2e-3, 4e-4), (8e-3, 1e-3)], 4: [(5e-4, 5e-4), (8e-3, 
 
 
 def test_sync_wait_seconds_interpolates_in_the_grain():
-    w = stepmodel.sync_wait_seconds
+    w = host.sync_wait_seconds
     assert w(1, 1e-3, SYNC) == 0.0 and w(3, 1e-3, SYNC) == 0.0  # one process; not measured
     assert w(2, 1.25e-3, SYNC) == pytest.approx(2.5e-4)  # halfway between 0.5 and 2 ms
     assert w(4, 1e-4, SYNC) == 5e-4 and w(4, 1.0, SYNC) == 2e-3  # the end values beyond
@@ -324,28 +324,28 @@ def test_sync_wait_from_rows_takes_the_median_per_count_and_grain():
     rows = [{"procs": 2, "grain_s": g, "sample": i, "wait_s": w}
             for g, ws in ((2e-3, (1e-3, 3e-3, 2e-3)), (5e-4, (1e-4, 2e-4, 3e-4)))
             for i, w in enumerate(ws)]
-    assert stepmodel.sync_wait_from_rows(rows) == {2: [(5e-4, pytest.approx(2e-4)),
+    assert rates.sync_wait_from_rows(rows) == {2: [(5e-4, pytest.approx(2e-4)),
                                                        (2e-3, pytest.approx(2e-3))]}
 
 
 def test_sync_counts_by_hand(points, hw):
     # weak-tp N=2: 2 layers x 4 exchanges + the embedding's + the head's 2, one stage, no DP
-    assert stepmodel.sync_counts(points[("weak-tp", 2)], hw, 0, 2, 0) == (11, 0)
+    assert host.sync_counts(points[("weak-tp", 2)], hw, 0, 2, 0) == (11, 0)
     # weak-tp N=4 adds DDP's one gradient all-reduce a step
-    assert stepmodel.sync_counts(points[("weak-tp", 4)], hw, 0, 2, 0) == (11, 1)
+    assert host.sync_counts(points[("weak-tp", 4)], hw, 0, 2, 0) == (11, 1)
     # strong-pp N=2: each stage's two transfers (activation out, gradient back) with its
     # one neighbour; N=4 adds the gradient reduction of each stage's DP pair
     pp2, pp4 = points[("strong-pp", 2)], points[("strong-pp", 4)]
-    assert [stepmodel.sync_counts(pp2, hw, r, 1, 0) for r in (0, 1)] == [(2, 0), (2, 0)]
-    assert stepmodel.sync_counts(pp4, hw, 1, 1, 0) == (2, 1)
-    assert stepmodel.sync_counts(points[("weak-dp", 1)], hw, 0, 2, 0) == (0, 0)
+    assert [host.sync_counts(pp2, hw, r, 1, 0) for r in (0, 1)] == [(2, 0), (2, 0)]
+    assert host.sync_counts(pp4, hw, 1, 1, 0) == (2, 1)
+    assert host.sync_counts(points[("weak-dp", 1)], hw, 0, 2, 0) == (0, 0)
 
 
 def test_sync_waits_enter_the_slot_and_the_step(points, hw):
     p = points[("weak-tp", 4)]  # 4 processes, 11 exchanges a micro-batch, 1 DDP all-reduce
     m = _measured(points, {1: 1.0, 2: 1.0, 4: 2.0})
     base = stepmodel.predict_step_time(p, hw, m)
-    waits, dp = stepmodel.sync_wait_terms(p, hw, replace(m, sync_wait=SYNC), [11e-3], [2], [0])
+    waits, dp = host.sync_wait_terms(p, hw, SYNC, [11e-3], [2], [0])
     # 11 exchanges after 1 ms each: 11 x 5.3e-4 (4 processes, 1 ms: 5e-4 + 1.5e-3 * 0.5/7.5);
     # the step's all-reduce after its 11 ms: the 8 ms end value
     assert waits[0] == pytest.approx(11 * (5e-4 + 1.5e-3 * 0.5e-3 / 7.5e-3))
@@ -355,8 +355,8 @@ def test_sync_waits_enter_the_slot_and_the_step(points, hw):
     assert b.step_time_s == pytest.approx(base.step_time_s + b.sync_wait_s)
     assert sum(b.terms().values()) == pytest.approx(b.step_time_s)
     # a GPU system (no shared cores) never waits by this term
-    gpu = stepmodel.HardwareSpec.load("h200")
-    assert stepmodel.sync_wait_terms(p, gpu, replace(m, sync_wait=SYNC), [1.0], [2], [0]) \
+    gpu = hardware.HardwareSpec.load("h200")
+    assert host.sync_wait_terms(p, gpu, SYNC, [1.0], [2], [0]) \
         == ([0.0], 0.0)
 
 

@@ -5,8 +5,10 @@ import pytest
 from scalestudy.config.point import Model
 from scalestudy.measure.microbench import memory_point
 from scalestudy.perf import flops
-from scalestudy.perf import stepmodel
-from scalestudy.perf.stepmodel import HardwareSpec, Link, Measured, collective_time, predict_step_time
+from scalestudy.perf import hardware, terms_compute as compute
+from scalestudy.perf.hardware import HardwareSpec, Link
+from scalestudy.perf.rates import Measured, collective_time
+from scalestudy.perf.stepmodel import predict_step_time
 
 MODEL = dict(vocab=1000, seq_len=128, layers=8, hidden=256, heads=8)
 
@@ -134,7 +136,7 @@ def test_measured_fits_and_lookup():
 
 
 def test_presets_load_with_sources():
-    assert {"frontier", "h200", "cpu-local"} <= set(stepmodel.presets())
+    assert {"frontier", "h200", "cpu-local"} <= set(hardware.presets())
     fr = HardwareSpec.load("frontier")
     assert fr.peak("bf16") == 191.5e12 and fr.memory_bytes == 64e9 and fr.devices_per_node == 8
     assert fr.inter.bandwidth == 12.5e9 and fr.intra.bw(2) == 200e9 and fr.intra.bw(4) == 50e9
@@ -175,7 +177,7 @@ def test_flops_agree_with_flops_module(ckpt, mlp):
         flops.model_flops_per_step(cfg, rows, "megatron"))
     assert r.hardware_flops_per_step == pytest.approx(
         flops.hardware_flops_per_step(cfg, rows, "megatron", ckpt))
-    gemms = stepmodel.layer_gemms(cfg, cfg.seq_len, p.micro_batch)
+    gemms = compute.layer_gemms(cfg, cfg.seq_len, p.micro_batch)
     assert sum(2 * M * N * K * c for M, N, K, c in gemms) == pytest.approx(
         flops.layer_forward_flops(cfg, p.micro_batch))
     # at 1 FLOP/s per 1e-12 s and no memory cost, compute time is the hardware FLOPs
@@ -212,7 +214,7 @@ def test_calibrated_shapes_are_used_per_product(tmp_path):
         {"name": "t", "mode": "weak", "model": "m", "gpus": [2], "tp": 2, "micro_batch": 2}]}
     from scalestudy.config.study import validate
 
-    shapes = stepmodel.gemm_shapes(plan_points(validate(study)))
+    shapes = compute.gemm_shapes(plan_points(validate(study)))
     h, f, s, V = 256, 1024, 128, 1000
     assert (2 * s, h, h) in shapes and (2 * s, f, h) in shapes and (2 * s, V, h) in shapes
     assert (2 * s, h // 2, h) in shapes and (2 * s, V // 2, h) in shapes  # per TP rank

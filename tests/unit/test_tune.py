@@ -2,7 +2,7 @@
 
 import yaml
 
-from scalestudy.perf import stepmodel
+from scalestudy.perf import hardware
 from scalestudy.plan import constraints, tune
 from scalestudy.report import tune as tune_cli
 
@@ -37,7 +37,7 @@ def test_tune_frontier_study_validates(tmp_path):
 
 
 def test_candidates_respect_constraints():
-    hw = stepmodel.HardwareSpec.load("frontier")
+    hw = hardware.HardwareSpec.load("frontier")
     model, _ = tune.known_models()["gpt-22b"]
     n, gb = 64, 512
     seen = 0
@@ -57,7 +57,7 @@ def test_candidates_respect_constraints():
 
 
 def test_ranked_best_first_and_feasible():
-    hw = stepmodel.HardwareSpec.load("frontier")
+    hw = hardware.HardwareSpec.load("frontier")
     model, _ = tune.known_models()["gpt-175b"]
     best = tune.rank(model, 1024, 1280, hw, top=5)
     tps = [b["prediction"].tokens_per_s for b in best]

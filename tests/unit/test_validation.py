@@ -122,21 +122,41 @@ def test_power_limit_and_shared_gpu_constants():
 # --- validation rows ------------------------------------------------------------------------
 
 
-def test_case_from_a_row_and_its_skips():
+def test_case_from_a_row_and_its_readings():
     c = v.case(row())
     assert not c.skip and (c.system, c.framework) == ("dgx-a100", "megatron-lm")
+    assert len(c.variants) == 1 and c.ranged == ()
     p = c.point
     assert (p.n, p.tp, p.pp, p.dp, p.micro_batch, p.grad_accum) == (8, 2, 1, 4, 2, 2)
     assert p.parallel.activation_checkpointing == "full" and p.model.attention == "math"
-    assert v.case(row(precision="fp8")).skip == "fp8 products are not modelled"
-    assert v.case(row(cp=2)).skip == "context parallelism is not modelled"
-    assert "steady-state" in v.case(row(steady_state="false")).skip
-    assert "counts FLOPs" in v.case(row(convention_stated="false")).skip
-    assert not v.case(row(convention_stated="false", metric="iteration_s")).skip
-    assert "recompute" in v.case(row(recompute="")).skip
-    assert "dp_mode" in v.case(row(dp_mode="")).skip
-    assert "virtual stages" in v.case(row(pp=2, vp="")).skip
-    assert "does not give tp" in v.case(row(tp="")).skip
+    # what a table leaves unsaid is read every admissible way, never skipped
+    fp8 = v.case(row(precision="fp8"))
+    assert fp8.ranged == ("fp8_speedup",)
+    assert [x.fp8_speedup for x in fp8.variants] == list(v.FP8_SPEEDUP)
+    assert v.case(row(cp=2, gpus=16)).point.cp == 2
+    assert not v.case(row(steady_state="false")).skip
+    conv = v.case(row(convention_stated="false"))
+    assert conv.ranged == ("flops_convention",) and len(conv.variants) == 3
+    assert v.case(row(convention_stated="false", metric="iteration_s")).ranged == ()
+    rec = v.case(row(recompute=""))
+    assert rec.ranged == ("recompute",)
+    assert {x.point.parallel.activation_checkpointing for x in rec.variants} == {
+        "none", "selective_attention", "full"}
+    assert {x.point.parallel.dp_mode for x in v.case(row(dp_mode="")).variants} == {"ddp", "zero1"}
+    vp = v.case(row(pp=2, dp=2, vp="", layers=8))
+    assert vp.ranged == ("vp",) and {x.point.parallel.virtual_stages for x in vp.variants} == {2, 3, 4}
+    mb = v.case(row(micro_batch=""))  # local batch 16 / 4 = 4: micro-batches 1, 2, 4
+    assert {x.point.micro_batch for x in mb.variants} == {1, 2, 4}
+    odd = v.case(row(global_batch="18", micro_batch=1))  # 18 do not split over dp=4: 16 or 20
+    assert {x.point.global_batch for x in odd.variants} == {16, 20}
+    assert {x.point.model.vocab for x in v.case(row(vocab="")).variants} == set(v.VOCABS)
+    heads = v.case(row(heads=""))  # hidden 256: head dim 128 or 64
+    assert {x.point.model.heads for x in heads.variants} == {2, 4}
+    prec = v.case(row(framework="megatron-deepspeed", precision=""))
+    assert {x.framework for x in prec.variants} == {"megatron-deepspeed-bf16", "megatron-deepspeed"}
+    # only a row whose FLOPs cannot be counted leaves, or one on an undescribed device
+    assert v.case(row(tp="")).skip.startswith("FLOPs cannot be counted")
+    assert "hidden" in v.case(row(hidden="")).skip
     assert "no system preset" in v.case(row(device="TPUv4")).skip
     assert "no framework description" in v.case(row(framework="jax")).skip
     assert v.case(row(metric="loss")).skip.startswith("metric")
@@ -148,6 +168,28 @@ def test_case_from_a_row_and_its_skips():
         "megatron-deepspeed"
     assert v.framework_of("Megatron-LM", "bf16") == "megatron-lm"
     assert v.case(row(compile="true")).point.train.compile
+    # layers that do not divide into the stages split by parameters
+    assert v.partition_of("megatron-core", 126, 16) == "parameters"
+    assert v.partition_of("megatron-core", 128, 16) == "uniform"
+
+
+def test_range_holds_every_reading_and_the_central_is_their_median():
+    specs = v.systems()
+    c = v.case(row(recompute="", metric="iteration_s"))
+    out = v.predict_case(c, specs, ranges=False)
+    times = sorted(sm.predict_step_time(x.point, specs[("dgx-a100", x.framework)]).step_time_s
+                   for x in c.variants)
+    assert out["predicted"] == pytest.approx(times[1])
+    assert (out["predicted_low"], out["predicted_high"]) == pytest.approx((times[0], times[-1]))
+    wide = v.predict_case(c, specs)  # the assumptions' spread widens it
+    assert wide["predicted_low"] < times[0] and wide["predicted_high"] > times[-1]
+    assert wide["inside"] == (wide["predicted_low"] <= c.published <= wide["predicted_high"])
+    # fp8 products at the stated speed-up, the attention kernel as fast as in bf16
+    hw = HardwareSpec.load("dgx-h100").with_framework("torchtitan")
+    fast = v.fp8_products(hw, 2.0)
+    assert fast.peak("bf16") == 2 * hw.peak("bf16")
+    assert fast.attention_efficiency * fast.peak("bf16") == pytest.approx(
+        hw.attention_efficiency * hw.peak("bf16"))
 
 
 def test_predicted_value_per_metric_by_hand():
@@ -157,16 +199,24 @@ def test_predicted_value_per_metric_by_hand():
     t, n, gb = b.step_time_s, 8, 16
     peak = hw.peak("bf16")
     hfl = flops.hardware_flops_per_step(c.point.model, gb, "megatron", "full")
-    assert v.predicted_value(c, b, peak) == pytest.approx(hfl / (t * n) / 1e12)
+    p = c.point
+    assert v.predicted_value("tflops_per_gpu", "megatron_recompute", p, b, peak) == \
+        pytest.approx(hfl / (t * n) / 1e12)
     for metric, want in (("iteration_s", t), ("tokens_per_s_per_gpu", gb * 128 / (t * n)),
                          ("hfu_pct", 100 * hfl / (t * n * peak))):
-        assert v.predicted_value(v.case(row(metric=metric)), b, peak) == pytest.approx(want)
-    mfl = flops.model_flops_per_step(c.point.model, gb)
-    assert v.predicted_value(v.case(row(metric="mfu_pct", flops_convention="megatron")), b,
-                             peak) == pytest.approx(100 * mfl / (t * n * peak))
-    palm = flops.model_flops_per_step(c.point.model, gb, "palm")
-    assert v.predicted_value(v.case(row(metric="mfu_pct", flops_convention="palm")), b,
-                             peak) == pytest.approx(100 * palm / (t * n * peak))
+        assert v.predicted_value(metric, "none", p, b, peak) == pytest.approx(want)
+    mfl = flops.model_flops_per_step(p.model, gb)
+    assert v.predicted_value("mfu_pct", "megatron", p, b, peak) == \
+        pytest.approx(100 * mfl / (t * n * peak))
+    palm = flops.model_flops_per_step(p.model, gb, "palm")
+    assert v.predicted_value("mfu_pct", "palm", p, b, peak) == \
+        pytest.approx(100 * palm / (t * n * peak))
+    # every metric as a per-device FLOP rate, so that a series whose model grows compares
+    var = c.variants[0]
+    assert v.flops_rate("tflops_per_gpu", 100, var, peak) == 1e14
+    assert v.flops_rate("mfu_pct", 50, var, peak) == pytest.approx(0.5 * peak)
+    assert v.flops_rate("iteration_s", t, var, peak) == pytest.approx(
+        v.convention_flops(p, var.convention) / (t * n))
     # positive error = the model is optimistic, for times too
     assert v.error("tflops_per_gpu", 110, 100) == pytest.approx(0.1)
     assert v.error("iteration_s", 90, 100) == pytest.approx(0.1)
@@ -180,6 +230,10 @@ def test_summary_by_hand():
         {"table": "b", "row": "w", "skip": "cp", "error": math.nan}])
     s = v.summary(rows).set_index("table")
     assert s.loc["a", "rows"] == 2 and s.loc["a", "skipped"] == 1
+    assert "coverage" not in s  # rows without ranges
+    rows["inside"], rows["width"] = [True, False, None, None], [0.2, 0.4, None, None]
+    s = v.summary(rows).set_index("table")
+    assert s.loc["a", "coverage"] == 0.5 and s.loc["a", "median_width"] == pytest.approx(0.3)
     assert s.loc["a", "mape"] == pytest.approx(0.2) and s.loc["a", "bias"] == pytest.approx(-0.1)
     assert s.loc["a", "worst_row"] == "y" and s.loc["b", "rows"] == 0
 

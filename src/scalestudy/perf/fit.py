@@ -9,7 +9,9 @@ Everything else is sourced. The fit minimises the mean over the subset's tables 
 mean ``|log(predicted / published)|`` (so a table of many rows weighs as much as one of few),
 over a grid of ``GRID`` values refined by a parabola through the best three. ``FIT_TABLES``
 is the declared subset: the tables whose every row states its whole layout, batch and
-software and measures end-to-end training (module constant, written into the result).
+software and measures end-to-end training (module constant, written into the result); the
+fit and its leave-one-table-out figures read only the rows that give their whole layout
+(``validation.validate(published_layouts_only=True)``), at central values.
 
 Leave-one-table-out (``loto``): for every table, the constant fitted on all the other tables
 and that table's error with it, the out-of-sample figure for every table, fit subset or not.
@@ -41,7 +43,8 @@ GRID = tuple(round(0.40 + 0.02 * i, 2) for i in range(31))  # 0.40 .. 1.00
 
 def grid_errors(grid=GRID, names=None):
     """``{value: rows DataFrame}``: the validation at every grid value of the constant."""
-    return {x: validation.validate(names, {CONSTANT: x}) for x in grid}
+    return {x: validation.validate(names, {CONSTANT: x}, ranges=False,
+                                   published_layouts_only=True) for x in grid}
 
 
 def objective(rows, tables) -> float:
@@ -75,7 +78,7 @@ def fit(fit_tables=FIT_TABLES, errors: dict | None = None) -> dict:
     errors = errors or grid_errors()
     tables = sorted(set(next(iter(errors.values()))["table"]))
     value = best(errors, fit_tables)
-    rows = validation.validate(None, {CONSTANT: value})
+    rows = validation.validate(None, {CONSTANT: value}, ranges=False, published_layouts_only=True)
     summary = validation.summary(rows).set_index("table")
     per_table, loto_values = {}, []
     for t in tables:
@@ -83,7 +86,8 @@ def fit(fit_tables=FIT_TABLES, errors: dict | None = None) -> dict:
             continue
         v = best(errors, [x for x in tables if x != t])
         loto_values.append(v)
-        out = validation.summary(validation.validate([t], {CONSTANT: v})).iloc[0]
+        out = validation.summary(validation.validate(
+            [t], {CONSTANT: v}, ranges=False, published_layouts_only=True)).iloc[0]
         per_table[t] = {"in_fit": t in fit_tables, "rows": int(summary.loc[t, "rows"]),
                         "mape": round(float(summary.loc[t, "mape"]), 4),
                         "bias": round(float(summary.loc[t, "bias"]), 4),

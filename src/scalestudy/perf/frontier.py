@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 
 from scalestudy.config.point import Model, Parallel, Platform, Point, Train
-from scalestudy.perf import stepmodel
+from scalestudy.perf import flops, stepmodel
 from scalestudy.perf.flops import per_device_throughput
 from scalestudy.perf.tables import breakdown_row, shape_columns
 from scalestudy.reference_data import load
@@ -224,6 +224,60 @@ def run(hw: stepmodel.HardwareSpec, measured: stepmodel.Measured | None = None,
     return df, comparison(df, published), pd.DataFrame(brk)
 
 
+def anchored(hw: stepmodel.HardwareSpec) -> list[dict]:
+    """The weak and strong series anchored on the published utilisation: per model, the
+    software rate at which the model's logged iteration of the published configuration gives
+    its published % of peak (``anchor.solve_rate``), then every series' efficiency at its
+    largest N at that rate, with the band over ``hw.scenarios()`` (the rate re-solved in
+    each; a strong series' band also spans both readings of its unpublished batch), against the
+    published efficiency (``error_points``: percentage points, of the central reading)."""
+    from scalestudy.perf import anchor
+
+    published = reference("frontier_dash2024")
+    configs = reference("frontier_dash2024_configs")
+    ratio = logged_ratio(configs)
+    out = []
+    for model, row in pick_configs(configs, published).items():
+        pub = published[published["model"] == model].iloc[0]
+        if not num(pub.get("gpus_max")):
+            continue
+        series = frontier_series(row, int(pub["gpus_max"]))
+        p0 = series["mfu"][0]
+        factor = logged_factor(row, ratio)
+        hflops = flops.hardware_flops_per_step(p0.model, p0.global_batch, "megatron",
+                                               p0.parallel.activation_checkpointing)
+        peak = hw.peak(str(p0.train.precision))
+        step0 = hflops / (float(pub["pct_of_peak"]) / 100 * p0.n * peak * factor)
+        # the strong series' batch is not published: its band spans both readings
+        for label, kinds, col in (("weak", ("weak",), "weak_scaling_efficiency"),
+                                  ("strong", ("strong", "strong_alt"), "strong_scaling_efficiency")):
+            runs = [sorted(series[k], key=lambda q: q.n) for k in kinds]
+            runs = [pts for pts in runs if len(pts) >= 2]
+            if not runs or not num(pub.get(col)):
+                continue
+            effs = {}
+            for i, pts in enumerate(runs):
+                for sc, h in hw.scenarios():
+                    rate = anchor.solve_rate(p0, h, step0)
+                    x = [anchor.per_device_rate(q, anchor.step_at_rate(q, h, rate))
+                         for q in (pts[0], pts[-1])]
+                    effs[(i, sc)] = (x[1] / x[0], rate)
+            e, rate = effs[(0, "central")]
+            pts = runs[0]
+            batches = sorted({r[-1].global_batch for r in runs})
+            batch = (f"global batch {pts[-1].global_batch}" if len(batches) == 1 else
+                     f"global batch {batches[0]}–{batches[-1]} not published, central "
+                     f"{pts[-1].global_batch}")
+            out.append({"series": f"{model} {label} ({batch})",
+                        "scaling": label, "metric": "pct_of_peak",
+                        "n0": pts[0].n, "n": pts[-1].n, "points": len(pts), "rate": rate,
+                        "published_efficiency": float(pub[col]), "predicted_efficiency": e,
+                        "predicted_low": min(x[0] for x in effs.values()),
+                        "predicted_high": max(x[0] for x in effs.values()),
+                        "error_points": 100 * (e - float(pub[col]))})
+    return out
+
+
 def interval(pub, col: str, scale: float = 1.0) -> tuple[float, float]:
     """The published value's interval from its printed resolution (``<col>_resolution``)."""
     import pandas as pd
@@ -237,8 +291,9 @@ def interval(pub, col: str, scale: float = 1.0) -> tuple[float, float]:
 def comparison(df, published):
     """The predicted-vs-published table: every published figure with the predicted value,
     its range, the published interval (printed resolution) and whether the two overlap. The
-    % of peak rows come in both means of the logged lines, the strong-scaling rows at both
-    assumed batches (``batch`` column)."""
+    % of peak rows come in both means of the logged lines; a strong-scaling row's range spans
+    both readings of its unpublished batch (``frontier_series``), its central value the
+    first."""
     import pandas as pd
 
     comp = []
@@ -253,20 +308,23 @@ def comparison(df, published):
             rng = (m[f"{key}_low"], m[f"{key}_high"])
             comp.append(_cmp(model, f"% of peak (logged, HFU, {mean} mean)", m["n"], m[key], rng,
                              float(pub["pct_of_peak"]), interval(pub, "pct_of_peak")))
-        for kind, col in (("weak", "weak_scaling_efficiency"), ("strong", "strong_scaling_efficiency"),
-                          ("strong_alt", "strong_scaling_efficiency")):
-            s = sub[sub["series"] == kind].sort_values("n")
-            if s.empty or pd.isna(pub[col]):
+        # the strong series' batch is not published: one row whose range spans both readings
+        for label, kinds, col in (("weak", ("weak",), "weak_scaling_efficiency"),
+                                  ("strong", ("strong", "strong_alt"), "strong_scaling_efficiency")):
+            ends = [sub[sub["series"] == k].sort_values("n") for k in kinds]
+            ends = [(s.iloc[0], s.iloc[-1]) for s in ends if not s.empty]
+            if not ends or pd.isna(pub[col]):
                 continue
-            first, last = s.iloc[0], s.iloc[-1]
-            label = kind.replace("_alt", "")
+            first, last = ends[0]
             rec = _cmp(model, f"{label} scaling efficiency (%), N0={first['n']}", last["n"],
                        100 * last["efficiency"],
-                       (100 * last["efficiency_low"], 100 * last["efficiency_high"]),
+                       (100 * min(e[1]["efficiency_low"] for e in ends),
+                        100 * max(e[1]["efficiency_high"] for e in ends)),
                        100 * float(pub[col]), interval(pub, col, 100))
             if label == "strong":
-                rec["batch"] = int(last["global_batch"])
-                rec["metric"] += f", global batch {rec['batch']} (assumed)"
+                batches = sorted({int(e[1]["global_batch"]) for e in ends})
+                rec["metric"] += (f", global batch {batches[0]}–{batches[-1]} (not published; "
+                                  f"central {int(last['global_batch'])})")
             comp.append(rec)
     return pd.DataFrame(comp)
 

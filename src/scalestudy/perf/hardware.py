@@ -199,6 +199,10 @@ class Framework:
     the gradient of the word embedding they share (tied embeddings) after the flush.
     ``fsdp_sync_every_micro_batch``: its FSDP reduce-scatters every micro-batch's gradients
     (FSDP2's default) instead of disabling the sync until the last one.
+    ``software_rate``: the rate of its computing kernels relative to the software the shared
+    constants were set on (dimensionless; 1 for that software): the framework's release, fused
+    kernels and attention kernel, a stated range per framework; anchoring a series on measured
+    points solves for it (``scalestudy.perf.anchor``).
     An entry of ``hardware.yaml`` may name another as ``inherits`` and state only what
     differs."""
 
@@ -222,13 +226,14 @@ class Framework:
     zero1_all_reduce: bool = False
     tied_grad_all_reduce: bool = False
     fsdp_sync_every_micro_batch: bool = False
+    software_rate: float = 1.0
     source: str = ""
 
     @classmethod
     def from_dict(cls, d: dict, name: str) -> tuple["Framework", dict]:
         """``(framework, {name: Assumption})`` from a ``frameworks:`` entry."""
         kw, assume = {"name": name, "source": str(d.get("source", "")).strip()}, {}
-        for f in ("dp_overlap", "dp_overlap_pp", "tp_overlap", "pp_overlap"):
+        for f in FRAMEWORK_ASSUMPTIONS:
             if f in d:
                 a = Assumption.parse(d[f])
                 kw[f], assume[f] = a.value, a
@@ -279,7 +284,7 @@ def framework_entry(name: str) -> dict:
 SPEC_ASSUMPTIONS = ("gemm_efficiency", "gemm_quantisation", "attention_efficiency",
                     "mem_bw_efficiency", "intra_bandwidth", "inter_bandwidth", "sustained",
                     "kernel_gap_s")
-FRAMEWORK_ASSUMPTIONS = ("dp_overlap", "dp_overlap_pp", "tp_overlap", "pp_overlap")
+FRAMEWORK_ASSUMPTIONS = ("dp_overlap", "dp_overlap_pp", "tp_overlap", "pp_overlap", "software_rate")
 
 
 @dataclass(frozen=True)

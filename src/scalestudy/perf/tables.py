@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scalestudy.config.point import Point
-from scalestudy.perf.stepmodel import StepBreakdown
+from scalestudy.perf.breakdown import StepBreakdown
 
 
 def shape_columns(p: Point) -> dict:

@@ -20,12 +20,13 @@ model is optimistic" for every metric). Per table: MAPE (mean of ``|error|``), s
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from importlib import resources
 
 from scalestudy.config.point import Model, Parallel, Platform, Point, Train
-from scalestudy.perf import flops, frontier, stepmodel
+from scalestudy.perf import flops, frontier, partition, stepmodel
 from scalestudy.perf.hardware import HardwareSpec
 
 COLUMNS = ("table", "row", "device", "gpus", "framework", "arch", "params_b", "layers", "hidden",
@@ -59,6 +60,8 @@ FRAMEWORK_OF = (("megatron-deepspeed", "megatron-deepspeed"),
                 ("megatron-core", "megatron-core"), ("nemo", "megatron-core"),
                 ("torchtitan-asynctp", "torchtitan-asynctp"), ("torchtitan", "torchtitan"),
                 ("meta-internal", "megatron-core"),
+                # metaseq: fairscale FSDP with Megatron-LM's tensor-parallel layers and kernels
+                ("metaseq", "megatron-lm"),
                 ("deepspeed", "megatron-deepspeed"))
 #: A framework description per training precision where the framework runs each through
 #: different code: DeepSpeed takes bf16 through its BF16_Optimizer and fp16 through its ZeRO
@@ -133,81 +136,199 @@ def system_of(device: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """One admissible reading of a published row: its point, the framework description it
+    runs under, the FLOPs convention its figure is read in, and the speed-up of fp8 products
+    over bf16 ones (1 for a bf16/fp16 row)."""
+
+    point: Point
+    framework: str
+    convention: str
+    fp8_speedup: float = 1.0
+
+
+@dataclass(frozen=True)
 class Case:
-    """A published row as the model sees it: the point, the system and framework it is
-    predicted on, or why it cannot be (``skip``)."""
+    """A published row as the model sees it: every admissible reading of what the table
+    leaves unsaid (``variants``; ``ranged``: the names of those fields), the system it is
+    predicted on, or why it cannot be (``skip``: only a row whose FLOPs cannot be counted, or
+    on a device or framework without a description)."""
 
     table: str
     row: str
     metric: str
     published: float
     convention: str
-    point: Point | None = None
+    variants: tuple = ()
+    ranged: tuple = ()
     system: str = ""
-    framework: str = ""
+    series: str = ""
+    scaling: str = ""
     skip: str = ""
+
+    @property
+    def point(self) -> Point | None:
+        """The first variant's point (every variant shares the model and the device count)."""
+        return self.variants[0].point if self.variants else None
+
+    @property
+    def framework(self) -> str:
+        return self.variants[0].framework if self.variants else ""
+
+
+#: fp8 products' speed-up over bf16 ones on a device with fp8 tensor cores: the datasheet's
+#: dense ratio (H100 SXM5 1979 / 989 TFLOP/s = 2.0) at most, none at all when the casts and
+#: scaling eat it (the low end), central 1.5: "up to 1.5x speedups on 512 GPU / 405B
+#: parameter count scale" (pytorch/ao float8 README). The attention core stays in bf16.
+FP8_SPEEDUP = (1.0, 1.5, 2.0)
+#: Vocabularies an unpublished one is evaluated at: Llama 2's 32,000 and GPT-2's BPE padded
+#: by Megatron to 51,200 (Korthikanti et al. 2022), Llama 3's 128,256, and the 256,000 of
+#: Nemotron / Gemma-class tokenizers.
+VOCABS = (32000, 51200, 128256, 256000)
+#: The largest micro-batch an unpublished one is evaluated at (sequences).
+MAX_MICRO_BATCH = 8
+
+
+def _divisors(x: int, up_to: int) -> list[int]:
+    return [d for d in range(1, min(x, up_to) + 1) if x % d == 0]
+
+
+def admissible(r, tp: int, pp: int, dp: int) -> dict[str, list]:
+    """``{field: [values]}`` for every layout field a row leaves empty that the model needs:
+    ``micro_batch`` (the divisors of the local batch up to ``MAX_MICRO_BATCH``), ``global_batch``
+    (``dp·micro_batch`` times 1, 2, 4, 8 micro-batches, at least ``pp`` of them; a published
+    one that does not split over ``dp``, computed from tokens, the nearest two that do), ``vp`` (2 to 8
+    interleaved stages: an empty ``vp`` means "interleaved, count not given"), ``recompute``
+    (none, selective, full), ``dp_mode`` (ddp or zero1, the two Megatron-style optimizers),
+    ``vocab`` (``VOCABS``),
+    ``heads`` (head dim 64 or 128), ``flash_attention`` (true, false), ``precision`` (bf16,
+    fp16). A published field has one value."""
+    layers, hidden = _int(r["layers"]), _int(r["hidden"])
+    out: dict[str, list] = {}
+    gb, mb = _int(r["global_batch"]), _int(r["micro_batch"])
+    if gb is not None and gb % dp:  # a batch computed from tokens: the nearest that split
+        out["global_batch"] = [dp * (gb // dp), dp * -(-gb // dp)]
+    if gb is None:
+        mbs = [mb] if mb else [1, 2]
+        out["global_batch"] = sorted({dp * m * k for m in mbs for k in (1, 2, 4, 8) if k >= pp})
+    if mb is None:
+        local = [g // dp for g in out.get("global_batch", [gb])]
+        out["micro_batch"] = sorted({d for x in local for d in _divisors(x, MAX_MICRO_BATCH)})
+    if pp > 1 and _int(r["vp"]) is None:
+        out["vp"] = [v for v in range(2, 9) if pp * v <= layers]
+    if str(r["recompute"]).strip() == "":
+        out["recompute"] = ["none", "selective", "full"]
+    if dp > 1 and str(r["dp_mode"]).strip() == "":
+        out["dp_mode"] = ["ddp", "zero1"]
+    if _int(r["vocab"]) is None:
+        out["vocab"] = list(VOCABS)
+    if _int(r["heads"]) is None:
+        out["heads"] = [hidden // d for d in (128, 64) if hidden % d == 0 and (hidden // d) % tp == 0]
+    if str(r["flash_attention"]).strip() == "":
+        out["flash_attention"] = ["true", "false"]
+    if str(r["precision"]).strip() == "":
+        out["precision"] = ["bf16", "fp16"]
+    return out
 
 
 def case(r) -> Case:
-    """A table row (a mapping of ``COLUMNS``) as a ``Case``."""
+    """A table row (a mapping of ``COLUMNS``) as a ``Case`` with every admissible variant."""
     base = dict(table=str(r["table"]), row=str(r["row"]), metric=str(r["metric"]),
-                published=float(r["value"]), convention=str(r["flops_convention"]))
+                published=float(r["value"]), convention=str(r["flops_convention"]),
+                series=str(r.get("series", "")).strip(), scaling=str(r.get("scaling", "")).strip())
     if base["metric"] not in METRICS:
         return Case(**base, skip=f"metric {base['metric']!r} is not modelled")
+    missing = [k for k in ("layers", "hidden", "seq_len", "tp", "pp", "dp")
+               if _int(r[k]) is None]
+    if missing:
+        return Case(**base, skip=f"FLOPs cannot be counted: the table does not give "
+                                 f"{', '.join(missing)}")
     system = str(r.get("system", "")).strip() or system_of(r["device"])
     if system is None:
         return Case(**base, skip=f"device {r['device']!r} has no system preset")
-    if str(r["precision"]).lower() == "fp8":
-        return Case(**base, skip="fp8 products are not modelled")
-    if (_int(r["cp"], 1) or 1) > 1:
-        return Case(**base, skip="context parallelism is not modelled")
-    if not _flag(r.get("steady_state", OPTIONAL["steady_state"])):
-        return Case(**base, skip="not a steady-state figure (see its log_note)")
-    if base["metric"] in FLOPS_METRICS and not _flag(
-            r.get("convention_stated", OPTIONAL["convention_stated"])):
-        return Case(**base, skip="the source does not say how it counts FLOPs")
-    if (_int(r["pp"], 1) or 1) > 1 and _int(r["vp"]) is None:
-        return Case(**base, skip="the table does not give the pipeline's virtual stages "
-                                 "(interleaving), on which its bubble depends")
-    need = ("layers", "hidden", "heads", "vocab", "seq_len", "tp", "pp", "dp", "micro_batch",
-            "global_batch")
-    missing = [k for k in need if _int(r[k]) is None]
-    missing += [k for k in ("recompute",) if str(r[k]).strip() == ""]
-    if (_int(r["dp"]) or 1) > 1 and str(r["dp_mode"]).strip() == "":
-        missing.append("dp_mode")
-    if missing:
-        return Case(**base, skip=f"the table does not give {', '.join(missing)}")
     try:
-        fw = framework_of(r["framework"], r["precision"])
+        framework_of(r["framework"], "bf16")
     except ValueError as e:
         return Case(**base, skip=str(e))
+    tp, pp, dp, cp = _int(r["tp"]), _int(r["pp"]), _int(r["dp"]), _int(r["cp"], 1) or 1
+    opts = admissible(r, tp, pp, dp)
+    given = {"vocab": [_int(r["vocab"])], "micro_batch": [_int(r["micro_batch"])], "global_batch": [_int(r["global_batch"])],
+             "vp": [_int(r["vp"], 1) or 1], "recompute": [str(r["recompute"]).lower()],
+             "dp_mode": [str(r["dp_mode"]).lower()], "heads": [_int(r["heads"])],
+             "flash_attention": [str(r["flash_attention"])],
+             "precision": [str(r["precision"]).lower()]}
+    fields_ = {**given, **opts}
+    fp8 = str(r["precision"]).lower() == "fp8"
+    conventions = ([base["convention"]] if base["metric"] not in FLOPS_METRICS or _flag(
+        r.get("convention_stated", OPTIONAL["convention_stated"]))
+        else ["megatron", "megatron_recompute", "palm"])
+    ranged = tuple(sorted(opts) + (["flops_convention"] if len(conventions) > 1 else [])
+                   + (["fp8_speedup"] if fp8 else []))
+    variants, why = [], ""
+    for combo in itertools.product(*fields_.values()):
+        f = dict(zip(fields_, combo))
+        fw = framework_of(r["framework"], f["precision"])
+        try:
+            point = _point(r, base, f, fw, tp, pp, dp, cp)
+        except ValueError as e:
+            why = str(e)
+            continue
+        problem = _layout_problem(point)
+        if problem:
+            why = problem
+            continue
+        for conv in conventions:
+            for s in (FP8_SPEEDUP if fp8 else (1.0,)):
+                variants.append(Variant(point, fw, conv, s))
+    if not variants:
+        return Case(**base, system=system, skip=f"no admissible layout: {why}")
+    return Case(**base, variants=tuple(variants), ranged=ranged, system=system)
+
+
+def partition_of(fw: str, layers: int, stages: int) -> str:
+    """How a row's layers split into its ``stages``: by parameters under DeepSpeed (its
+    PipelineModule's default) and wherever they do not divide evenly (the framework must
+    split them somehow: Llama 3 405B, 126 layers on 16 stages, "one Transformer layer fewer
+    on the first and the last stage", Dubey et al. 2024 §3.3.2), else uniformly."""
+    uneven = stages > 1 and layers % stages != 0
+    return "parameters" if stages > 1 and (fw.startswith("megatron-deepspeed") or uneven) \
+        else "uniform"
+
+
+def _layout_problem(point: Point) -> str:
+    """Why a reading of a row is not a layout the model can price ("" when it is)."""
+    if not isinstance(point.dp, int) or not isinstance(point.grad_accum, int):
+        return (f"the batch does not split: global_batch={point.global_batch}, "
+                f"micro_batch={point.micro_batch}, dp={point.dp}")
+    if point.model.heads % point.tp:
+        return f"heads={point.model.heads} do not split over tp={point.tp}"
+    return partition.problem(point) or ""
+
+
+def _point(r, base: dict, f: dict, fw: str, tp: int, pp: int, dp: int, cp: int) -> Point:
+    """The point of one reading ``f`` of a row's fields."""
     llama = str(r["arch"]).lower() == "llama"
     model = Model(name=f"{base['table']}-{base['row']}"[:60].replace(" ", "-"),
                   arch="llama" if llama else "gpt", layers=_int(r["layers"]),
-                  hidden=_int(r["hidden"]), heads=_int(r["heads"]),
-                  kv_heads=_int(r["kv_heads"]), ffn_hidden=_int(r["ffn_hidden"]),
-                  vocab=_int(r["vocab"]), seq_len=_int(r["seq_len"]),
-                  tied_embeddings=not llama,
-                  attention="fused" if _flag(r["flash_attention"]) else "math")
-    tp, pp, dp = _int(r["tp"]), _int(r["pp"]), _int(r["dp"])
-    mb = _int(r["micro_batch"])
-    gb = _int(r["global_batch"])
-    vp = _int(r["vp"], 1) or 1
-    point = Point.build(
-        model, n=tp * pp * dp, tp=tp, pp=pp, micro_batch=mb, global_batch=gb,
-        parallel=Parallel(dp_mode=DP_MODE.get(str(r["dp_mode"]).lower(), "ddp"),
+                  hidden=_int(r["hidden"]), heads=f["heads"], kv_heads=_int(r["kv_heads"]),
+                  ffn_hidden=_int(r["ffn_hidden"]), vocab=f["vocab"],
+                  seq_len=_int(r["seq_len"]), tied_embeddings=not llama,
+                  attention="fused" if _flag(f["flash_attention"]) else "math")
+    vp = f["vp"] if pp > 1 else 1
+    return Point.build(
+        model, n=tp * pp * dp * cp, tp=tp, pp=pp, cp=cp, micro_batch=f["micro_batch"],
+        global_batch=f["global_batch"],
+        parallel=Parallel(dp_mode=DP_MODE.get(f["dp_mode"], "ddp"),
                           activation_checkpointing=(RECOMPUTE_TORCH if fw.startswith("torchtitan")
-                                                    else RECOMPUTE)[str(r["recompute"]).lower()],
+                                                    else RECOMPUTE)[f["recompute"]],
                           sequence_parallel=_flag(r["sequence_parallel"]) and tp > 1,
-                          virtual_stages=vp if pp > 1 else 1,
+                          virtual_stages=vp,
                           # DeepSpeed's PipelineModule partitions by parameters by default
-                          pp_partition=("parameters" if fw.startswith("megatron-deepspeed")
-                                        and pp > 1 else "uniform"),
-                          pp_schedule="interleaved1f1b" if (pp > 1 and vp > 1) else "1f1b"),
+                          pp_partition=partition_of(fw, _int(r["layers"]), pp * vp),
+                          pp_schedule="interleaved1f1b" if vp > 1 else "1f1b"),
         train=Train(precision="bf16", compile=_flag(r.get("compile", OPTIONAL["compile"]))),
         platform=Platform(device="cuda", hardware=str(r["device"]), devices_per_node=8),
         study="validation", series=base["table"][:60], mode="strong")
-    return Case(**base, point=point, system=system, framework=fw)
 
 
 def convention_flops(point: Point, convention: str) -> float:
@@ -221,17 +342,17 @@ def convention_flops(point: Point, convention: str) -> float:
     return flops.model_flops_per_step(point.model, gb)
 
 
-def predicted_value(c: Case, b: stepmodel.StepBreakdown, peak: float) -> float:
-    """The model's figure in the row's metric from its step breakdown ``b`` (``peak``: the
-    device's dense bf16 peak, FLOP/s)."""
-    p, t = c.point, b.step_time_s
-    if c.metric == "iteration_s":
+def predicted_value(metric: str, convention: str, p: Point, b: stepmodel.StepBreakdown,
+                    peak: float) -> float:
+    """The model's figure in a row's ``metric`` (read in its FLOPs ``convention``) from the
+    step breakdown ``b`` of point ``p`` (``peak``: the device's dense bf16 peak, FLOP/s)."""
+    t = b.step_time_s
+    if metric == "iteration_s":
         return t
-    if c.metric == "tokens_per_s_per_gpu":
+    if metric == "tokens_per_s_per_gpu":
         return p.tokens_per_step / (t * p.n)
-    f = (b.hardware_flops_per_step if c.metric == "hfu_pct"
-         else convention_flops(p, c.convention))
-    if c.metric in ("mfu_pct", "hfu_pct"):
+    f = b.hardware_flops_per_step if metric == "hfu_pct" else convention_flops(p, convention)
+    if metric in ("mfu_pct", "hfu_pct"):
         return 100 * f / (t * p.n * peak)
     return f / (t * p.n) / 1e12  # tflops_per_gpu
 
@@ -242,9 +363,9 @@ def error(metric: str, predicted: float, published: float) -> float:
     return -e if metric == "iteration_s" else e
 
 
-def systems(overrides: dict | None = None) -> dict[tuple[str, str], HardwareSpec]:
-    """A cache of ``(system, framework) -> HardwareSpec``; ``overrides`` sets assumptions
-    (``{name: value}``) on every GPU system (the fit varies the shared constants)."""
+def systems(overrides: dict | None = None) -> dict[tuple, HardwareSpec]:
+    """A cache of ``(system, framework[, fp8 speed-up]) -> HardwareSpec``; ``overrides`` sets
+    assumptions (``{name: value}``) on every GPU system (the fit varies the shared constants)."""
     return _Systems(overrides or {})
 
 
@@ -254,27 +375,59 @@ class _Systems(dict):
         self.overrides = overrides
 
     def __missing__(self, key):
-        system, fw = key
-        hw = HardwareSpec.load(system).with_framework(fw)
-        for name, value in self.overrides.items():
-            hw = hw.with_assumption(name, value)
+        system, fw, *fp8 = key
+        if fp8 and fp8[0] != 1.0:
+            hw = fp8_products(self[(system, fw)], fp8[0])
+        else:
+            hw = HardwareSpec.load(system).with_framework(fw)
+            for name, value in self.overrides.items():
+                hw = hw.with_assumption(name, value)
         self[key] = hw
         return hw
 
 
-def predict_case(c: Case, specs) -> dict:
-    """One case's row of the validation table (``predicted``, ``error``, the breakdown's
-    main fractions), or its skip reason."""
+def fp8_products(hw: HardwareSpec, speedup: float) -> HardwareSpec:
+    """``hw`` with its 16-bit matrix products ``speedup`` times faster (fp8 products) and its
+    fused attention kernel as fast as before (it stays in bf16)."""
+    from dataclasses import replace
+
+    peaks = {**hw.peak_flops, "bf16": hw.peak("bf16") * speedup}
+    return replace(hw, peak_flops=peaks,
+                   attention_efficiency=(hw.attention_efficiency / speedup
+                                         if hw.attention_efficiency else hw.attention_efficiency))
+
+
+def predict_case(c: Case, specs, ranges: bool = True) -> dict:
+    """One case's row of the validation table, or its skip reason: ``predicted`` (the
+    central reading: the variant whose figure is the median of the variants'), its range
+    ``predicted_low`` / ``predicted_high`` (the envelope over the variants, widened by the
+    central variant's spread over ``hw.scenarios()``, the two taken as independent factors),
+    ``inside`` (the published value in that range), ``ranged`` (the fields the table leaves
+    unsaid), ``error`` of the central value and the central breakdown's main fractions."""
     out = {"table": c.table, "row": c.row, "metric": c.metric, "published": c.published,
-           "system": c.system, "framework": c.framework, "skip": c.skip}
+           "system": c.system, "framework": c.framework, "series": c.series,
+           "scaling": c.scaling, "ranged": " ".join(c.ranged), "variants": len(c.variants),
+           "skip": c.skip}
     if c.skip:
         return out
-    hw = specs[(c.system, c.framework)]
-    b = stepmodel.predict_step_time(c.point, hw)
-    pred = predicted_value(c, b, hw.peak("bf16"))
+    vals = []
+    for v in c.variants:
+        b = stepmodel.predict_step_time(v.point, specs[(c.system, v.framework, v.fp8_speedup)])
+        peak = specs[(c.system, v.framework)].peak("bf16")
+        vals.append((predicted_value(c.metric, v.convention, v.point, b, peak), v, b))
+    vals.sort(key=lambda x: x[0])
+    pred, v, b = vals[(len(vals) - 1) // 2]
+    lo, hi = vals[0][0], vals[-1][0]
+    if ranges:
+        pr = stepmodel.predict_range(v.point, specs[(c.system, v.framework, v.fp8_speedup)])
+        t, t_lo, t_hi = b.step_time_s, pr.step_time_low_s, pr.step_time_high_s
+        lo, hi = ((lo * t_lo / t, hi * t_hi / t) if c.metric == "iteration_s"
+                  else (lo * t / t_hi, hi * t / t_lo))
     fr = b.fractions()
-    out.update({"n": c.point.n, "tp": c.point.tp, "pp": c.point.pp, "dp": c.point.dp,
-                "predicted": pred, "error": error(c.metric, pred, c.published),
+    out.update({"framework": v.framework, "n": v.point.n, "tp": v.point.tp, "pp": v.point.pp,
+                "dp": v.point.dp, "predicted": pred, "predicted_low": lo, "predicted_high": hi,
+                "inside": bool(lo <= c.published <= hi), "width": (hi - lo) / pred,
+                "error": error(c.metric, pred, c.published),
                 "step_time_s": b.step_time_s, "mfu_pct": 100 * b.mfu,
                 "compute_pct": 100 * (fr["gemm_s"] + fr["attention_s"]),
                 "memory_bound_pct": 100 * fr["elementwise_s"],
@@ -295,34 +448,44 @@ def cases(names: list[str] | None = None) -> list[Case]:
     return out
 
 
-def frontier_rows(specs) -> list[dict]:
+def frontier_rows(specs, ranges: bool = True) -> list[dict]:
     """The Frontier study's published figures against the model (``frontier.run`` on the
-    ``frontier`` system, central values): both means of the logged lines, the weak and both
-    strong series."""
-    _, comp, _ = frontier.run(specs[("frontier", "megatron-deepspeed")], ranges=False)
+    ``frontier`` system): both means of the logged lines, the weak and both strong series."""
+    _, comp, _ = frontier.run(specs[("frontier", "megatron-deepspeed")], ranges=ranges)
     return [{"table": FRONTIER, "row": f"{r.model} {r.metric}", "metric": r.metric,
              "published": r.published, "system": "frontier", "framework": "megatron-deepspeed",
-             "skip": "", "n": r.n, "predicted": r.predicted, "error": r.rel_error}
+             "ranged": "", "variants": 1, "skip": "", "n": r.n, "predicted": r.predicted,
+             "predicted_low": r.predicted_low, "predicted_high": r.predicted_high,
+             "inside": r.inside, "width": (r.predicted_high - r.predicted_low) / r.predicted,
+             "error": r.rel_error}
             for r in comp.itertuples()]
 
 
 def validate(names: list[str] | None = None, overrides: dict | None = None,
-             all_cases: list[Case] | None = None):
+             all_cases: list[Case] | None = None, ranges: bool = True,
+             published_layouts_only: bool = False):
     """The per-row validation table (a DataFrame; skipped rows carry their reason) of the
-    named tables (default: all), with ``overrides`` of the shared GPU constants."""
+    named tables (default: all), with ``overrides`` of the shared GPU constants. ``ranges``:
+    the scenario envelope too (off: central values only, as fast as a fit needs);
+    ``published_layouts_only``: only the rows whose whole layout the table gives."""
     import pandas as pd
 
     specs = systems(overrides)
     names = names or table_names()
-    rows = [predict_case(c, specs) for c in (all_cases if all_cases is not None else cases(names))]
+    todo = all_cases if all_cases is not None else cases(names)
+    if published_layouts_only:
+        todo = [c for c in todo if not c.ranged]
+    rows = [predict_case(c, specs, ranges) for c in todo]
     if FRONTIER in names:
-        rows += frontier_rows(specs)
+        rows += frontier_rows(specs, ranges)
     return pd.DataFrame(rows)
 
 
 def summary(rows):
-    """Per table: rows modelled and skipped, MAPE, signed bias and the worst row (fractions),
-    and, where the rows say so, whether they were in the fit (``in_fit``)."""
+    """Per table: rows modelled and skipped, MAPE, signed bias and the worst row of the
+    central values (fractions), ``coverage`` (the fraction of rows whose published value lies
+    inside the predicted range) and ``median_width`` (the range's median width over the
+    central value), and, where the rows say so, whether they were in the fit (``in_fit``)."""
     import pandas as pd
 
     out = []
@@ -335,10 +498,106 @@ def summary(rows):
         rec = {"table": table, "rows": len(ok), "skipped": len(sub) - len(ok),
                "mape": float(ok["error"].abs().mean()), "bias": float(ok["error"].mean()),
                "worst_row": worst["row"], "worst_error": float(worst["error"])}
+        if "inside" in ok and ok["inside"].notna().all():
+            rec["coverage"] = float(ok["inside"].astype(bool).mean())
+            rec["median_width"] = float(ok["width"].median())
         if "in_fit" in ok:
             rec["in_fit"] = bool(ok["in_fit"].all())
         out.append(rec)
     return pd.DataFrame(out)
+
+
+# --- anchored series ------------------------------------------------------------------------
+
+#: The metric a series is read in when its rows give several (the first one present).
+SERIES_METRICS = ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu_pct", "iteration_s", "hfu_pct")
+
+
+def central_reading(c: Case, specs) -> tuple[float, Variant, stepmodel.StepBreakdown]:
+    """``(value, variant, breakdown)`` of a case's central reading (``predict_case``)."""
+    vals = []
+    for v in c.variants:
+        b = stepmodel.predict_step_time(v.point, specs[(c.system, v.framework, v.fp8_speedup)])
+        vals.append((predicted_value(c.metric, v.convention, v.point, b,
+                                     specs[(c.system, v.framework)].peak("bf16")), v, b))
+    vals.sort(key=lambda x: x[0])
+    return vals[(len(vals) - 1) // 2]
+
+
+def flops_rate(metric: str, value: float, v: Variant, peak: float) -> float:
+    """A row's figure as model FLOP/s per device (its own convention; ``megatron`` for a
+    metric without one), so that the points of a series whose model grows compare."""
+    p = v.point
+    conv = v.convention if v.convention != "none" else "megatron"
+    if metric == "iteration_s":
+        return convention_flops(p, conv) / (value * p.n)
+    if metric == "tokens_per_s_per_gpu":
+        return value * convention_flops(p, conv) / p.tokens_per_step
+    if metric in ("mfu_pct", "hfu_pct"):
+        return value / 100 * peak
+    return value * 1e12
+
+
+def series_rows(all_cases: list[Case], specs) -> list[dict]:
+    """Every published series (rows sharing a ``series`` id, read in one metric,
+    ``SERIES_METRICS``) anchored at its smallest N: the model's software rate solved so that
+    it gives that row's published figure (``anchor.solve_rate``), then the efficiency
+    ``X(N)/X(N₀)`` at the largest N predicted at that rate, with its band over the scenarios
+    (the rate re-solved in each), against the published one. ``error_points``: predicted
+    minus published efficiency, in percentage points."""
+    from scalestudy.perf import anchor
+
+    groups: dict = {}
+    for c in all_cases:
+        if c.series and not c.skip:
+            groups.setdefault((c.table, c.series), []).append(c)
+    out = []
+    for (table, series), cs in sorted(groups.items()):
+        metric = next(m for m in SERIES_METRICS if any(c.metric == m for c in cs))
+        cs = sorted((c for c in cs if c.metric == metric), key=lambda c: c.point.n)
+        if len(cs) < 2:
+            continue
+        read = [central_reading(c, specs) for c in cs]
+        hws = [specs[(c.system, v.framework, v.fp8_speedup)] for c, (_, v, _) in zip(cs, read)]
+        peaks = [specs[(c.system, v.framework)].peak("bf16") for c, (_, v, _) in zip(cs, read)]
+        (val0, v0, b0), (_, vn, _) = read[0], read[-1]
+        # the anchor's measured step: the model's step scaled as its figure is to the published
+        t0 = b0.step_time_s * (cs[0].published / val0 if metric == "iteration_s"
+                               else val0 / cs[0].published)
+        pub = (flops_rate(metric, cs[-1].published, vn, peaks[-1])
+               / flops_rate(metric, cs[0].published, v0, peaks[0]))
+        effs = {}
+        for label, _ in hws[0].scenarios():
+            h0, hn = dict(hws[0].scenarios())[label], dict(hws[-1].scenarios())[label]
+            rate = anchor.solve_rate(v0.point, h0, t0)
+            bn = stepmodel.predict_step_time(vn.point, hn.with_assumption("software_rate", rate))
+            xn = flops_rate(metric, predicted_value(metric, vn.convention, vn.point, bn,
+                                                    peaks[-1]), vn, peaks[-1])
+            x0 = flops_rate(metric, cs[0].published, v0, peaks[0])
+            effs[label] = (xn / x0, rate)
+        e, rate = effs["central"]
+        out.append({"table": table, "series": series, "scaling": cs[0].scaling,
+                    "metric": metric, "n0": cs[0].point.n, "n": cs[-1].point.n,
+                    "points": len(cs), "rate": rate, "published_efficiency": pub,
+                    "predicted_efficiency": e,
+                    "predicted_low": min(x[0] for x in effs.values()),
+                    "predicted_high": max(x[0] for x in effs.values()),
+                    "error_points": 100 * (e - pub)})
+    return out
+
+
+def series_table(names: list[str] | None = None, overrides: dict | None = None):
+    """``series_rows`` of the named tables (default: all) and the Frontier study's weak and
+    strong series (``frontier.anchored``), as a DataFrame."""
+    import pandas as pd
+
+    specs = systems(overrides)
+    names = names or table_names()
+    rows = series_rows(cases(names), specs)
+    if FRONTIER in names:
+        rows += [{"table": FRONTIER, **r} for r in
+                 frontier.anchored(specs[("frontier", "megatron-deepspeed")])]
+    return pd.DataFrame(rows)
 
 
 def log_error(e: float) -> float:

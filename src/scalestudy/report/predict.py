@@ -45,12 +45,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from scalestudy.analysis.aggregate import collect  # noqa: E402
-from scalestudy.analysis.stats import shrunk_mean  # noqa: E402
 from scalestudy.config.point import Point  # noqa: E402
 from scalestudy.config.study import load_study  # noqa: E402
 from scalestudy.config.studyspec import Study  # noqa: E402
 from scalestudy.config.vocab import Device, Reference  # noqa: E402
-from scalestudy.perf import frontier, stepmodel, validation  # noqa: E402
+from scalestudy.perf import anchor, frontier, stepmodel, validation  # noqa: E402
 from scalestudy.perf.flops import per_device_throughput  # noqa: E402
 from scalestudy.perf.hardware import fitted  # noqa: E402
 from scalestudy.perf.tables import breakdown_row, shape_columns  # noqa: E402
@@ -220,63 +219,118 @@ def study_predictions(points: list[Point], hw: stepmodel.HardwareSpec,
 def versus_measured(pred, runs, before=None):
     """Predicted vs measured step time per config: ``measured_step_time_s`` (median over the
     ok repeats of each run's median), ``residual = (predicted - measured) / measured``.
+    With ``tokens_per_step`` in ``pred``: ``measured_efficiency``, the measured X(N)/X(N₀)
+    against the series' smallest N (NA where either is not measured).
     ``before``: a ``predicted_before_run.csv`` frame (``before_run_calibration``): its
-    ``predicted_before_run_s`` and ``predicted_at`` join the larger points, with
-    ``before_run_residual`` (the same residual for the prediction made before the run)."""
+    anchored curve (``software_rate``, ``calibrated_on``, ``anchored``,
+    ``predicted_efficiency_before_run`` and its ``_low``/``_high``) joins every point it
+    has; ``predicted_before_run_s`` and ``predicted_at`` only the points predicted before
+    they ran (not the anchors, which were measured first), with ``before_run_residual`` (the
+    same residual for the prediction made before the run)."""
     ok = runs[runs["status"] == "ok"]
     meas = ok.groupby("config_hash", as_index=False)["step_time_median_s"].median()
     meas = meas.rename(columns={"step_time_median_s": "measured_step_time_s"})
     out = pred.merge(meas, on="config_hash", how="left")
     out["residual"] = (out["step_time_s"] - out["measured_step_time_s"]) / out["measured_step_time_s"]
+    if "tokens_per_step" in out and not out.empty:
+        x = per_device_throughput(out["tokens_per_step"], out["measured_step_time_s"], out["n"])
+        n0 = out.groupby("series")["n"].transform("min")
+        x0 = x.where(out["n"] == n0).groupby(out["series"]).transform("max")
+        out["measured_efficiency"] = x / x0
     if before is not None and not before.empty:
-        cols = ["config_hash", "predicted_before_run_s", "calibration_factor", "calibrated_on",
+        cols = ["config_hash", "predicted_before_run_s", "calibration_factor", "software_rate",
+                "calibrated_on", "anchored", "predicted_efficiency_before_run",
+                "predicted_efficiency_before_run_low", "predicted_efficiency_before_run_high",
                 "predicted_at"]
         out = out.merge(before[[c for c in cols if c in before]], on="config_hash", how="left")
+        if "anchored" in out:
+            anchored = out["anchored"].astype("boolean").fillna(False).astype(bool)
+            out.loc[anchored, ["predicted_before_run_s", "predicted_at"]] = None
         out["before_run_residual"] = ((out["predicted_before_run_s"] - out["measured_step_time_s"])
                                       / out["measured_step_time_s"])
     return out
 
 
-def before_run_calibration(pred, runs, max_n: int, predicted_at: str = ""):
-    """The model calibrated on the measured points with ``n <= max_n`` and its prediction for
-    the others, made before they run. The factor is measured / predicted step time over the
-    ok runs of the calibration points (per series; a series without one takes every
-    calibration point's runs): the geometric mean, shrunk toward 1 by the runs' own spread
-    (``analysis.stats.shrunk_mean`` of the log ratios), so that a few noisy runs move the
-    model only as far as their agreement supports (on a quiet cluster the whole way; on a
-    shared host, where the same point's repeats differ by 1.1-1.6x, less). Rows of the points
-    with ``n > max_n``: ``series, n, config_hash, step_time_s`` (the model),
-    ``calibration_factor``, ``calibrated_on`` (the points it came from),
-    ``predicted_before_run_s``, ``predicted_at`` (UTC, ISO 8601). Raises ``ValueError`` when
-    no calibration point has been measured."""
+def points_by_hash(points: list[Point]) -> dict:
+    """``config_hash -> Point`` of a planned study's feasible points (the first of a config's
+    repeats: ``anchor.predict_series`` tells its anchors by identity)."""
+    out: dict = {}
+    for p in points:
+        if p.feasible:
+            out.setdefault(p.config_hash, p)
+    return out
+
+
+#: Columns of ``predicted_before_run.csv`` (``before_run_calibration``).
+BEFORE_RUN_COLUMNS = ["series", "n", "config_hash", "step_time_s", "software_rate",
+                      "calibrated_on", "anchored", "predicted_before_run_s",
+                      "predicted_efficiency_before_run", "predicted_efficiency_before_run_low",
+                      "predicted_efficiency_before_run_high", "predicted_at"]
+
+
+def before_run_calibration(pred, runs, max_n: int, predicted_at: str = "", *,
+                           points: list[Point], hw: stepmodel.HardwareSpec,
+                           measured: stepmodel.Measured | None = None):
+    """The model anchored on the measured points with ``n <= max_n`` and its prediction for
+    the others, made before they run (``perf.anchor``). Per series, the anchors are its
+    measured points with ``n <= max_n``, each with the median over its config's ok runs of
+    ``step_time_median_s`` (a series without one takes every series' anchors); the
+    framework's ``software_rate`` is solved so that the model passes through them
+    (``anchor.anchored_rate``: the geometric mean of the anchors' rates), and the model at
+    that rate supplies how the bubble and the communication change with N
+    (``anchor.predict_series``: every point of the series, ``points`` being the planned
+    study's ``Point`` objects and ``hw``/``measured`` the model inputs of ``pred``).
+
+    No shrinkage: the anchored rate passes through the measured medians as they are (the
+    anchored curve starts at the measured throughput, efficiency 1 at the series' smallest
+    N). Shrinking the log rate toward the preset's by the runs' spread
+    (``analysis.stats.shrunk_mean``) would move the anchor off its own measurement, so the
+    runs' spread is left to the host-noise figures read beside the prediction.
+
+    Rows (``BEFORE_RUN_COLUMNS``): the anchored points (``anchored`` True) and every point
+    with ``n > max_n``: ``series, n, config_hash, step_time_s`` (the model at the preset's
+    rate), ``software_rate`` (the anchored rate), ``calibrated_on`` (the anchors),
+    ``predicted_before_run_s`` (the anchored step), ``predicted_efficiency_before_run`` with
+    ``_low``/``_high`` (X(N)/X(N₀) against the series' smallest N, the band over
+    ``hw.scenarios()``), ``predicted_at`` (UTC, ISO 8601). Raises ``ValueError`` when no
+    point with ``n <= max_n`` has been measured."""
     ok = runs[runs["status"] == "ok"]
-    small = pred[(pred["n"] <= max_n) & pred["config_hash"].isin(set(ok["config_hash"]))]
+    meas = ok.groupby("config_hash")["step_time_median_s"].median()
+    meas = meas[meas > 0]
+    by_hash = points_by_hash(points)
+    pred = pred[pred["config_hash"].isin(by_hash.keys())]
+    small = pred[(pred["n"] <= max_n) & pred["config_hash"].isin(meas.index)]
     if small.empty:
         raise ValueError(f"predict.before_run.calibrate_on_max_n={max_n}: no measured point with "
                          "N <= it to calibrate on (did they run?)")
-    model = dict(zip(small["config_hash"], small["step_time_s"].astype(float)))
-    logs = {h: [math.log(float(t) / model[h]) for t in g["step_time_median_s"]]
-            for h, g in ok[ok["config_hash"].isin(model.keys())].groupby("config_hash")}
 
-    def factor_of(hashes) -> float:
-        return math.exp(shrunk_mean([x for h in hashes for x in logs[h]]))
+    def anchors_of(rows) -> list:
+        return [(by_hash[h], float(meas[h])) for h in rows["config_hash"]]
 
-    overall = factor_of(logs)
+    everyone = anchors_of(small)
     rows = []
-    for r in pred[pred["n"] > max_n].itertuples():
-        mine = small[small["series"] == r.series]
+    for series, g in pred.groupby("series", sort=False):
+        g = g.sort_values("n", kind="stable")
+        mine = small[small["series"] == series]
         if mine.empty:
-            factor, on = overall, "all series, N <= %d" % max_n
+            anchors, on = everyone, "all series, N <= %d" % max_n
         else:
-            factor = factor_of(mine["config_hash"])
-            on = f"{r.series} N=" + ",".join(str(int(n)) for n in sorted(mine["n"]))
-        rows.append({"series": r.series, "n": int(r.n), "config_hash": r.config_hash,
-                     "step_time_s": float(r.step_time_s), "calibration_factor": factor,
-                     "calibrated_on": on, "predicted_before_run_s": factor * float(r.step_time_s),
-                     "predicted_at": predicted_at})
-    return pd.DataFrame(rows, columns=["series", "n", "config_hash", "step_time_s",
-                                       "calibration_factor", "calibrated_on",
-                                       "predicted_before_run_s", "predicted_at"])
+            anchors = anchors_of(mine)
+            on = f"{series} N=" + ",".join(str(int(n)) for n in sorted(mine["n"]))
+        curve = anchor.predict_series([by_hash[h] for h in g["config_hash"]], anchors, hw,
+                                      measured)
+        for r, sp in zip(g.itertuples(), curve):
+            if r.n <= max_n and not sp.anchored:
+                continue  # not measured, not predicted: it was to run before the prediction
+            rows.append({"series": series, "n": int(r.n), "config_hash": r.config_hash,
+                         "step_time_s": float(r.step_time_s), "software_rate": sp.rate,
+                         "calibrated_on": on, "anchored": sp.anchored,
+                         "predicted_before_run_s": sp.step_s,
+                         "predicted_efficiency_before_run": sp.efficiency,
+                         "predicted_efficiency_before_run_low": sp.efficiency_low,
+                         "predicted_efficiency_before_run_high": sp.efficiency_high,
+                         "predicted_at": predicted_at})
+    return pd.DataFrame(rows, columns=BEFORE_RUN_COLUMNS)
 
 
 def _save(fig, path: Path) -> Path:
@@ -327,25 +381,18 @@ def residual_figure(df, path: Path) -> Path:
 
 
 def host_measurements(study_dir: Path) -> stepmodel.Measured:
-    """The building blocks a CPU study measured on its own host during its run (the preset's
-    figures stand in for what is missing): from ``calibration.json`` the rates of the study's
-    own matrix products, the framework overhead and the copy bandwidth; from the
-    ``microbench`` jobs (``microbench: {enabled: true}``) the collectives, and matmul rates
-    where the calibration has none."""
-    mb = study_dir / "microbench"
-    bench = stepmodel.Measured.from_csv(*(str(mb / f) if (mb / f).exists() else None
-                                          for f in ("matmul.csv", "collectives.csv")))
-    cal = study_dir / "calibration.json"
-    if not cal.exists():
-        return bench
-    own = stepmodel.Measured.from_calibration(cal)
-    return replace(own, matmul=own.matmul or bench.matmul, collectives=bench.collectives)
+    """``scalestudy.perf.inputs.host_measurements`` (kept under this name for its callers)."""
+    from scalestudy.perf import inputs
+
+    return inputs.host_measurements(study_dir)
 
 
-def validation_markdown(rows, summary, fit: dict) -> str:
-    """The validation report: the fitted constants, per table MAPE, bias and worst row (with
-    and without leave-one-table-out fitting), then every modelled row's error and every row
-    the model cannot express with its reason."""
+def validation_markdown(rows, summary, fit: dict, series=None) -> str:
+    """The validation report: the fitted constants; per table MAPE and bias of the central
+    values, coverage (published inside the predicted range) and the range's median width,
+    the worst row, the leave-one-table-out figures; every published series' efficiency at
+    its largest N anchored at its smallest; then every modelled row (its range and the
+    fields the table leaves unsaid) and every row left out with its reason."""
     consts = fit.get("constants") or {}
     info = fit.get("fit") or {}
     loto = info.get("per_table") or {}
@@ -355,27 +402,44 @@ def validation_markdown(rows, summary, fit: dict) -> str:
                           for k, v in consts.items()) or "(none)")
              + (f", fitted on {', '.join(info.get('tables', []))}" if info else "")
              + ". Every other table is out of sample; the leave-one-table-out columns refit the "
-             "constant without the table itself (docs/performance-model.md).", "",
-             "| table | in fit | rows | MAPE | bias | worst row | its error | LOTO MAPE | LOTO bias |",
-             "|---|:---:|---:|---:|---:|---|---:|---:|---:|"]
+             "constant without the table itself. A row's range spans every reading of what its "
+             "table leaves unsaid and every stated assumption (docs/performance-model.md).", "",
+             "| table | in fit | rows | left out | MAPE | bias | coverage | median width "
+             "| worst row | its error | LOTO MAPE | LOTO bias |",
+             "|---|:---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
     for r in summary.itertuples():
         if not r.rows:
-            lines.append(f"| {r.table} | | 0 | | | (no row modelled: {r.skipped} skipped) | | | |")
+            lines.append(f"| {r.table} | | 0 | {r.skipped} | | | | | (FLOPs not countable) "
+                         "| | | |")
             continue
         lo = loto.get(r.table, {})
         lines.append(f"| {r.table} | {'yes' if r.table in info.get('tables', []) else 'no'} | "
-                     f"{r.rows} | {r.mape:.1%} | {r.bias:+.1%} | {r.worst_row} | "
+                     f"{r.rows} | {r.skipped} | {r.mape:.1%} | {r.bias:+.1%} | "
+                     f"{r.coverage:.0%} | {r.median_width:.0%} | {r.worst_row} | "
                      f"{r.worst_error:+.1%} | "
                      + (f"{lo['loto_mape']:.1%} | {lo['loto_bias']:+.1%} |" if lo else " | |"))
+    if series is not None and not series.empty:
+        lines += ["", "## Scaling series anchored at their smallest N", "",
+                  "The software rate is solved so that the model gives the smallest N's "
+                  "published figure; the model then predicts the efficiency at the largest N.",
+                  "", "| table | series | scaling | N0 → N | published | predicted (band) "
+                  "| error (points) |", "|---|---|---|---|---:|---:|---:|"]
+        for r in series.itertuples():
+            lines.append(f"| {r.table} | {r.series} | {r.scaling} | {r.n0} → {r.n} | "
+                         f"{r.published_efficiency:.1%} | {r.predicted_efficiency:.1%} "
+                         f"({r.predicted_low:.1%}–{r.predicted_high:.1%}) | "
+                         f"{r.error_points:+.1f} |")
     ok = rows[rows["skip"] == ""]
-    lines += ["", "## Every modelled row", "", "| table | row | metric | published | predicted | error |",
-              "|---|---|---|---:|---:|---:|"]
+    lines += ["", "## Every modelled row", "",
+              "| table | row | metric | published | predicted (range) | error | unsaid |",
+              "|---|---|---|---:|---:|---:|---|"]
     for r in ok.itertuples():
         lines.append(f"| {r.table} | {r.row} | {r.metric} | {r.published:.4g} | {r.predicted:.4g} "
-                     f"| {r.error:+.1%} |")
+                     f"({r.predicted_low:.4g}–{r.predicted_high:.4g}) | {r.error:+.1%} | "
+                     f"{r.ranged} |")
     skipped = rows[rows["skip"] != ""]
     if not skipped.empty:
-        lines += ["", "## Rows the model does not express", "", "| table | row | metric | why |",
+        lines += ["", "## Rows left out", "", "| table | row | metric | why |",
                   "|---|---|---|---|"]
         for r in skipped.itertuples():
             lines.append(f"| {r.table} | {r.row} | {r.metric} | {r.skip} |")
@@ -383,9 +447,9 @@ def validation_markdown(rows, summary, fit: dict) -> str:
 
 
 def validation_figure(rows, path: Path, style: str = "default") -> Path:
-    """Predicted against published, one marker per modelled row, one colour and marker per
-    table, every metric as its ratio to the published value (log scale), the ±10% and ±20%
-    bands shaded."""
+    """Predicted against published, one marker per modelled row (the central value) with its
+    range as a bar, one colour and marker per table, every metric as its ratio to the
+    published value (log scale), the ±10% and ±20% bands shaded."""
     ok = rows[rows["skip"] == ""].reset_index(drop=True)
     st = fstyle.series_styles(sorted(ok["table"].unique()))
     with fstyle.applied(style):
@@ -397,8 +461,12 @@ def validation_figure(rows, path: Path, style: str = "default") -> Path:
             s = st[table]
             ax.scatter(g.index, 1.0 + g["error"], color=s["color"], marker=s["marker"], s=18,
                        label=table, zorder=3)
+            lo, hi = (g["predicted_low"] / g["published"], g["predicted_high"] / g["published"])
+            flip = g["metric"] == "iteration_s"  # a longer step is pessimism
+            lo, hi = lo.where(~flip, 1 / hi), hi.where(~flip, 1 / lo)
+            ax.vlines(g.index, lo, hi, color=s["color"], lw=0.8, alpha=0.6, zorder=2)
         ax.set_yscale("log")
-        ticks = [0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.5]
+        ticks = [0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.5, 2.0]
         ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
         ax.minorticks_off()
         ax.set_ylabel("predicted / published (optimism > 1)")
@@ -495,25 +563,33 @@ def main(argv: list[str] | None = None) -> int:
 
 
 
-    def load_hw(name: str) -> stepmodel.HardwareSpec:
-        hw = stepmodel.HardwareSpec.load(name)
-        return hw.with_framework(a.framework) if a.framework else hw
+    def inputs_for(study: Study | None = None, hardware: str | None = None):
+        """The model's hardware and measured blocks (``perf.inputs.model_inputs``) under this
+        command's flags; None (the reason printed) when there are none."""
+        from scalestudy.perf.inputs import model_inputs
+
+        try:
+            return model_inputs(study, Path(a.results) / study.name if study else None,
+                                hardware=hardware, framework=a.framework,
+                                matmul_csv=a.matmul_csv, collectives_csv=a.collectives_csv)
+        except (OSError, ValueError) as e:
+            print(f"scalestudy predict: {e}", file=sys.stderr)
+            return None
 
     if a.validate:
         out = Path(a.out or f"{a.results}/validation")
         rows = validation.validate()
         summary = validation.summary(rows)
+        series = validation.series_table()
         _write_csv(rows, out / "validation.csv")
         _write_csv(summary, out / "validation_summary.csv")
-        md = validation_markdown(rows, summary, fitted())
+        _write_csv(series, out / "validation_series.csv")
+        md = validation_markdown(rows, summary, fitted(), series)
         write_text(out / "validation.md", md)
         validation_figure(rows, out / "validation.png")
-        print(md.split("\n## ")[0])
+        print("\n## ".join(md.split("\n## ")[:2]))
         print(f"-> {out}/")
         return 0
-    explicit = None
-    if a.matmul_csv or a.collectives_csv:
-        explicit = stepmodel.Measured.from_csv(a.matmul_csv, a.collectives_csv)
     compare_published, name = True, "frontier"
     if a.study:
         # nothing is launched from here: the site settings' policy does not apply
@@ -521,15 +597,11 @@ def main(argv: list[str] | None = None) -> int:
         name = study.name
         out = Path(a.out or f"{a.results}/{name}/predict")
         compare_published = Reference.FRONTIER_DASH2024 in study.references
-        if a.hardware:
-            hw, measured = load_hw(a.hardware), explicit
-        elif study.platform.device in (Device.CPU, Device.AUTO):
-            hw = load_hw("cpu-local")
-            measured = explicit or host_measurements(Path(a.results) / name)
-        else:
-            print("scalestudy predict: --hardware is required for a GPU study (a preset such as "
-                  f"{', '.join(stepmodel.presets())} or a YAML path)", file=sys.stderr)
+        mi = inputs_for(study, a.hardware)
+        if mi is None:
             return 2
+        hw, measured = mi.hw, mi.measured
+        print(f"model inputs: {mi.source}")
         brk: list = []
         pred = study_predictions(plan_points(study), hw, measured, a.dp_overlap, breakdown=brk)
         before_csv = out / "predicted_before_run.csv"
@@ -559,8 +631,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         out = Path(a.out or f"{a.results}/{name}/predict")
     if compare_published:
-        hw = load_hw(a.hardware or "frontier")
-        df, comp, brk_df = frontier.run(hw, explicit, a.dp_overlap)
+        mi = inputs_for(hardware=a.hardware or "frontier")
+        if mi is None:
+            return 2
+        hw = mi.hw
+        df, comp, brk_df = frontier.run(hw, mi.measured, a.dp_overlap)
         _write_csv(df, out / "predict_points.csv")
         _write_csv(comp, out / "predict_vs_published.csv")
         _write_csv(brk_df, out / "predict_breakdown.csv")

@@ -256,36 +256,17 @@ def _num(x) -> float | None:
 
 def _model(study: Study | None, study_dir: Path):
     """``(hardware spec, measured building blocks, description)`` for the performance model,
-    or ``(None, None, why not)``."""
-    from dataclasses import replace
-
-    from scalestudy.config import devices
-    from scalestudy.perf.stepmodel import HardwareSpec, Measured
+    or ``(None, None, why not)``: the inputs ``scalestudy predict`` prices the study with
+    (``perf.inputs.model_inputs``)."""
+    from scalestudy.perf.inputs import model_inputs
 
     if not study:
         return None, None, "no study.json"
-    plat = study.platform
     try:
-        if plat.device in (Device.CPU, Device.AUTO):
-            hw, what = HardwareSpec.load("cpu-local"), "cpu-local"
-            mb = study_dir / "microbench"
-            measured = Measured.from_csv(*(str(mb / f) if (mb / f).exists() else None
-                                           for f in ("matmul.csv", "collectives.csv")))
-            cal = study_dir / "calibration.json"
-            if not measured.matmul and cal.exists():
-                measured = replace(measured, matmul=Measured.from_calibration(cal).matmul)
-                what += " + calibration.json"
-            elif measured.matmul:
-                what += " + microbench"
-            return hw, measured, what
-        key = devices.device_key(plat.hardware)
-        systems = devices.table()["systems"]
-        name = next((s for s, d in systems.items() if key and d.get("device") == key), None)
-        if name is None:
-            return None, None, f"no system preset for hardware {plat.hardware!r}"
-        return HardwareSpec.load(name), None, name
+        mi = model_inputs(study, study_dir)
     except (OSError, ValueError, KeyError) as e:
         return None, None, f"model unavailable: {e}"
+    return mi.hw, mi.measured, mi.source
 
 
 def _predicted(study: Study | None, hw, measured, wanted: set[str]) -> dict[str, float]:

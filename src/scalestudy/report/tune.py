@@ -58,11 +58,17 @@ def main(argv: list[str] | None = None) -> int:
             shape = yaml.safe_load(f)
         model_gb = shape.pop("global_batch", None)
         model = Model(**{"name": os.path.splitext(os.path.basename(a.model))[0], **shape})
-    hw = stepmodel.HardwareSpec.load(a.hardware)
+    from scalestudy.perf.inputs import model_inputs
+
+    try:
+        mi = model_inputs(hardware=a.hardware, matmul_csv=a.matmul_csv,
+                          collectives_csv=a.collectives_csv)
+    except (OSError, ValueError) as e:
+        print(f"scalestudy tune: {e}", file=sys.stderr)
+        return 2
+    hw, measured = mi.hw, mi.measured
     precision = a.precision or ("fp32" if "bf16" not in hw.peak_flops or hw.device == "cpu" else "bf16")
     gb = a.global_batch or model_gb or 8 * a.n
-    measured = (stepmodel.Measured.from_csv(a.matmul_csv, a.collectives_csv)
-                if (a.matmul_csv or a.collectives_csv) else None)
     best = rank(model, a.n, gb, hw, a.top, precision, measured)
     if not best:
         print(f"no feasible shape for {model.name} on {a.n} devices of {hw.name} "

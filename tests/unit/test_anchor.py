@@ -1,0 +1,79 @@
+"""Anchored series prediction (scalestudy.perf.anchor) and the published series it is judged on
+(scalestudy.perf.validation.series_rows): the rate is recovered from a step the model itself
+gave, a series generated at a known rate is predicted without error, and the band holds the
+central curve. Pure: no torch.distributed."""
+
+import pytest
+
+from scalestudy.config.point import Model, Parallel, Point
+from scalestudy.perf import anchor, validation as v
+from scalestudy.perf.hardware import HardwareSpec
+
+GPT = Model(layers=8, hidden=1024, heads=16, vocab=32000, seq_len=1024)
+HW = HardwareSpec.load("dgx-a100").with_framework("megatron-lm")
+
+
+def weak_series(ns=(8, 16, 32, 64)):
+    """DP weak scaling with 2-way pipelines: micro-batch 1, 8 micro-batches per pipeline."""
+    return [Point.build(GPT, n=n, tp=2, pp=2, micro_batch=1, global_batch=8 * n // 4,
+                        parallel=Parallel(dp_mode="ddp")) for n in ns]
+
+
+def test_rate_is_recovered_from_a_step_the_model_gave():
+    p = weak_series()[0]
+    for rate in (0.5, 0.8, 1.0, 1.25):
+        step = anchor.step_at_rate(p, HW, rate)
+        assert anchor.solve_rate(p, HW, step) == pytest.approx(rate, rel=1e-5)
+    # a slower measurement means slower software
+    s1 = anchor.step_at_rate(p, HW, 1.0)
+    assert anchor.solve_rate(p, HW, 1.2 * s1) < anchor.solve_rate(p, HW, s1)
+    # two anchors: the geometric mean of their rates
+    q = weak_series()[1]
+    both = anchor.anchored_rate([(p, anchor.step_at_rate(p, HW, 0.64)),
+                                 (q, anchor.step_at_rate(q, HW, 1.0))], HW)
+    assert both == pytest.approx(0.8, rel=1e-4)
+    with pytest.raises(ValueError, match="step time"):
+        anchor.solve_rate(p, HW, 0.0)
+    with pytest.raises(ValueError, match="at least one"):
+        anchor.anchored_rate([], HW)
+
+
+def test_series_at_a_known_rate_is_predicted_back():
+    pts = weak_series()
+    rate = 0.7
+    truth = [anchor.per_device_rate(p, anchor.step_at_rate(p, HW, rate)) for p in pts]
+    out = anchor.predict_series(pts, [(pts[0], anchor.step_at_rate(pts[0], HW, rate))], HW)
+    assert [s.n for s in out] == [8, 16, 32, 64]
+    assert [s.anchored for s in out] == [True, False, False, False]
+    for s, x in zip(out, truth):
+        assert s.rate == pytest.approx(rate, rel=1e-5)
+        assert s.tokens_per_s_per_device == pytest.approx(x, rel=1e-5)
+        assert s.efficiency == pytest.approx(x / truth[0], rel=1e-5)
+        assert s.efficiency_low <= s.efficiency + 1e-12 and s.efficiency <= s.efficiency_high + 1e-12
+    assert out[0].efficiency == pytest.approx(1.0)
+    # communication grows with N at a fixed micro-batch count: efficiency cannot exceed 1
+    assert out[-1].efficiency <= 1.0 + 1e-9
+
+
+def test_published_series_generated_by_the_model_has_no_error():
+    """Two rows of one series whose published figures the model itself gave at one rate."""
+    specs = v.systems()
+    hw = specs[("dgx-a100", "megatron-lm")]
+
+    def row(n, value):
+        return dict(table="t", row=f"n{n}", device="A100-SXM4-80GB", gpus=str(n),
+                    framework="megatron-lm", arch="gpt", params_b="", layers="8", hidden="1024",
+                    heads="16", kv_heads="", ffn_hidden="", vocab="32000", seq_len="1024", tp="2",
+                    pp="2", dp=str(n // 4), cp="1", vp="1", sequence_parallel="false",
+                    micro_batch="1", global_batch=str(2 * n), recompute="none", dp_mode="ddp",
+                    flash_attention="false", precision="bf16", metric="iteration_s",
+                    value=str(value), flops_convention="none", peak_tflops="312", log_note="",
+                    source="", series="weak-dp", scaling="weak")
+
+    steps = {n: anchor.step_at_rate(v.case(row(n, 1.0)).point, hw, 0.75) for n in (8, 64)}
+    out, = v.series_rows([v.case(row(n, t)) for n, t in steps.items()], specs)
+    assert (out["n0"], out["n"], out["scaling"]) == (8, 64, "weak")
+    assert out["rate"] == pytest.approx(0.75, rel=1e-4)
+    assert out["error_points"] == pytest.approx(0.0, abs=1e-3)
+    assert out["predicted_low"] <= out["predicted_efficiency"] <= out["predicted_high"]
+    assert out["published_efficiency"] == pytest.approx(steps[8] / steps[64], rel=1e-9)
