@@ -7,10 +7,11 @@
 Run from the repository root (the benchmarks are not part of the installed package). Without
 names it runs trainer, harness and scale, gpu (on a GPU host the ~1B model; without a GPU a
 CPU smoke run of the same path with a tiny model, labelled as such) and predict (the
-performance model against the study's measured step times; it reads the harness benchmark's
-sweep when both run in one call, else it runs the study itself), and foreign (the built-in
-trainer vs torchtitan on the same Llama shape, batch, FSDP and world size; skipped with the
-reason where torchtitan is not installed: ``make setup-foreign``).
+performance model against the study's measured step times, beside the host's own run-to-run
+noise; it reads the harness benchmark's sweep when both run in one call, else it runs the
+study itself), and foreign (the built-in trainer vs torchtitan on the same Llama shape,
+batch, FSDP and world size; skipped with the reason where torchtitan is not installed:
+``make setup-foreign``).
 Writes to ``--out`` (atomically): ``<name>.json`` (the full record of each benchmark),
 ``figures.csv`` (tidy: one row per figure with target, verdict, host and load average) and
 ``figures.md`` (the printed table). Timings are never asserted in tests; this is where they
@@ -146,6 +147,10 @@ def run_one(name: str, args, workdir: Path, done: dict | None = None) -> dict:
             study_dir = Path(harness_rec["workdir"]) / "results" / study.name
         rec = predict.measure(args.study, workdir / "predict", study_dir=study_dir,
                               timeout=args.timeout)
+        # the host's noise on one fixed product, beside the repeats' noise of the study
+        noise = predict.matmul_noise()
+        rec["matmul_noise"] = {k: v for k, v in noise.items() if k != "figures"}
+        rec["figures"] += noise["figures"]
         # the bench's own N = 1, 2, 4, 8 study: N = 4 and 8 predicted before they run
         before = predict.measure_before_run(workdir / "predict-before-run", timeout=args.timeout)
         rec["before_run"] = before["points"]

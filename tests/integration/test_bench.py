@@ -63,12 +63,50 @@ def _vm_frame() -> pd.DataFrame:
         "measured_step_time_s": [0.1, 0.1, 0.25, float("nan")]})
 
 
+def _runs_frame() -> pd.DataFrame:
+    """runs.csv rows: a's three ok repeats spread 1.2x, b's two 1.05x, c's two ok 1.02x (its
+    failed third is left out), d's only repeat failed (no spread)."""
+    return pd.DataFrame({
+        "config_hash": ["a", "a", "a", "b", "b", "c", "c", "c", "d"],
+        "series": ["weak"] * 5 + ["strong"] * 4, "n": [1, 1, 1, 2, 2, 1, 1, 1, 2],
+        "repeat": [0, 1, 2, 0, 1, 0, 1, 2, 0],
+        "status": ["ok"] * 7 + ["failed"] * 2,
+        "step_time_median_s": [0.10, 0.12, 0.11, 0.20, 0.21, 0.25, 0.255, float("nan"),
+                               float("nan")]})
+
+
+def test_repeat_noise_and_its_note():
+    noise = predict.repeat_noise(_runs_frame())
+    assert [(p["config_hash"], p["repeats"]) for p in noise["points"]] == [
+        ("a", 3), ("b", 2), ("c", 2)]
+    assert noise["spread_max"] == pytest.approx(1.2)
+    assert noise["spread_median"] == pytest.approx(1.05)
+    a = [0.10, 0.12, 0.11]
+    assert noise["points"][0]["cv"] == pytest.approx(pd.Series(a).std(ddof=0) / 0.11)
+    none = predict.repeat_noise(None)
+    assert none["n_points"] == 0 and none["spread_median"] is None
+    figs = predict.noise_figures(none, "", 0.1, "median within 0.9-1.1")
+    _well_formed(figs, "predict")
+    assert all(f["value"] is None and f["target"] is None for f in figs)
+    # a median spread wider than the target's band is said to be so
+    wide = predict.noise_figures({**noise, "spread_median": 1.3}, "", 0.1, "median")
+    assert "narrower than the median point's repeat spread" in wide[0]["note"]
+
+
+def test_matmul_noise_figure():
+    rec = predict.matmul_noise((16, 16, 16), samples=3)
+    assert len(rec["seconds"]) == 3 and rec["spread"] >= 1.0
+    _well_formed(rec["figures"], "predict")
+    assert rec["figures"][0]["target"] is None and rec["figures"][0]["unit"] == "x"
+
+
 def test_predict_ratios_and_figures_from_the_predict_job_output(tmp_path):
     vm = _vm_frame()
     vm["residual"] = (vm["step_time_s"] - vm["measured_step_time_s"]) / vm["measured_step_time_s"]
     study_dir = tmp_path / "tiny"
     (study_dir / "predict").mkdir(parents=True)
     vm.to_csv(study_dir / "predict" / "predict_vs_measured.csv", index=False)
+    _runs_frame().to_csv(study_dir / "runs.csv", index=False)
     rec = predict.measure(workdir=tmp_path / "work", study_dir=study_dir)
     assert rec["reused_run"] is True and rec["sweep_s"] is None
     assert not (tmp_path / "work").exists()  # nothing was run
@@ -83,12 +121,22 @@ def test_predict_ratios_and_figures_from_the_predict_job_output(tmp_path):
     _well_formed(rec["figures"], "predict")
     names = [f["figure"] for f in rec["figures"]]
     assert sum(name.startswith("predicted/measured step time: ") for name in names) == 3
+    # the one target is the median's; every point, the lowest and the highest are information
     targets = {f["figure"]: (f["op"], f["target"]) for f in rec["figures"] if f["target"]}
     assert sorted(targets.values()) == sorted([(">=", predict.MEDIAN_RANGE[0]),
-                                               ("<=", predict.MEDIAN_RANGE[1]),
-                                               (">=", predict.RATIO_RANGE[0]),
-                                               ("<=", predict.RATIO_RANGE[1])])
-    assert predict.MEDIAN_RANGE == (0.9, 1.1) and predict.RATIO_RANGE == (0.7, 1.3)
+                                               ("<=", predict.MEDIAN_RANGE[1])])
+    assert predict.MEDIAN_RANGE == (0.9, 1.1) and not hasattr(predict, "RATIO_RANGE")
+    by = {f["figure"]: f for f in rec["figures"]}
+    assert by["predicted/measured step time, lowest point"]["value"] == pytest.approx(0.5)
+    assert by["predicted/measured step time, highest point"]["met"] is None
+    # the host's run-to-run noise from runs.csv, beside the ratios and in their units
+    assert rec["noise"]["n_points"] == 3
+    med = by["host noise: one point's repeats, slowest/fastest, median over points"]
+    top = by["host noise: one point's repeats, slowest/fastest, largest"]
+    assert med["value"] == pytest.approx(1.05) and med["unit"] == "x"
+    assert top["value"] == pytest.approx(1.2) and top["target"] is None
+    assert "repeats of one point differ by 5% median, 20% max" in med["note"]
+    assert "no target is tighter than this noise" in med["note"]
     assert "| predict | predicted/measured step time: weak N=1 | 0.5 x |" in bench.table(
         rec["figures"])
 
@@ -104,6 +152,7 @@ def test_predict_reads_the_harness_sweep_of_the_same_call(tmp_path, monkeypatch)
     monkeypatch.setattr(predict, "measure_before_run",
                         lambda *a, **k: {"points": [], "figures": []})
     monkeypatch.setattr(predict, "validate", lambda *a, **k: {"rows": [], "figures": []})
+    monkeypatch.setattr(predict, "matmul_noise", lambda *a, **k: {"spread": 1.1, "figures": []})
 
     study_file = tmp_path / "tiny.yaml"
     study_file.write_text(yaml.safe_dump(TINY))
@@ -138,6 +187,33 @@ def test_predicted_before_run_figures():
     # strong N=2 was not measured: no value, no verdict
     assert by["predicted before run, |error|: strong N=2"]["value"] is None
     assert by["predicted before run, written before the point started: strong N=2"]["met"] is None
+
+
+def test_before_run_efficiency_is_printed_beside_the_noise():
+    """The anchored efficiency predicted before the run, next to the measured one, the step's
+    error and the repeat noise (``measure_before_run``'s printout; pure)."""
+    vm = _vm_frame().assign(
+        predicted_before_run_s=[None, 0.09, None, 0.33], software_rate=[0.5, 0.5, 0.7, 0.7],
+        calibrated_on=["weak N=1"] * 2 + ["strong N=1"] * 2, anchored=[True, False, True, False],
+        predicted_efficiency_before_run=[1.0, 0.9, 1.0, 0.8],
+        predicted_efficiency_before_run_low=[1.0, 0.85, 1.0, 0.7],
+        predicted_efficiency_before_run_high=[1.0, 0.95, 1.0, 0.9],
+        measured_efficiency=[1.0, 0.95, 1.0, float("nan")],
+        predicted_at=[None, "2026-12-01T10:00:00+00:00", None, "2026-12-01T10:00:00+00:00"],
+        started_at=[None, None, None, None], predicted_before_start=[None, None, None, None])
+    runs = _runs_frame()
+    rec = predict.summarize_before_run(vm, "", runs)
+    assert "software rate 0.50" in rec["figures"][0]["note"]
+    eff = predict.before_run_efficiency(vm, rec["points"], rec["noise"])
+    assert [(r["series"], r["n"]) for r in eff["rows"]] == [("weak", 2), ("strong", 2)]
+    weak, strong = eff["rows"]
+    assert weak["predicted_efficiency"] == 0.9 and weak["measured_efficiency"] == 0.95
+    assert weak["step_error"] == pytest.approx(-0.1) and strong["measured_efficiency"] is None
+    _well_formed(eff["figures"], "predict")
+    assert all(f["target"] is None and f["met"] is None for f in eff["figures"])
+    assert "band 85.0%-95.0%" in eff["figures"][0]["note"]
+    assert "repeats differ by 5% median, 20% max" in eff["text"]
+    assert "90.0% [85.0%, 95.0%]" in eff["text"] and "-10.0%" in eff["text"]
 
 
 def test_predict_with_nothing_measured_reports_no_value():

@@ -142,11 +142,11 @@ def _dry_run(study_file, results) -> tuple[dict[str, int], list[str]]:
 def test_a_host_model_study_calibrates_in_slices_among_its_runs(tmp_path):
     """The default study (host measurements on) times its blocks and core sharing in
     ``host_slices.SLICES`` jobs of their own (its collectives in
-    ``microbench.COLLECTIVE_SLICES``), which need no input (so the scheduler places
+    ``collectives.COLLECTIVE_SLICES``), which need no input (so the scheduler places
     them among the runs) and hold the timed slot as a run does, and pools them into
     ``calibration.json``; the tiny study (host measurements off) runs no slice."""
     from scalestudy import paths
-    from scalestudy.measure import host_slices, microbench
+    from scalestudy.measure import collectives, host_slices
 
     default = paths.workflow_dir() / "config" / "default.yaml"
     jobs, blocks = _dry_run(default, tmp_path / "results")
@@ -156,7 +156,7 @@ def test_a_host_model_study_calibrates_in_slices_among_its_runs(tmp_path):
     assert len(slices) == host_slices.SLICES
     assert all("input:" not in b and "timed_slot=1" in b for b in slices)
     # and so are the collectives: slices among the runs, pooled into collectives.csv
-    assert jobs["microbench_collectives_slice"] == microbench.COLLECTIVE_SLICES
+    assert jobs["microbench_collectives_slice"] == collectives.COLLECTIVE_SLICES
     assert jobs["microbench_collectives"] == 1
     slices = [b for b in blocks if "rule microbench_collectives_slice:" in b]
     assert all("input:" not in b and "timed_slot=1" in b for b in slices)

@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scalestudy.config.point import Model, Point  # noqa: E402
-from scalestudy.measure.microbench import memory_point  # noqa: E402
+from scalestudy.measure.memory import memory_point  # noqa: E402
 from scalestudy.perf import flops, partition  # noqa: E402
 from scalestudy.perf import rates, stepmodel, terms_comm as comm  # noqa: E402
 from scalestudy.plan import constraints  # noqa: E402

@@ -363,67 +363,136 @@ def test_sync_waits_enter_the_slot_and_the_step(points, hw):
 # --- predicted before run --------------------------------------------------------------------
 
 
-def _pred_and_runs():
-    """Series a's small points measured at e^0.3 and e^0.1 times the model (one run each),
-    its N = 4 point at e^0.15 times; series b's only small run crashed."""
-    import math
-
-    pred = pd.DataFrame({"series": ["a", "a", "a", "b", "b"], "n": [1, 2, 4, 2, 4],
-                         "config_hash": list("pqrst"),
-                         "step_time_s": [1.0, 2.0, 4.0, 1.0, 3.0]})
-    runs = pd.DataFrame({"config_hash": list("pqrst"), "point_id": list("PQRST"),
-                         "status": ["ok", "ok", "ok", "crashed", "ok"],
-                         "step_time_median_s": [math.exp(0.3), 2.0 * math.exp(0.1),
-                                                4.0 * math.exp(0.15), 9.0, 2.0]})
-    return pred, runs
+RATE = 0.6  # the software rate the hand-made measurements of ``_pred_and_runs`` run at
 
 
-def test_before_run_calibration_by_hand():
-    import math
+def _pred_and_runs(points, hw):
+    """The default study predicted on cpu-local, and a runs frame made by hand: weak-dp N = 1
+    and 2 measured three times each around the model's step at ``RATE`` (their medians on
+    it), N = 4 on it; strong-dp N = 1 measured at 50 ms (not the model's shape at any
+    particular rate), its N = 2 crashed; weak-tp and strong-pp not measured at all."""
+    from scalestudy.perf import anchor
 
-    pred, runs = _pred_and_runs()
-    before = predict.before_run_calibration(pred, runs, 2, "2026-12-01T00:00:00+00:00")
-    by = before.set_index("config_hash")
-    assert list(by.index) == ["r", "t"]  # the points with N > 2
-    # log ratios 0.3 and 0.1: mean 0.2, se² = 0.02 / 2, shrunk by 1 - 0.01 / 0.04 to 0.15
-    assert by.loc["r", "calibration_factor"] == pytest.approx(math.exp(0.15))
-    assert by.loc["r", "predicted_before_run_s"] == pytest.approx(4.0 * math.exp(0.15))
-    assert by.loc["r", "calibrated_on"] == "a N=1,2"
-    # series b's only small point crashed: every calibration point's runs
-    assert by.loc["t", "calibration_factor"] == pytest.approx(math.exp(0.15))
-    assert by.loc["t", "calibrated_on"].startswith("all series")
-    # runs that disagree more than they agree leave the model as it is: logs 0.4 and -0.2
-    noisy = runs.assign(step_time_median_s=[math.exp(0.4), 2.0 * math.exp(-0.2), 5.0, 9.0, 2.0])
-    assert predict.before_run_calibration(pred, noisy, 2)["calibration_factor"].tolist() \
-        == [1.0, 1.0]
-    # repeats of one point count as runs: two at e^0.2 agree, the factor is whole
-    rep = pd.concat([runs.iloc[[0]], runs.iloc[[0]]]).assign(
-        step_time_median_s=math.exp(0.2))
-    assert predict.before_run_calibration(pred, rep, 1)["calibration_factor"].tolist() \
-        == pytest.approx([math.exp(0.2)] * 4)
+    pts = list(points.values())
+    pred = predict.study_predictions(pts, hw)
+    rows = []
+
+    def add(series, n, steps, status="ok"):
+        p = points[(series, n)]
+        for i, t in enumerate(steps):
+            rows.append({"config_hash": p.config_hash, "point_id": f"{series}-{n}-{i}",
+                         "series": series, "n": n, "status": status, "step_time_median_s": t})
+
+    for n in (1, 2):
+        t = anchor.step_at_rate(points[("weak-dp", n)], hw, RATE)
+        add("weak-dp", n, [1.1 * t, t, 0.95 * t])
+    add("weak-dp", 4, [anchor.step_at_rate(points[("weak-dp", 4)], hw, RATE)])
+    add("strong-dp", 1, [0.05, 0.06, 0.04])
+    add("strong-dp", 2, [9.0], status="crashed")
+    return pts, pred, pd.DataFrame(rows)
+
+
+def test_before_run_anchors_reproduce_the_measured_points(points, hw):
+    pts, pred, runs = _pred_and_runs(points, hw)
+    before = predict.before_run_calibration(pred, runs, 2, "2026-12-01T00:00:00+00:00",
+                                            points=pts, hw=hw)
+    assert list(before.columns) == predict.BEFORE_RUN_COLUMNS
+    by = before.set_index(["series", "n"])
+    # strong-dp: its one anchor (N = 1, median 50 ms) is passed through exactly and is the
+    # curve's baseline; its crashed N = 2 is neither an anchor nor predicted
+    a = by.loc[("strong-dp", 1)]
+    assert bool(a["anchored"]) and a["predicted_before_run_s"] == pytest.approx(0.05, rel=1e-5)
+    assert a["predicted_efficiency_before_run"] == pytest.approx(1.0)
+    assert a["calibrated_on"] == "strong-dp N=1"
+    assert ("strong-dp", 2) not in by.index and not bool(by.loc[("strong-dp", 4), "anchored"])
+    # the predicted point is at the same rate; its efficiency is against the anchor's throughput
+    x1 = points[("strong-dp", 1)].tokens_per_step / 0.05
+    p4 = by.loc[("strong-dp", 4)]
+    assert p4["software_rate"] == pytest.approx(a["software_rate"])
+    assert p4["predicted_efficiency_before_run"] == pytest.approx(
+        points[("strong-dp", 4)].tokens_per_step / (p4["predicted_before_run_s"] * 4) / x1)
+    for r in before.itertuples():
+        assert r.predicted_efficiency_before_run_low <= r.predicted_efficiency_before_run + 1e-12
+        assert r.predicted_efficiency_before_run <= r.predicted_efficiency_before_run_high + 1e-12
     with pytest.raises(ValueError, match="calibrate_on_max_n=0"):
-        predict.before_run_calibration(pred, runs, 0)
+        predict.before_run_calibration(pred, runs, 0, points=pts, hw=hw)
+    crashed = runs.assign(status="crashed")
+    with pytest.raises(ValueError, match="no measured point"):
+        predict.before_run_calibration(pred, crashed, 2, points=pts, hw=hw)
 
 
-def test_versus_measured_joins_the_prediction_made_before_the_run(tmp_path):
-    pred, runs = _pred_and_runs()
+def test_before_run_series_at_a_known_rate_is_predicted_back(points, hw):
+    from scalestudy.perf import anchor
+
+    pts, pred, runs = _pred_and_runs(points, hw)
+    before = predict.before_run_calibration(pred, runs, 2, points=pts, hw=hw)
+    by = before.set_index(["series", "n"])
+    truth = {n: anchor.step_at_rate(points[("weak-dp", n)], hw, RATE) for n in (1, 2, 4)}
+    x = {n: points[("weak-dp", n)].tokens_per_step / (t * n) for n, t in truth.items()}
+    assert by.loc[("weak-dp", 1), "calibrated_on"] == "weak-dp N=1,2"
+    for n in (1, 2, 4):
+        r = by.loc[("weak-dp", n)]
+        assert bool(r["anchored"]) == (n <= 2)
+        assert r["software_rate"] == pytest.approx(RATE, rel=1e-4)
+        assert r["predicted_before_run_s"] == pytest.approx(truth[n], rel=1e-4)
+        assert r["predicted_efficiency_before_run"] == pytest.approx(x[n] / x[1], rel=1e-4)
+        # the model at the preset's rate is kept beside it
+        assert r["step_time_s"] == pytest.approx(
+            float(pred.set_index("config_hash").loc[points[("weak-dp", n)].config_hash,
+                                                    "step_time_s"]))
+
+
+def test_before_run_series_without_a_measured_point_takes_every_series_anchors(points, hw):
+    from scalestudy.perf import anchor
+
+    pts, pred, runs = _pred_and_runs(points, hw)
+    before = predict.before_run_calibration(pred, runs, 2, points=pts, hw=hw)
+    tp = before[before["series"] == "weak-tp"]
+    assert tp["n"].tolist() == [4]  # its unmeasured N = 2 was to run first: not in the file
+    r = tp.iloc[0]
+    assert r["calibrated_on"] == "all series, N <= 2" and not bool(r["anchored"])
+    every = [(points[("weak-dp", 1)], 1.0 * anchor.step_at_rate(points[("weak-dp", 1)], hw, RATE)),
+             (points[("weak-dp", 2)], anchor.step_at_rate(points[("weak-dp", 2)], hw, RATE)),
+             (points[("strong-dp", 1)], 0.05)]
+    assert r["software_rate"] == pytest.approx(anchor.anchored_rate(every, hw), rel=1e-4)
+    # its efficiency is against its own smallest N, predicted at that rate
+    assert r["predicted_efficiency_before_run"] == pytest.approx(
+        anchor.predict_series([points[("weak-tp", 2)], points[("weak-tp", 4)]], every,
+                              hw)[1].efficiency, rel=1e-6)
+
+
+def test_versus_measured_joins_the_prediction_made_before_the_run(points, hw, tmp_path):
+    pts, pred, runs = _pred_and_runs(points, hw)
     # time stamps in milliseconds (the runner's and the prediction's): a point that starts
     # within the second its prediction was written is still ordered after it
-    before = predict.before_run_calibration(pred, runs, 2, "2026-12-01T10:00:00.100+00:00")
+    before = predict.before_run_calibration(pred, runs, 2, "2026-12-01T10:00:00.100+00:00",
+                                            points=pts, hw=hw)
     vm = predict.versus_measured(pred, runs, before)
-    r = vm.set_index("config_hash").loc["r"]
-    assert r["before_run_residual"] == pytest.approx(0.0)  # 4 e^0.15 predicted and measured
-    assert pd.isna(vm.set_index("config_hash").loc["p", "predicted_before_run_s"])
-    for pid, started in (("R", "2026-12-01T10:00:00.250+00:00"), ("T", "2026-12-01T09:59:00+00:00")):
+    by = vm.set_index(["series", "n"])
+    r = by.loc[("weak-dp", 4)]
+    assert r["before_run_residual"] == pytest.approx(0.0, abs=1e-4)  # generated at RATE
+    assert r["measured_efficiency"] == pytest.approx(r["predicted_efficiency_before_run"],
+                                                     rel=1e-4)
+    # the anchors join the curve, not the before-run residuals (they ran first)
+    a = by.loc[("weak-dp", 1)]
+    assert bool(a["anchored"]) and pd.isna(a["predicted_before_run_s"])
+    assert pd.isna(a["predicted_at"]) and a["predicted_efficiency_before_run"] == 1.0
+    assert a["measured_efficiency"] == pytest.approx(1.0)
+    assert pd.isna(by.loc[("strong-pp", 2), "predicted_efficiency_before_run"])
+    h4, hs = points[("weak-dp", 4)].config_hash, points[("strong-dp", 4)].config_hash
+    for pid, started in (("weak-dp-4-0", "2026-12-01T10:00:00.250+00:00"),):
         (tmp_path / "runs" / pid).mkdir(parents=True)
         (tmp_path / "runs" / pid / "status.json").write_text(json.dumps({"started": started}))
-    vm = predict.started_before(vm, runs, tmp_path).set_index("config_hash")
-    assert vm.loc["r", "predicted_before_start"] == True  # noqa: E712 (a pandas object)
-    assert vm.loc["t", "predicted_before_start"] == False  # noqa: E712
-    assert pd.isna(vm.loc["p", "predicted_before_start"])  # no prediction before its run
-    predict.residual_figure(vm.reset_index().assign(
-        oversubscribed=False), tmp_path / "f.png")
+    vm2 = predict.started_before(vm, runs, tmp_path).set_index("config_hash")
+    assert vm2.loc[h4, "predicted_before_start"] == True  # noqa: E712 (a pandas object)
+    assert pd.isna(vm2.loc[hs, "predicted_before_start"])  # not run
+    assert pd.isna(vm2.loc[points[("weak-dp", 1)].config_hash, "predicted_before_start"])
+    predict.residual_figure(vm.assign(oversubscribed=False), tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 0
+    assert predict.before_run_figure(vm, tmp_path / "e.png") == tmp_path / "e.png"
+    assert (tmp_path / "e.png").stat().st_size > 0
+    assert predict.before_run_figure(predict.versus_measured(pred, runs), tmp_path / "x.png") \
+        is None
 
 
 def test_the_study_option_is_typed_and_checked():
@@ -448,19 +517,19 @@ def test_the_study_option_is_typed_and_checked():
 
 def test_block_specs_bench_blocks_and_core_sharing_rows(points):
     from scalestudy.config.point import Model
-    from scalestudy.measure import microbench
+    from scalestudy.measure.blocks import BLOCKS, DDP_BLOCKS, bench_blocks, block_spec, block_specs
+    from scalestudy.measure.host_sharing import bench_core_sharing, bench_sync_wait
 
-    specs = microbench.block_specs(points.values())
+    specs = block_specs(points.values())
     # the default study's distinct blocks; DDP's where a point of them runs under it (the
     # strong-pp and weak-tp points' replicate does not)
     assert sorted((s["micro_batch"], s["layout"], s["ddp"]) for s in specs) == [
         (2, "plain", True), (4, "plain", True), (4, "tp2", False)]
     tiny = Model(name="t", layers=2, hidden=16, heads=2, seq_len=8, vocab=32)
-    rows = microbench.bench_blocks([microbench.block_spec(tiny, 2, "plain", ddp=True),
-                                    microbench.block_spec(tiny, 2, "tp2")],
-                                   samples=2, warmup=1, min_time_s=0.0)
+    rows = bench_blocks([block_spec(tiny, 2, "plain", ddp=True), block_spec(tiny, 2, "tp2")],
+                        samples=2, warmup=1, min_time_s=0.0)
     # two rounds, one sample of every piece of both layouts in each (DDP's in the plain one)
-    timed = {"plain": microbench.BLOCKS + microbench.DDP_BLOCKS, "tp2": microbench.BLOCKS}
+    timed = {"plain": BLOCKS + DDP_BLOCKS, "tp2": BLOCKS}
     assert sorted((r["key"], r["block"], r["sample"]) for r in rows) == sorted(
         (block_key(tiny, 8, 2, lay), b, i) for lay, bs in timed.items() for b in bs
         for i in (0, 1))
@@ -472,11 +541,10 @@ def test_block_specs_bench_blocks_and_core_sharing_rows(points):
                                          if lay == "plain" else set())
         assert set(v) == measured | paired and min(v[b] for b in paired) >= 0
         assert min(v[b] for b in measured) > 0
-    sharing = microbench.bench_core_sharing(procs=(1, 2), work_s=0.005, samples=1)
+    sharing = bench_core_sharing(procs=(1, 2), work_s=0.005, samples=1)
     assert [r["procs"] for r in sharing] == [1, 2] and sharing[0]["factor"] == 1.0
     assert all(r["seconds"] > 0 and r["load_1m"] >= 0 for r in sharing)
-    sync = microbench.bench_sync_wait(procs=(1, 2), grains=(5e-4, 1e-3), samples=1,
-                                      phase_s=0.005)
+    sync = bench_sync_wait(procs=(1, 2), grains=(5e-4, 1e-3), samples=1, phase_s=0.005)
     assert [(r["procs"], r["grain_s"]) for r in sync] == [(2, 5e-4), (2, 1e-3)]
     for r in sync:  # the wait is what the synchronised loop adds beyond the latency
         assert r["alone_s"] > 0 and r["alpha_s"] > 0
@@ -487,7 +555,7 @@ def test_a_spec_process_group_is_the_points_mesh_without_peers():
     import torch
     import torch.distributed as dist
 
-    from scalestudy.measure.microbench import spec_process_group
+    from scalestudy.measure.blocks import spec_process_group
 
     with spec_process_group(2, False) as mesh:  # rank 0 of 2 on the fake backend
         assert mesh.size() == 2 and dist.get_rank() == 0 and dist.get_backend() == "fake"
@@ -505,7 +573,7 @@ def test_a_spec_process_group_is_the_points_mesh_without_peers():
 
 
 def test_collectives_slices_pool_into_one_table_whose_median_the_model_takes(tmp_path):
-    from scalestudy.measure.microbench import pool_slices
+    from scalestudy.measure.collectives import pool_slices
 
     def one_slice(k, ms):
         path = tmp_path / f"slice_{k}.csv"
@@ -527,18 +595,19 @@ def test_collectives_slices_pool_into_one_table_whose_median_the_model_takes(tmp
 
 def test_a_host_slice_times_the_blocks_and_the_core_sharing_in_its_own_process(tmp_path):
     from scalestudy.config.point import Model
-    from scalestudy.measure import host_slices, microbench
+    from scalestudy.measure import host_slices
+    from scalestudy.measure.blocks import BLOCKS, block_spec
     from scalestudy.record.io import read_json
 
     tiny = Model(name="t", layers=2, hidden=16, heads=2, seq_len=8, vocab=32)
     out = tmp_path / "slice_0.json"
     assert host_slices.main(["--device", "cpu", "--out", str(out), "--block-rounds", "2",
                              "--sharing-rounds", "1",
-                             "--blocks-json", json.dumps([microbench.block_spec(tiny, 2, "plain")]),
+                             "--blocks-json", json.dumps([block_spec(tiny, 2, "plain")]),
                              "--core-sharing", "2"]) == 0
     rec = read_json(out)
     assert {(r["block"], r["sample"]) for r in rec["blocks"]} == {
-        (b, i) for b in microbench.BLOCKS for i in (0, 1)}  # two rounds of every piece
+        (b, i) for b in BLOCKS for i in (0, 1)}  # two rounds of every piece
     assert [(r["procs"], r["sample"]) for r in rec["core_sharing"]] == [(1, 0), (2, 0)]
     assert {(r["procs"], r["sample"]) for r in rec["sync_wait"]} == {(2, 0)}  # one round
     assert rec["load_1m"] >= 0 and rec["measured_at"].endswith("+00:00")
@@ -552,7 +621,7 @@ def test_core_sharing_after_torch_ran_with_several_threads():
     import sys
 
     code = ("import torch; torch.set_num_threads(2); a = torch.randn(256, 256); a @ a\n"
-            "from scalestudy.measure.microbench import bench_core_sharing\n"
+            "from scalestudy.measure.host_sharing import bench_core_sharing\n"
             "rows = bench_core_sharing((1, 2), work_s=0.005, samples=1)\n"
             "assert [r['procs'] for r in rows] == [1, 2], rows\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -563,7 +632,7 @@ def test_calibration_times_blocks_only_of_models_it_can_afford():
     """A point whose one micro-batch exceeds MAX_BLOCK_FLOPS (a fault test's 16k-token
     math-attention model) keeps the product-rate model: its blocks are not timed."""
     from scalestudy.config.point import Model, Point
-    from scalestudy.measure.microbench import MAX_BLOCK_FLOPS, block_flops, block_specs
+    from scalestudy.measure.blocks import MAX_BLOCK_FLOPS, block_flops, block_specs
     from scalestudy.perf import flops
 
     small = Point.for_layout(Model(layers=2, hidden=32, heads=2, seq_len=16, vocab=64),
@@ -579,7 +648,7 @@ def test_calibration_times_blocks_only_of_models_it_can_afford():
 def test_blocks_of_a_llama_model_are_timed():
     """Llama's blocks take the rotary table: the calibration times them like GPT's."""
     from scalestudy.config.point import Model
-    from scalestudy.measure.microbench import bench_blocks, block_spec
+    from scalestudy.measure.blocks import bench_blocks, block_spec
 
     m = Model(arch="llama", layers=2, hidden=32, heads=2, seq_len=16, vocab=64)
     rows = bench_blocks([block_spec(m, 1, "plain")], samples=1, warmup=0, min_time_s=0.0)

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from scalestudy.config.point import Model
-from scalestudy.measure.microbench import memory_point
+from scalestudy.measure.memory import memory_point
 from scalestudy.perf import flops, memory
 
 TINY = dict(vocab=256, seq_len=64, layers=2, hidden=64, heads=4)
@@ -224,7 +224,7 @@ def test_estimate_matches_measured_peak_on_cpu():  # single process, plain train
     Observed errors: -0.2% (state-dominated), -4.5% (activations), +5.1% (full
     checkpointing). Bound 15%: allocator granularity and page-level RSS noise are a few MiB
     on totals of 70-180 MiB, and the model omits optimizer/autograd temporaries."""
-    from scalestudy.measure.microbench import MEMORY_CASES, bench_memory
+    from scalestudy.measure.memory import MEMORY_CASES, bench_memory
 
     cases = {k: MEMORY_CASES[k] for k in ("state", "activations_full_ckpt")}
     rows = bench_memory(cases)

@@ -12,9 +12,10 @@ import pytest
 
 from scalestudy.config.study import load_study
 from scalestudy.config.vocab import Device
-from scalestudy.perf import stepmodel
+from scalestudy.perf.hardware import HardwareSpec
 from scalestudy.perf.inputs import host_measurements, model_inputs
-from scalestudy.perf.stepmodel import Measured, block_key, predict_step_time
+from scalestudy.perf.rates import Measured, block_key
+from scalestudy.perf.stepmodel import predict_step_time
 from scalestudy.plan.planner import plan_points
 from scalestudy.report import predict as predict_cli
 from scalestudy.report import status
@@ -136,7 +137,7 @@ def test_a_gpu_study_without_a_system_is_one_clear_error(study, study_dir, hardw
 def test_explicit_hardware_framework_and_tables_win(study, study_dir, tmp_path):
     mi = model_inputs(study, study_dir, hardware="frontier", framework="megatron-lm")
     assert mi.hw.name == "frontier" and mi.hw.framework.name == "megatron-lm"
-    assert mi.hw.framework != stepmodel.HardwareSpec.load("frontier").framework
+    assert mi.hw.framework != HardwareSpec.load("frontier").framework
     assert mi.measured is None  # a named system: not priced with the study host's figures
     assert mi.source == "frontier driven by megatron-lm"
     # the study's own host by name: its preset as described

@@ -3,7 +3,7 @@
 import pytest
 
 from scalestudy.config.point import Model
-from scalestudy.measure.microbench import memory_point
+from scalestudy.measure.memory import memory_point
 from scalestudy.perf import flops
 from scalestudy.perf import hardware, terms_compute as compute
 from scalestudy.perf.hardware import HardwareSpec, Link

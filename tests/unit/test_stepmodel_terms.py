@@ -9,7 +9,7 @@ import math
 import pytest
 
 from scalestudy.config.point import Model
-from scalestudy.measure.microbench import memory_point
+from scalestudy.measure.memory import memory_point
 from scalestudy.perf import host, rates, stepmodel
 from scalestudy.perf import terms_comm as comm, terms_compute as compute
 from scalestudy.perf.hardware import Assumption, Framework, HardwareSpec, Link

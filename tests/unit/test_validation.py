@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from scalestudy.config.point import Model
-from scalestudy.perf import fit, flops, hardware, kernels, stepmodel as sm, validation as v
-from scalestudy.perf.hardware import HardwareSpec
+from scalestudy.perf import fit, flops, hardware, kernels, rates, stepmodel as sm, validation as v
+from scalestudy.perf import terms_compute as compute
+from scalestudy.perf.hardware import HardwareSpec, Link
 
 GPT = Model(layers=4, hidden=256, heads=8, vocab=1000, seq_len=128)
 LLAMA = Model(arch="llama", layers=4, hidden=256, heads=8, kv_heads=2, vocab=1000, seq_len=128)
@@ -71,29 +72,29 @@ def test_softmax_and_loss_traffic_by_hand():
 
 def test_batched_products_are_quantised_together():
     # 128 x 128 on 128 x 128 tiles: one tile; alone it fills 1 of 108 SMs, a batch of 108 one wave
-    assert sm.tile_wave_efficiency(128, 128, (128, 128), 108) == pytest.approx(1 / 108)
-    assert sm.tile_wave_efficiency(128, 128, (128, 128), 108, batch=108) == pytest.approx(1.0)
-    assert sm.tile_wave_efficiency(128, 128, (128, 128), 108, batch=109) == pytest.approx(109 / 216)
+    assert rates.tile_wave_efficiency(128, 128, (128, 128), 108) == pytest.approx(1 / 108)
+    assert rates.tile_wave_efficiency(128, 128, (128, 128), 108, batch=108) == pytest.approx(1.0)
+    assert rates.tile_wave_efficiency(128, 128, (128, 128), 108, batch=109) == pytest.approx(109 / 216)
     hw = HardwareSpec(name="t", device="t", devices_per_node=8, peak_flops={"bf16": 1e12},
-                      memory_bytes=1e12, mem_bw=1e30, matmul_efficiency=0.5, intra=sm.Link(1, 0),
+                      memory_bytes=1e12, mem_bw=1e30, matmul_efficiency=0.5, intra=Link(1, 0),
                       gemm_tile=(128, 128), multiprocessors=108)
-    one = sm.gemm_seconds(128, 128, 64, 108, "bf16", hw)
-    batched = sm.gemm_seconds(128, 128, 64, 108, "bf16", hw, batched=True)
+    one = rates.gemm_seconds(128, 128, 64, 108, "bf16", hw)
+    batched = rates.gemm_seconds(128, 128, 64, 108, "bf16", hw, batched=True)
     assert one == pytest.approx(108 * batched)
 
 
 def test_launch_gaps_by_hand():
-    c = sm.LayerCosts(*([0.0] * 11), measured=False, launches_fwd=10, launches_bwd=18)
+    c = compute.LayerCosts(*([0.0] * 11), measured=False, launches_fwd=10, launches_bwd=18)
     hw = HardwareSpec(name="t", device="t", devices_per_node=8, peak_flops={"bf16": 1e12},
-                      memory_bytes=1e12, mem_bw=1e12, matmul_efficiency=0.5, intra=sm.Link(1, 0),
+                      memory_bytes=1e12, mem_bw=1e12, matmul_efficiency=0.5, intra=Link(1, 0),
                       kernel_gap_s=2e-6)
     # 3 layers forward + backward, 2 of them recomputed, the head and loss on the last stage
-    assert sm.launch_gap_seconds(c, 3, 2, True, hw) == pytest.approx(
-        2e-6 * (3 * 28 + 2 * 10 + sm.HEAD_LAUNCHES))
-    assert sm.launch_gap_seconds(c, 3, 0, False, hw) == pytest.approx(2e-6 * 84)
+    assert compute.launch_gap_seconds(c, 3, 2, True, hw) == pytest.approx(
+        2e-6 * (3 * 28 + 2 * 10 + compute.HEAD_LAUNCHES))
+    assert compute.launch_gap_seconds(c, 3, 0, False, hw) == pytest.approx(2e-6 * 84)
     from dataclasses import replace
 
-    assert sm.launch_gap_seconds(c, 3, 0, False, replace(hw, kernel_gap_s=0.0)) == 0.0
+    assert compute.launch_gap_seconds(c, 3, 0, False, replace(hw, kernel_gap_s=0.0)) == 0.0
 
 
 def test_power_limit_and_shared_gpu_constants():
@@ -115,8 +116,8 @@ def test_power_limit_and_shared_gpu_constants():
     assert cpu.sustained == 1.0 and cpu.kernel_gap_s == 0.0 and cpu.power_factor == 1.0
     # the sustained fraction scales the declared GEMM rate
     a = HardwareSpec.load("dgx-a100")
-    assert sm.gemm_efficiency(8192, 8192, 8192, a) == pytest.approx(
-        a.matmul_efficiency * a.sustained * sm.tile_wave_efficiency(8192, 8192, a.gemm_tile, 108))
+    assert rates.gemm_efficiency(8192, 8192, 8192, a) == pytest.approx(
+        a.matmul_efficiency * a.sustained * rates.tile_wave_efficiency(8192, 8192, a.gemm_tile, 108))
 
 
 # --- validation rows ------------------------------------------------------------------------

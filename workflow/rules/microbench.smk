@@ -1,16 +1,16 @@
 # Building-block measurements (scalestudy.measure.microbench) on the study's own hardware: matmul
 # throughput by shape and dtype, collective bandwidth/latency by size and group size, one
-# tidy CSV and one figure each. They feed `scalestudy predict` (scalestudy.perf.stepmodel.Measured).
+# tidy CSV and one figure each. They feed `scalestudy predict` (scalestudy.perf.rates.Measured).
 # Study key (all optional):
 #   microbench: {enabled: false, matmul_sizes: [256, 512, 1024], dtypes: [fp32, bf16],
 #                sizes: [4096, 65536, 1048576, 8388608], group_sizes: [2]}
 # The measuring jobs are timed: they hold the host's only `timed_slot`, like training; the
-# collectives are measured in slices among the runs (microbench.COLLECTIVE_SLICES), pooled.
+# collectives are measured in slices among the runs (collectives.COLLECTIVE_SLICES), pooled.
 # Needs OUT, PY and STUDY from the Snakefile; include this file and add MICROBENCH_OUTPUTS
 # to `rule all`.
 import shlex
 
-from scalestudy.measure import microbench
+from scalestudy.measure import collectives
 from scalestudy.run.launch import local_torchrun
 
 localrules: microbench_collectives
@@ -61,7 +61,7 @@ rule microbench_collectives_slice:
         nproc=max(MB_GROUPS),
         sizes=" ".join(str(s) for s in MB.sizes),
         groups=" ".join(str(g) for g in MB_GROUPS),
-        samples=microbench.COLLECTIVE_SLICE_SAMPLES,
+        samples=collectives.COLLECTIVE_SLICE_SAMPLES,
         # torchrun whose stores listen on loopback only (run/launch.py local_torchrun)
         launcher=shlex.join(local_torchrun(max(MB_GROUPS), PY)),
     shell:
@@ -72,9 +72,9 @@ rule microbench_collectives_slice:
 
 
 rule microbench_collectives:
-    """The collectives' slices in one table (scalestudy.measure.microbench.pool_slices)."""
+    """The collectives' slices in one table (scalestudy.measure.collectives.pool_slices)."""
     input:
-        expand(rules.microbench_collectives_slice.output[0], k=range(microbench.COLLECTIVE_SLICES)),
+        expand(rules.microbench_collectives_slice.output[0], k=range(collectives.COLLECTIVE_SLICES)),
     output:
         f"{OUT}/microbench/collectives.csv",
     log:
@@ -82,7 +82,7 @@ rule microbench_collectives:
     resources:
         timed_slot=0,  # a thread of Snakemake's own process, as plan
     run:
-        microbench.pool_slices(list(input), output[0], log[0])
+        collectives.pool_slices(list(input), output[0], log[0])
 
 
 rule microbench_plot:

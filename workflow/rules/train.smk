@@ -3,8 +3,8 @@ import os
 import shlex
 
 from scalestudy.measure import host_slices
-from scalestudy.measure.microbench import block_specs
-from scalestudy.perf.stepmodel import gemm_shapes
+from scalestudy.measure.blocks import block_specs
+from scalestudy.perf.terms_compute import gemm_shapes
 from scalestudy.run import slurm
 
 localrules: calibration

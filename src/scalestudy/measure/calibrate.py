@@ -17,7 +17,7 @@ wait at a synchronisation are measured in slices across the sweep
 composes a CPU study's steps from these (``scalestudy.perf.stepmodel``).
 
 ``--shapes MxNxK ...`` also times ``[M×K] @ [K×N]`` at each given shape (the study's own
-products, ``scalestudy.perf.stepmodel.gemm_shapes``), the same way with samples of ≳ 10 ms: small products
+products, ``scalestudy.perf.terms_compute.gemm_shapes``), the same way with samples of ≳ 10 ms: small products
 reach a fraction of the ceiling, and the performance model needs their rate.
 """
 
@@ -34,7 +34,7 @@ import time
 import torch
 
 from scalestudy.config.vocab import DType, TRAIN_PRECISIONS
-from scalestudy.measure.microbench import timed_samples
+from scalestudy.measure.common import timed_samples
 from scalestudy.record.io import write_json
 from scalestudy.run.launch import threads_per_process
 from scalestudy.train.device import TORCH_DTYPES, detect_device, resolve_device_type, sync
@@ -160,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
                   threads=threads)
     rec["shapes"] = measure_shapes(device, args.dtype, args.shapes)
     if args.overhead and device == "cpu":  # (a GPU's asynchronous launches hide it)
-        from scalestudy.measure.microbench import bench_bandwidth, bench_overhead
+        from scalestudy.measure.bandwidth import bench_bandwidth
+        from scalestudy.measure.overhead import bench_overhead
 
         rec["overhead"] = bench_overhead(layouts=tuple(args.overhead))
         rec["bandwidth"] = bench_bandwidth(device="cpu")

@@ -10,8 +10,8 @@ On a shared host the same blocks run up to ~1.7x faster or slower from one minut
 and the study's runs sample the host over the whole sweep: blocks timed in one moment are one
 draw of its speed, common to every prediction of the sweep. Slices spread over the sweep
 sample it as the runs do; the model takes the median over all their rounds
-(``stepmodel.blocks_from_rows``, ``stepmodel.core_sharing_from_rows``,
-``stepmodel.sync_wait_from_rows``).
+(``rates.blocks_from_rows``, ``rates.core_sharing_from_rows``,
+``rates.sync_wait_from_rows``).
 """
 
 from __future__ import annotations
@@ -33,18 +33,19 @@ SLICES = 5
 BLOCK_ROUNDS = 9
 SHARING_ROUNDS = 2
 
-#: The calibration fields that slices measure (rows of ``microbench.bench_blocks``,
-#: ``microbench.bench_core_sharing`` and ``microbench.bench_sync_wait``).
+#: The calibration fields that slices measure (rows of ``blocks.bench_blocks``,
+#: ``host_sharing.bench_core_sharing`` and ``host_sharing.bench_sync_wait``).
 SLICED = ("blocks", "core_sharing", "sync_wait")
 
 
 def measure_slice(specs: list[dict], procs: list[int], block_rounds: int = BLOCK_ROUNDS,
                   sharing_rounds: int = SHARING_ROUNDS) -> dict:
     """One slice, in this process (its threads as set): ``blocks`` (``block_rounds`` rounds of
-    every ``microbench.block_spec`` in ``specs``), ``core_sharing`` and ``sync_wait``
+    every ``blocks.block_spec`` in ``specs``), ``core_sharing`` and ``sync_wait``
     (``sharing_rounds`` rounds each at the process counts ``procs``; none without counts),
     ``measured_at`` (UTC) and ``load_1m`` (the 1-minute load average before the slice)."""
-    from scalestudy.measure.microbench import bench_blocks, bench_core_sharing, bench_sync_wait
+    from scalestudy.measure.blocks import bench_blocks
+    from scalestudy.measure.host_sharing import bench_core_sharing, bench_sync_wait
 
     load = os.getloadavg()[0]
     at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="the slice's JSON record (written atomically)")
     p.add_argument("--blocks-json", default="[]",
-                   help="a JSON list of microbench.block_spec entries: the study's model "
+                   help="a JSON list of blocks.block_spec entries: the study's model "
                         "pieces at each micro-batch and layout")
     p.add_argument("--core-sharing", nargs="*", type=int, default=[],
                    help="the study's process counts on the host (core sharing and "

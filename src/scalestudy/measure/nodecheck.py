@@ -5,7 +5,7 @@
 Prints one JSON line, ``{"node": NAME, "flops_per_s": X}``: the node's Slurm name
 (``SLURMD_NODENAME``, what ``srun --exclude`` takes; else the host name) and the median rate
 of fp32 ``size``³ products on the device the task sees, a GPU when visible
-(``scalestudy.measure.microbench.bench_matmul``; a few tenths of a second). Each node is timed
+(``scalestudy.measure.matmul.bench_matmul``; a few tenths of a second). Each node is timed
 alone, so a slow node shows as itself, which a collective cannot (every rank of a collective
 waits for the slowest). ``scalestudy.run.health`` runs it and judges the rows.
 """
@@ -19,7 +19,7 @@ import socket
 import sys
 from statistics import median
 
-from scalestudy.measure.microbench import bench_matmul
+from scalestudy.measure.matmul import bench_matmul
 
 
 def probe(size: int = 512, samples: int = 3) -> dict:

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 from scalestudy.config.point import Point
 from scalestudy.perf.hardware import HardwareSpec
-from scalestudy.perf.stepmodel import Measured, predict_step_time
+from scalestudy.perf.rates import Measured
+from scalestudy.perf.stepmodel import predict_step_time
 
 #: The rates ``solve_rate`` searches (dimensionless, relative to the software the shared
 #: constants were set on): a measured step outside what they give is reported at the bound.

@@ -29,6 +29,8 @@ import math
 from scalestudy.config.point import Model, Parallel, Platform, Point, Train
 from scalestudy.perf import flops, stepmodel
 from scalestudy.perf.flops import per_device_throughput
+from scalestudy.perf.hardware import HardwareSpec
+from scalestudy.perf.rates import Measured
 from scalestudy.perf.tables import breakdown_row, shape_columns
 from scalestudy.reference_data import load
 
@@ -163,7 +165,7 @@ def logged_ratio(configs) -> float | None:
     return vals[0] if vals else None
 
 
-def run(hw: stepmodel.HardwareSpec, measured: stepmodel.Measured | None = None,
+def run(hw: HardwareSpec, measured: Measured | None = None,
         dp_overlap: float | None = None, ranges: bool = True):
     """Predictions for every series point and the comparison table. Returns
     ``(points_df, comparison_df, breakdown_df)``; the range of every figure is the envelope
@@ -224,7 +226,7 @@ def run(hw: stepmodel.HardwareSpec, measured: stepmodel.Measured | None = None,
     return df, comparison(df, published), pd.DataFrame(brk)
 
 
-def anchored(hw: stepmodel.HardwareSpec) -> list[dict]:
+def anchored(hw: HardwareSpec) -> list[dict]:
     """The weak and strong series anchored on the published utilisation: per model, the
     software rate at which the model's logged iteration of the published configuration gives
     its published % of peak (``anchor.solve_rate``), then every series' efficiency at its

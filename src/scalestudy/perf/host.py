@@ -101,7 +101,7 @@ def oversubscribed(point: Point, hw: HardwareSpec) -> bool:
 
 def sharing_factor(procs: int, factors: dict, cores: int) -> float:
     """The slowdown (dimensionless) of each of ``procs`` processes sharing a host, from the
-    measured ``{procs: factor}`` (``microbench.bench_core_sharing``): linear between measured
+    measured ``{procs: factor}`` (``host_sharing.bench_core_sharing``): linear between measured
     counts; beyond the largest measured count ``k`` the cores are shared ``procs / k`` times
     more (``factor(k) · procs / k``); below the smallest, its factor. Without measurements
     ``max(1, procs / cores)``."""

@@ -50,15 +50,15 @@ class Measured:
     ``matmul``: ``{dtype: [(m, n, k, flops_per_s), ...]}`` (medians over samples);
     ``collectives``: ``{(op, group_size): (alpha_s, beta_alg_Bps)}`` fitted by least squares
     ``t = α + bytes/β`` over message sizes; ``blocks``: ``{block_key: {name: seconds}}``, the
-    study's own model timed piece by piece (``microbench.bench_blocks``: ``fwd_bwd_s`` a
+    study's own model timed piece by piece (``blocks.bench_blocks``: ``fwd_bwd_s`` a
     whole micro-batch forward + backward, ``layer_s`` one layer's, ``embedding_s``,
     ``head_s`` (final norm, head, loss), ``optimizer_s`` (all parameters),
     ``optimizer_layer_s`` (one layer's), ``step_s`` (a one-micro-batch step as the trainer
     runs it));
     ``core_sharing``: ``{procs: factor}``, the measured slowdown of each of ``procs``
-    processes sharing the host's cores (``microbench.bench_core_sharing``); ``sync_wait``:
+    processes sharing the host's cores (``host_sharing.bench_core_sharing``); ``sync_wait``:
     ``{procs: [(grain_s, wait_s), ...]}``, the wait for the slowest of ``procs`` processes at
-    one synchronisation after ``grain_s`` of compute (``microbench.bench_sync_wait``)."""
+    one synchronisation after ``grain_s`` of compute (``host_sharing.bench_sync_wait``)."""
 
     matmul: dict = field(default_factory=dict)
     collectives: dict = field(default_factory=dict)
@@ -236,7 +236,7 @@ PAIRED_BLOCKS = {"step_optimizer_s": "step", "ddp_micro_batch_s": "ddp_fwd_bwd",
 
 
 def blocks_from_rows(rows) -> dict:
-    """``{key: {block: seconds}}`` from ``microbench.bench_blocks`` rows: the median over
+    """``{key: {block: seconds}}`` from ``blocks.bench_blocks`` rows: the median over
     samples of each block (``fwd_bwd``, ``layer``, ``embedding``, ``head``, ``optimizer``,
     ``optimizer_layer``, ``step``, ``ddp_fwd_bwd``, ``ddp_sync_fwd_bwd``), and the paired ones
     (``PAIRED_BLOCKS``): the median over rounds of a block's sample less the ``fwd_bwd`` sample
@@ -265,7 +265,7 @@ def blocks_from_rows(rows) -> dict:
 
 
 def sync_wait_from_rows(rows) -> dict:
-    """``{procs: [(grain_s, wait_s), ...]}`` (by grain) from ``microbench.bench_sync_wait``
+    """``{procs: [(grain_s, wait_s), ...]}`` (by grain) from ``host_sharing.bench_sync_wait``
     rows: the median wait per process count and grain."""
     import statistics as st
 
@@ -277,7 +277,7 @@ def sync_wait_from_rows(rows) -> dict:
 
 
 def core_sharing_from_rows(rows) -> dict:
-    """``{procs: factor}`` from ``microbench.bench_core_sharing`` rows: the median factor per
+    """``{procs: factor}`` from ``host_sharing.bench_core_sharing`` rows: the median factor per
     process count (1 process: 1 by construction), at least 1: processes sharing the cores
     cannot each run faster than one alone, so a median below 1 is the host's drift between
     the timings, not a speed-up."""

@@ -164,13 +164,3 @@ def predict_range(point: Point, hw: HardwareSpec, measured: Measured | None = No
     sc = {label: predict_step_time(point, h, measured, dp_overlap) for label, h in hw.scenarios()}
     return Prediction(central=sc["central"], scenarios=sc)
 
-
-# re-exported for modules being edited concurrently (to be removed) -------------------------
-from scalestudy.perf.hardware import Link, presets  # noqa: E402,F401
-from scalestudy.perf.host import (core_sharing_slowdown, ddp_wrapper_seconds,  # noqa: E402,F401
-                                  in_step_optimizer, sync_wait_seconds)
-from scalestudy.perf.rates import (block_key, block_layout, block_layout_tp,  # noqa: E402,F401
-                                   blocks_from_rows, gemm_efficiency, gemm_seconds,
-                                   tile_wave_efficiency)
-from scalestudy.perf.terms_compute import (HEAD_LAUNCHES, LayerCosts, head_gemm,  # noqa: E402,F401
-                                           layer_gemms)

@@ -1,7 +1,8 @@
 """The step model against published training throughput: every row of every shipped table
-(``data/published/*.csv``, one schema; sources in ``data/published/README.md``) becomes a
-``Point`` on the system of its device, driven by the framework family it ran, and the model's
-figure in the row's own metric and FLOPs convention is set against the published one.
+(``data/published/*.csv``, one schema; sources in ``data/published/README.md``) becomes the
+``Point``s of its admissible readings on the system of its device, driven by the framework
+family it ran, and the model's figure in the row's own metric and FLOPs convention is set
+against the published one.
 
 Pure: no figures, no files written (``scalestudy predict --validate`` prints and draws).
 
@@ -9,13 +10,23 @@ The row schema (``COLUMNS``): the layout (``tp, pp, dp, cp, vp, micro_batch, glo
 sequence_parallel, recompute, dp_mode``), the model (``arch, layers, hidden, heads, kv_heads,
 ffn_hidden, vocab, seq_len``), ``metric`` (``tflops_per_gpu``, ``mfu_pct``, ``hfu_pct``,
 ``tokens_per_s_per_gpu``, ``iteration_s``) with its ``value`` and ``flops_convention``, and
-``log_note``. A row the model cannot express (fp8 products, context parallelism, an unknown
-device) is kept with the reason (``skip``), never silently dropped.
+``log_note``; optionally ``series`` and ``scaling`` (weak / strong) for the rows of one
+scaling series.
+
+No hidden rows: a row leaves the validation only when its FLOPs cannot be counted (no
+layers, hidden size, sequence length or parallel shape), or its device or framework has no
+description (``skip``, with the reason). Every other field a table leaves unsaid is read every
+admissible way (``admissible``), fp8 products at every stated speed-up (``FP8_SPEEDUP``), an
+unstated FLOPs convention as each convention: the central value is the median reading, the
+range the envelope over the readings times the central reading's spread over the stated
+assumptions (``predict_case``).
 
 Errors are relative, ``predicted / published - 1`` (a throughput too high is positive; for
 ``iteration_s`` a step too long is positive, so the sign is flipped to keep "positive = the
-model is optimistic" for every metric). Per table: MAPE (mean of ``|error|``), signed bias
-(mean error) and the worst row.
+model is optimistic" for every metric). Per table: MAPE and signed bias of the central value,
+the worst row, coverage (the published value inside the range) and the range's median width
+(``summary``). Per series: the efficiency at the largest N anchored at the smallest
+(``series_rows``).
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from importlib import resources
 
 from scalestudy.config.point import Model, Parallel, Platform, Point, Train
 from scalestudy.perf import flops, frontier, partition, stepmodel
+from scalestudy.perf.breakdown import StepBreakdown
 from scalestudy.perf.hardware import HardwareSpec
 
 COLUMNS = ("table", "row", "device", "gpus", "framework", "arch", "params_b", "layers", "hidden",
@@ -342,7 +354,7 @@ def convention_flops(point: Point, convention: str) -> float:
     return flops.model_flops_per_step(point.model, gb)
 
 
-def predicted_value(metric: str, convention: str, p: Point, b: stepmodel.StepBreakdown,
+def predicted_value(metric: str, convention: str, p: Point, b: StepBreakdown,
                     peak: float) -> float:
     """The model's figure in a row's ``metric`` (read in its FLOPs ``convention``) from the
     step breakdown ``b`` of point ``p`` (``peak``: the device's dense bf16 peak, FLOP/s)."""
@@ -513,7 +525,7 @@ def summary(rows):
 SERIES_METRICS = ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu_pct", "iteration_s", "hfu_pct")
 
 
-def central_reading(c: Case, specs) -> tuple[float, Variant, stepmodel.StepBreakdown]:
+def central_reading(c: Case, specs) -> tuple[float, Variant, StepBreakdown]:
     """``(value, variant, breakdown)`` of a case's central reading (``predict_case``)."""
     vals = []
     for v in c.variants:

@@ -20,6 +20,8 @@ from scalestudy.config.presets import LLAMA3
 from scalestudy.config.study import dump_study
 from scalestudy.config.vocab import Checkpointing, DPMode, PPSchedule
 from scalestudy.perf import memory, stepmodel
+from scalestudy.perf.hardware import HardwareSpec
+from scalestudy.perf.rates import Measured
 from scalestudy.plan import constraints
 from scalestudy.reference_data import load
 
@@ -48,7 +50,7 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def candidates(model: Model, n: int, global_batch: int, hw: stepmodel.HardwareSpec,
+def candidates(model: Model, n: int, global_batch: int, hw: HardwareSpec,
                precision: str = "bf16", micro_batches=(1, 2, 4, 8),
                dp_modes=tuple(DPMode), checkpointing=(Checkpointing.NONE, Checkpointing.FULL),
                headroom: float = constraints.MEMORY_HEADROOM):
@@ -82,10 +84,10 @@ def candidates(model: Model, n: int, global_batch: int, hw: stepmodel.HardwareSp
                             yield point, ok, reason
 
 
-def rank(model: Model, n: int, global_batch: int, hw: stepmodel.HardwareSpec, top: int = 5,
-         precision: str = "bf16", measured: stepmodel.Measured | None = None, **kw) -> list[dict]:
+def rank(model: Model, n: int, global_batch: int, hw: HardwareSpec, top: int = 5,
+         precision: str = "bf16", measured: Measured | None = None, **kw) -> list[dict]:
     """The ``top`` feasible shapes by predicted tokens/s, best first: dicts with ``point``,
-    ``prediction`` (a ``stepmodel.StepBreakdown``) and ``memory_bytes``."""
+    ``prediction`` (a ``breakdown.StepBreakdown``) and ``memory_bytes``."""
     scored = []
     for point, ok, _ in candidates(model, n, global_batch, hw, precision, **kw):
         if not ok:
@@ -97,7 +99,7 @@ def rank(model: Model, n: int, global_batch: int, hw: stepmodel.HardwareSpec, to
     return scored[:top]
 
 
-def study_yaml(model: Model, best: list[dict], hw: stepmodel.HardwareSpec) -> str:
+def study_yaml(model: Model, best: list[dict], hw: HardwareSpec) -> str:
     """A study file (``study.schema.yaml``) with one strong-scaling series of one point per
     ranked shape; the prediction of each is in a comment beside it."""
     mname = model.name.replace(" ", "-")

@@ -32,9 +32,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import math
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -48,10 +46,11 @@ from scalestudy.analysis.aggregate import collect  # noqa: E402
 from scalestudy.config.point import Point  # noqa: E402
 from scalestudy.config.study import load_study  # noqa: E402
 from scalestudy.config.studyspec import Study  # noqa: E402
-from scalestudy.config.vocab import Device, Reference  # noqa: E402
+from scalestudy.config.vocab import Reference  # noqa: E402
 from scalestudy.perf import anchor, frontier, stepmodel, validation  # noqa: E402
 from scalestudy.perf.flops import per_device_throughput  # noqa: E402
-from scalestudy.perf.hardware import fitted  # noqa: E402
+from scalestudy.perf.hardware import HardwareSpec, fitted  # noqa: E402
+from scalestudy.perf.rates import Measured  # noqa: E402
 from scalestudy.perf.tables import breakdown_row, shape_columns  # noqa: E402
 from scalestudy.plan.planner import plan_points  # noqa: E402
 from scalestudy.record.io import atomic_path, read_record, write_text  # noqa: E402
@@ -69,7 +68,7 @@ TERM_LABELS = {
 }
 
 
-def markdown(comp, hw: stepmodel.HardwareSpec, brk=None) -> str:
+def markdown(comp, hw: HardwareSpec, brk=None) -> str:
     lines = [
         f"# Predicted vs published (Dash et al. 2024, Frontier) on hardware `{hw.name}` "
         f"(framework `{hw.framework.name}`)",
@@ -185,8 +184,8 @@ def breakdown_figure(brk, path: Path, title: str = "Where the step goes") -> Pat
         return _save(fig, path)
 
 
-def study_predictions(points: list[Point], hw: stepmodel.HardwareSpec,
-                      measured: stepmodel.Measured | None = None,
+def study_predictions(points: list[Point], hw: HardwareSpec,
+                      measured: Measured | None = None,
                       dp_overlap: float | None = None, breakdown: list | None = None):
     """Predicted step time (with its range), throughput, MFU and efficiency (vs each series'
     ``baseline_n``) of the feasible points of a planned study (one row per config, repeats
@@ -269,8 +268,8 @@ BEFORE_RUN_COLUMNS = ["series", "n", "config_hash", "step_time_s", "software_rat
 
 
 def before_run_calibration(pred, runs, max_n: int, predicted_at: str = "", *,
-                           points: list[Point], hw: stepmodel.HardwareSpec,
-                           measured: stepmodel.Measured | None = None):
+                           points: list[Point], hw: HardwareSpec,
+                           measured: Measured | None = None):
     """The model anchored on the measured points with ``n <= max_n`` and its prediction for
     the others, made before they run (``perf.anchor``). Per series, the anchors are its
     measured points with ``n <= max_n``, each with the median over its config's ok runs of
@@ -281,9 +280,9 @@ def before_run_calibration(pred, runs, max_n: int, predicted_at: str = "", *,
     (``anchor.predict_series``: every point of the series, ``points`` being the planned
     study's ``Point`` objects and ``hw``/``measured`` the model inputs of ``pred``).
 
-    No shrinkage: the anchored rate passes through the measured medians as they are (the
-    anchored curve starts at the measured throughput, efficiency 1 at the series' smallest
-    N). Shrinking the log rate toward the preset's by the runs' spread
+    No shrinkage: the anchored rate is solved on the measured medians as they are (one
+    anchor is passed through exactly; several, each within the spread of their own rates,
+    their geometric mean; the curve's efficiency is 1 at the series' smallest N). Shrinking the log rate toward the preset's by the runs' spread
     (``analysis.stats.shrunk_mean``) would move the anchor off its own measurement, so the
     runs' spread is left to the host-noise figures read beside the prediction.
 
@@ -380,7 +379,56 @@ def residual_figure(df, path: Path) -> Path:
         return _save(fig, path)
 
 
-def host_measurements(study_dir: Path) -> stepmodel.Measured:
+def before_run_figure(df, path: Path) -> Path | None:
+    """Scaling efficiency E(N) = X(N)/X(N₀) per series (``versus_measured`` frame with a
+    ``predicted_before_run.csv`` joined): the measured curve (filled markers, solid line),
+    the curve predicted before the run (dashed, open markers, its band over the model's
+    scenarios shaded) and its anchors (ringed on the measured curve: the points the rate was
+    solved on).
+    None (nothing written) without a prediction made before the run."""
+    col = "predicted_efficiency_before_run"
+    if col not in df or not df[col].notna().any():
+        return None
+    styles = fstyle.series_styles(sorted(df["series"].unique()))
+    with fstyle.applied("default"):
+        fig, ax = fstyle.new_figure("default")
+        ax.axhline(1.0, color="0.5", lw=0.8, linestyle=":", label="ideal (E = 1)")
+        ringed = False
+        for series, g in df.sort_values("n").groupby("series"):
+            st = styles[series]
+            if "measured_efficiency" in g and g["measured_efficiency"].notna().any():
+                m = g[g["measured_efficiency"].notna()]
+                ax.plot(m["n"], m["measured_efficiency"], color=st["color"], marker=st["marker"],
+                        linestyle="-", label=f"{series}: measured")
+            p = g[g[col].notna()]
+            if p.empty:
+                continue
+            rate = p["software_rate"].iloc[0] if "software_rate" in p else float("nan")
+            ax.fill_between(p["n"], p[f"{col}_low"], p[f"{col}_high"], color=st["color"],
+                            alpha=0.15, linewidth=0)
+            ax.plot(p["n"], p[col], color=st["color"], marker=st["marker"], linestyle="--",
+                    markerfacecolor="none", markersize=9,
+                    label=f"{series}: predicted before run (rate {rate:.2f})")
+            a = p[p["anchored"].astype("boolean").fillna(False).astype(bool)] \
+                if "anchored" in p else p.iloc[:0]
+            if not a.empty:  # ringed where they were measured
+                y = a["measured_efficiency"].fillna(a[col]) if "measured_efficiency" in a \
+                    else a[col]
+                ax.scatter(a["n"], y, s=260, facecolors="none", edgecolors="0.2",
+                           linewidths=1.2, zorder=4, label=None if ringed else "anchor (measured)")
+                ringed = True
+        ax.set_xscale("log", base=2)
+        ns = sorted(int(n) for n in df["n"].unique())
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.set_xlabel("devices N (log2)")
+        ax.set_ylabel("scaling efficiency E(N) = X(N)/X(N₀)")
+        ax.set_title("Efficiency predicted before the run vs measured\n(shaded: the model's "
+                     "range, its rate re-solved on the anchors)", fontsize=10)
+        fstyle.legend(fig, ax, "default")
+        return _save(fig, path)
+
+
+def host_measurements(study_dir: Path) -> Measured:
     """``scalestudy.perf.inputs.host_measurements`` (kept under this name for its callers)."""
     from scalestudy.perf import inputs
 
@@ -500,8 +548,12 @@ def _started(study_dir: Path, point_id) -> str | None:
     return (rec or {}).get("started")
 
 
-def _predict_before_run(study: Study, pred, study_dir: Path, path: Path) -> int:
-    """``scalestudy predict STUDY --before-run``: write ``predicted_before_run.csv``."""
+def _predict_before_run(study: Study, pred, study_dir: Path, path: Path, *,
+                        points: list[Point], hw: HardwareSpec,
+                        measured: Measured | None = None) -> int:
+    """``scalestudy predict STUDY --before-run``: write ``predicted_before_run.csv`` (the
+    model anchored on the measured points with N <= calibrate_on_max_n, ``points`` the
+    study's planned points and ``hw``/``measured`` the model inputs of ``pred``)."""
     max_n = study.predict.before_run_max_n
     if max_n is None:
         print("scalestudy predict: --before-run needs predict: {before_run: "
@@ -510,15 +562,20 @@ def _predict_before_run(study: Study, pred, study_dir: Path, path: Path) -> int:
     runs, _, _ = collect(study_dir)
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
     try:
-        before = before_run_calibration(pred, runs, max_n, now)
+        before = before_run_calibration(pred, runs, max_n, now, points=points, hw=hw,
+                                        measured=measured)
     except ValueError as e:
         print(f"scalestudy predict: {e}", file=sys.stderr)
         return 2
     _write_csv(before, path)
     for r in before.itertuples():
-        print(f"{r.series} N={r.n}: predicted before run {r.predicted_before_run_s * 1e3:.1f} ms "
-              f"(model {r.step_time_s * 1e3:.1f} ms x {r.calibration_factor:.2f}, "
-              f"calibrated on {r.calibrated_on})")
+        eff = (f"efficiency {r.predicted_efficiency_before_run:.1%} "
+               f"[{r.predicted_efficiency_before_run_low:.1%}, "
+               f"{r.predicted_efficiency_before_run_high:.1%}]")
+        what = "anchor (measured)" if r.anchored else "predicted before run"
+        print(f"{r.series} N={r.n}: {what} {r.predicted_before_run_s * 1e3:.1f} ms, {eff} "
+              f"(model {r.step_time_s * 1e3:.1f} ms at the preset's rate; anchored rate "
+              f"{r.software_rate:.2f} on {r.calibrated_on})")
     print(f"-> {path}")
     return 0
 
@@ -603,10 +660,14 @@ def main(argv: list[str] | None = None) -> int:
         hw, measured = mi.hw, mi.measured
         print(f"model inputs: {mi.source}")
         brk: list = []
-        pred = study_predictions(plan_points(study), hw, measured, a.dp_overlap, breakdown=brk)
+        points = plan_points(study)
+        pred = study_predictions(points, hw, measured, a.dp_overlap, breakdown=brk)
         before_csv = out / "predicted_before_run.csv"
         if a.before_run:
-            return _predict_before_run(study, pred, Path(a.results) / name, before_csv)
+            return _predict_before_run(study, pred, Path(a.results) / name, before_csv,
+                                       points=points, measured=measured,
+                                       hw=hw if a.dp_overlap is None
+                                       else hw.with_assumption("dp_overlap", a.dp_overlap))
         _write_csv(pred, out / "study_predictions.csv")
         if brk:
             brk_df = pd.DataFrame(brk)
@@ -622,6 +683,7 @@ def main(argv: list[str] | None = None) -> int:
                 vm = started_before(vm, runs_df, Path(a.results) / name)
             _write_csv(vm, out / "predict_vs_measured.csv")
             residual_figure(vm, out / "predict_vs_measured.png")
+            before_run_figure(vm, out / "predict_efficiency_before_run.png")
             have = vm["residual"].notna()
             print(f"predicted vs measured on {hw.name}: {int(have.sum())} points, residual median "
                   f"{vm.loc[have, 'residual'].median():+.1%}, max |residual| "

@@ -43,7 +43,6 @@ from pathlib import Path
 from statistics import median
 
 from scalestudy.config.studyspec import Study
-from scalestudy.config.vocab import Device
 from scalestudy.record.read import (RecordError, one_line, printable, read_env, read_plan,
                                     read_point, read_status, read_summary,
                                     read_steps, read_study, read_tail)

@@ -15,7 +15,7 @@ import sys
 import yaml
 
 from scalestudy.config.point import Model
-from scalestudy.perf import memory, stepmodel
+from scalestudy.perf import memory
 from scalestudy.plan.tune import known_models, rank, study_yaml
 from scalestudy.record.io import write_text
 
