@@ -77,3 +77,33 @@ def test_published_series_generated_by_the_model_has_no_error():
     assert out["error_points"] == pytest.approx(0.0, abs=1e-3)
     assert out["predicted_low"] <= out["predicted_efficiency"] <= out["predicted_high"]
     assert out["published_efficiency"] == pytest.approx(steps[8] / steps[64], rel=1e-9)
+
+
+def test_series_reads_what_is_unsaid_alike_at_both_ends():
+    """A series whose rows leave recompute unsaid: each reading is anchored and predicted
+    with the same recompute at both ends; readings that need an implausible rate drop out."""
+    specs = v.systems()
+    hw = specs[("dgx-a100", "megatron-lm")]
+    assert v.rate_plausible(hw, 1.0) and not v.rate_plausible(hw, 0.5)
+    assert not v.rate_plausible(hw, 2.0)
+    assert v.rate_plausible(HardwareSpec.load("cpu-local"), 50.0)  # no stated range
+
+    def row(n, value, recompute=""):
+        return dict(table="t", row=f"n{n}", device="A100-SXM4-80GB", gpus=str(n),
+                    framework="megatron-lm", arch="gpt", params_b="", layers="8", hidden="1024",
+                    heads="16", kv_heads="", ffn_hidden="", vocab="32000", seq_len="1024", tp="2",
+                    pp="2", dp=str(n // 4), cp="1", vp="1", sequence_parallel="false",
+                    micro_batch="1", global_batch=str(2 * n), recompute=recompute, dp_mode="ddp",
+                    flash_attention="false", precision="bf16", metric="iteration_s",
+                    value=str(value), flops_convention="none", peak_tflops="312", log_note="",
+                    source="", series="s", scaling="weak")
+
+    # the runs recomputed everything, at rate 0.9
+    steps = {n: anchor.step_at_rate(v.case(row(n, 1.0, "full")).point, hw, 0.9) for n in (8, 64)}
+    cases = [v.case(row(n, t)) for n, t in steps.items()]
+    keys = [{v.reading_key(x) for x in c.variants} for c in cases]
+    assert keys[0] == keys[1] and len(keys[0]) == 3  # none, selective, full at both ends
+    out, = v.series_rows(cases, specs)
+    assert 1 <= out["readings"] <= 3
+    assert v.rate_plausible(hw, out["rate"])
+    assert out["predicted_low"] <= out["published_efficiency"] <= out["predicted_high"]

@@ -144,8 +144,14 @@ def test_case_from_a_row_and_its_readings():
     assert {x.point.parallel.activation_checkpointing for x in rec.variants} == {
         "none", "selective_attention", "full"}
     assert {x.point.parallel.dp_mode for x in v.case(row(dp_mode="")).variants} == {"ddp", "zero1"}
+    # Megatron-LM interleaves only even stages: 8 layers on 2 ranks in 2 or 4 virtual stages,
+    # with micro-batches that divide by pp; a framework that splits unevenly takes 3 as well
     vp = v.case(row(pp=2, dp=2, vp="", layers=8))
-    assert vp.ranged == ("vp",) and {x.point.parallel.virtual_stages for x in vp.variants} == {2, 3, 4}
+    assert vp.ranged == ("vp",) and {x.point.parallel.virtual_stages for x in vp.variants} == {2, 4}
+    odd_m = v.case(row(pp=2, dp=2, vp="", layers=8, global_batch=12))  # 3 micro-batches
+    assert odd_m.skip.startswith("no admissible layout") and "divide by pp=2" in odd_m.skip
+    core = v.case(row(pp=2, dp=2, vp="", layers=8, framework="megatron-core"))
+    assert {x.point.parallel.virtual_stages for x in core.variants} == {2, 3, 4}
     mb = v.case(row(micro_batch=""))  # local batch 16 / 4 = 4: micro-batches 1, 2, 4
     assert {x.point.micro_batch for x in mb.variants} == {1, 2, 4}
     odd = v.case(row(global_batch="18", micro_batch=1))  # 18 do not split over dp=4: 16 or 20
@@ -172,6 +178,7 @@ def test_case_from_a_row_and_its_readings():
     # layers that do not divide into the stages split by parameters
     assert v.partition_of("megatron-core", 126, 16) == "parameters"
     assert v.partition_of("megatron-core", 128, 16) == "uniform"
+    assert v.partition_of("megatron-lm", 126, 16) == "uniform"  # then refused: uneven
 
 
 def test_range_holds_every_reading_and_the_central_is_their_median():

@@ -285,7 +285,7 @@ def case(r) -> Case:
         except ValueError as e:
             why = str(e)
             continue
-        problem = _layout_problem(point)
+        problem = _layout_problem(point, fw)
         if problem:
             why = problem
             continue
@@ -297,23 +297,36 @@ def case(r) -> Case:
     return Case(**base, variants=tuple(variants), ranged=ranged, system=system)
 
 
+#: Frameworks whose pipeline needs the layers to divide evenly into the stages and, when
+#: interleaved, the micro-batches to divide by the pipeline ranks: Megatron-LM of 2019-2022
+#: ("The total number of layers in the transformer model should be divisible by this
+#: argument value ... the number of microbatches in the pipeline ... should be divisible by
+#: the PIPELINE_MP_SIZE when using this schedule", its README on the interleaved schedule).
+EVEN_PIPELINES = ("megatron-lm", "megatron-lm-2019")
+
+
 def partition_of(fw: str, layers: int, stages: int) -> str:
     """How a row's layers split into its ``stages``: by parameters under DeepSpeed (its
-    PipelineModule's default) and wherever they do not divide evenly (the framework must
-    split them somehow: Llama 3 405B, 126 layers on 16 stages, "one Transformer layer fewer
-    on the first and the last stage", Dubey et al. 2024 §3.3.2), else uniformly."""
-    uneven = stages > 1 and layers % stages != 0
+    PipelineModule's default) and, where they do not divide evenly, under a framework that
+    can split them unevenly (Llama 3 405B, 126 layers on 16 stages, "one Transformer layer
+    fewer on the first and the last stage", Dubey et al. 2024 §3.3.2), else uniformly."""
+    uneven = stages > 1 and layers % stages != 0 and fw not in EVEN_PIPELINES
     return "parameters" if stages > 1 and (fw.startswith("megatron-deepspeed") or uneven) \
         else "uniform"
 
 
-def _layout_problem(point: Point) -> str:
-    """Why a reading of a row is not a layout the model can price ("" when it is)."""
+def _layout_problem(point: Point, fw: str) -> str:
+    """Why a reading of a row is not a layout the model can price, or the framework ``fw``
+    can run ("" when it is)."""
     if not isinstance(point.dp, int) or not isinstance(point.grad_accum, int):
         return (f"the batch does not split: global_batch={point.global_batch}, "
                 f"micro_batch={point.micro_batch}, dp={point.dp}")
     if point.model.heads % point.tp:
         return f"heads={point.model.heads} do not split over tp={point.tp}"
+    if (fw in EVEN_PIPELINES and point.parallel.virtual_stages > 1
+            and point.grad_accum % point.pp):
+        return (f"{fw}'s interleaved schedule needs the {point.grad_accum} micro-batches to "
+                f"divide by pp={point.pp}")
     return partition.problem(point) or ""
 
 
@@ -550,15 +563,56 @@ def flops_rate(metric: str, value: float, v: Variant, peak: float) -> float:
     return value * 1e12
 
 
-def series_rows(all_cases: list[Case], specs) -> list[dict]:
-    """Every published series (rows sharing a ``series`` id, read in one metric,
-    ``SERIES_METRICS``) anchored at its smallest N: the model's software rate solved so that
-    it gives that row's published figure (``anchor.solve_rate``), then the efficiency
-    ``X(N)/X(N₀)`` at the largest N predicted at that rate, with its band over the scenarios
-    (the rate re-solved in each), against the published one. ``error_points``: predicted
-    minus published efficiency, in percentage points."""
+def reading_key(v: Variant) -> tuple:
+    """What a reading assumes about what its table leaves unsaid, less what changes along a
+    series (N, the batch): the same run configuration at every point of a series."""
+    p, par = v.point, v.point.parallel
+    return (p.micro_batch, par.virtual_stages, par.activation_checkpointing, par.dp_mode,
+            p.model.heads, p.model.vocab, p.model.attention, v.framework, v.convention,
+            v.fp8_speedup)
+
+
+def anchored_efficiency(metric: str, first: Case, last: Case, v0: Variant, vn: Variant,
+                        specs, scenario: str = "central") -> tuple[float, float]:
+    """``(efficiency, rate)``: the model's software rate solved so that reading ``v0`` of the
+    series' first row gives its published figure (``anchor.solve_rate``), then the last row's
+    per-device FLOP rate at that rate (reading ``vn``) over the first's published one; every
+    system at ``scenario`` of ``hw.scenarios()``."""
     from scalestudy.perf import anchor
 
+    def at(c: Case, v: Variant) -> tuple[HardwareSpec, float]:
+        hw = specs[(c.system, v.framework, v.fp8_speedup)]
+        return dict(hw.scenarios())[scenario], specs[(c.system, v.framework)].peak("bf16")
+
+    (h0, peak0), (hn, peakn) = at(first, v0), at(last, vn)
+    b0 = stepmodel.predict_step_time(v0.point, h0)
+    val0 = predicted_value(metric, v0.convention, v0.point, b0, peak0)
+    # the anchor's measured step: the model's step scaled as its figure is to the published
+    t0 = b0.step_time_s * (first.published / val0 if metric == "iteration_s"
+                           else val0 / first.published)
+    rate = anchor.solve_rate(v0.point, h0, t0)
+    bn = stepmodel.predict_step_time(vn.point, hn.with_assumption("software_rate", rate))
+    xn = flops_rate(metric, predicted_value(metric, vn.convention, vn.point, bn, peakn), vn,
+                    peakn)
+    return xn / flops_rate(metric, first.published, v0, peak0), rate
+
+
+def rate_plausible(hw: HardwareSpec, rate: float) -> bool:
+    """Whether an anchored software ``rate`` lies inside ``hw``'s stated range for it."""
+    a = hw.assumptions.get("software_rate")
+    return a is None or a.low <= rate <= a.high
+
+
+def series_rows(all_cases: list[Case], specs) -> list[dict]:
+    """Every published series (rows sharing a ``series`` id, read in one metric,
+    ``SERIES_METRICS``) anchored at its smallest N (``anchored_efficiency``), against the
+    published efficiency ``X(N)/X(N₀)`` at its largest N. What the tables leave unsaid is read
+    alike at both ends (``reading_key``), and a reading whose anchored rate falls outside the
+    framework's stated ``software_rate`` range is dropped (``rate_plausible``; all are kept
+    when none is inside): the central value is the reading whose efficiency is the median, the
+    band the envelope over the readings and over the central reading's scenarios (the rate
+    re-solved in each). ``error_points``: central minus published, in
+    percentage points."""
     groups: dict = {}
     for c in all_cases:
         if c.series and not c.skip:
@@ -569,31 +623,30 @@ def series_rows(all_cases: list[Case], specs) -> list[dict]:
         cs = sorted((c for c in cs if c.metric == metric), key=lambda c: c.point.n)
         if len(cs) < 2:
             continue
-        read = [central_reading(c, specs) for c in cs]
-        hws = [specs[(c.system, v.framework, v.fp8_speedup)] for c, (_, v, _) in zip(cs, read)]
-        peaks = [specs[(c.system, v.framework)].peak("bf16") for c, (_, v, _) in zip(cs, read)]
-        (val0, v0, b0), (_, vn, _) = read[0], read[-1]
-        # the anchor's measured step: the model's step scaled as its figure is to the published
-        t0 = b0.step_time_s * (cs[0].published / val0 if metric == "iteration_s"
-                               else val0 / cs[0].published)
-        pub = (flops_rate(metric, cs[-1].published, vn, peaks[-1])
-               / flops_rate(metric, cs[0].published, v0, peaks[0]))
-        effs = {}
-        for label, _ in hws[0].scenarios():
-            h0, hn = dict(hws[0].scenarios())[label], dict(hws[-1].scenarios())[label]
-            rate = anchor.solve_rate(v0.point, h0, t0)
-            bn = stepmodel.predict_step_time(vn.point, hn.with_assumption("software_rate", rate))
-            xn = flops_rate(metric, predicted_value(metric, vn.convention, vn.point, bn,
-                                                    peaks[-1]), vn, peaks[-1])
-            x0 = flops_rate(metric, cs[0].published, v0, peaks[0])
-            effs[label] = (xn / x0, rate)
-        e, rate = effs["central"]
-        out.append({"table": table, "series": series, "scaling": cs[0].scaling,
-                    "metric": metric, "n0": cs[0].point.n, "n": cs[-1].point.n,
-                    "points": len(cs), "rate": rate, "published_efficiency": pub,
-                    "predicted_efficiency": e,
-                    "predicted_low": min(x[0] for x in effs.values()),
-                    "predicted_high": max(x[0] for x in effs.values()),
+        first, last = cs[0], cs[-1]
+        ends = {reading_key(v): v for v in last.variants}
+        pairs = [(v, ends[reading_key(v)]) for v in first.variants if reading_key(v) in ends]
+        if not pairs:  # no reading admissible at both ends: each end's central one
+            pairs = [(central_reading(first, specs)[1], central_reading(last, specs)[1])]
+        effs = sorted((anchored_efficiency(metric, first, last, v0, vn, specs), v0, vn)
+                      for v0, vn in pairs)
+        # the anchor measures the software's rate: a reading that needs one outside the
+        # framework's stated range cannot be what ran (kept only if every reading does)
+        plausible = [x for x in effs if rate_plausible(
+            specs[(first.system, x[1].framework)], x[0][1])]
+        effs = plausible or effs
+        (e, rate), v0, vn = effs[(len(effs) - 1) // 2]
+        band = [x[0][0] for x in effs] + [
+            anchored_efficiency(metric, first, last, v0, vn, specs, sc)[0]
+            for sc, _ in specs[(first.system, v0.framework, v0.fp8_speedup)].scenarios()]
+        peak = specs[(first.system, v0.framework)].peak("bf16")
+        pub = (flops_rate(metric, last.published, vn, peak)
+               / flops_rate(metric, first.published, v0, peak))
+        out.append({"table": table, "series": series, "scaling": first.scaling,
+                    "metric": metric, "n0": first.point.n, "n": last.point.n,
+                    "points": len(cs), "readings": len(effs), "rate": rate,
+                    "published_efficiency": pub, "predicted_efficiency": e,
+                    "predicted_low": min(band), "predicted_high": max(band),
                     "error_points": 100 * (e - pub)})
     return out
 
