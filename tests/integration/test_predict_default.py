@@ -59,7 +59,7 @@ def test_predict_job_outputs_follow_from_the_plan_and_runs(tiny_study_run):
     cal = json.loads((out / "calibration.json").read_text())
     assert {r["layout"] for r in cal["overhead"]} == {"plain"}  # (no tensor-parallel point)
     assert cal["bandwidth"] and all(r["bytes_per_s"] > 0 for r in cal["bandwidth"])
-    from scalestudy.report.predict import host_measurements
+    from scalestudy.perf.inputs import host_measurements
 
     host = host_measurements(out)
     assert host.mem_bw == max(r["bytes_per_s"] for r in cal["bandwidth"])

@@ -14,7 +14,7 @@ import pytest
 
 from scalestudy.config.study import StudyError, load_study, validate
 from scalestudy.perf import hardware, host, memory, rates, stepmodel, terms_comm as comm
-from scalestudy.report import predict
+from scalestudy.report import before_run, predict
 from scalestudy.perf.host import (composed_optimizer_seconds, composed_stage_seconds,
                                   core_sharing_slowdown, oversubscribed, sharing_factor,
                                   split_measured_slot)
@@ -394,9 +394,9 @@ def _pred_and_runs(points, hw):
 
 def test_before_run_anchors_reproduce_the_measured_points(points, hw):
     pts, pred, runs = _pred_and_runs(points, hw)
-    before = predict.before_run_calibration(pred, runs, 2, "2026-12-01T00:00:00+00:00",
+    before = before_run.before_run_calibration(pred, runs, 2, "2026-12-01T00:00:00+00:00",
                                             points=pts, hw=hw)
-    assert list(before.columns) == predict.BEFORE_RUN_COLUMNS
+    assert list(before.columns) == before_run.BEFORE_RUN_COLUMNS
     by = before.set_index(["series", "n"])
     # strong-dp: its one anchor (N = 1, median 50 ms) is passed through exactly and is the
     # curve's baseline; its crashed N = 2 is neither an anchor nor predicted
@@ -415,17 +415,17 @@ def test_before_run_anchors_reproduce_the_measured_points(points, hw):
         assert r.predicted_efficiency_before_run_low <= r.predicted_efficiency_before_run + 1e-12
         assert r.predicted_efficiency_before_run <= r.predicted_efficiency_before_run_high + 1e-12
     with pytest.raises(ValueError, match="calibrate_on_max_n=0"):
-        predict.before_run_calibration(pred, runs, 0, points=pts, hw=hw)
+        before_run.before_run_calibration(pred, runs, 0, points=pts, hw=hw)
     crashed = runs.assign(status="crashed")
     with pytest.raises(ValueError, match="no measured point"):
-        predict.before_run_calibration(pred, crashed, 2, points=pts, hw=hw)
+        before_run.before_run_calibration(pred, crashed, 2, points=pts, hw=hw)
 
 
 def test_before_run_series_at_a_known_rate_is_predicted_back(points, hw):
     from scalestudy.perf import anchor
 
     pts, pred, runs = _pred_and_runs(points, hw)
-    before = predict.before_run_calibration(pred, runs, 2, points=pts, hw=hw)
+    before = before_run.before_run_calibration(pred, runs, 2, points=pts, hw=hw)
     by = before.set_index(["series", "n"])
     truth = {n: anchor.step_at_rate(points[("weak-dp", n)], hw, RATE) for n in (1, 2, 4)}
     x = {n: points[("weak-dp", n)].tokens_per_step / (t * n) for n, t in truth.items()}
@@ -446,7 +446,7 @@ def test_before_run_series_without_a_measured_point_takes_every_series_anchors(p
     from scalestudy.perf import anchor
 
     pts, pred, runs = _pred_and_runs(points, hw)
-    before = predict.before_run_calibration(pred, runs, 2, points=pts, hw=hw)
+    before = before_run.before_run_calibration(pred, runs, 2, points=pts, hw=hw)
     tp = before[before["series"] == "weak-tp"]
     assert tp["n"].tolist() == [4]  # its unmeasured N = 2 was to run first: not in the file
     r = tp.iloc[0]
@@ -465,7 +465,7 @@ def test_versus_measured_joins_the_prediction_made_before_the_run(points, hw, tm
     pts, pred, runs = _pred_and_runs(points, hw)
     # time stamps in milliseconds (the runner's and the prediction's): a point that starts
     # within the second its prediction was written is still ordered after it
-    before = predict.before_run_calibration(pred, runs, 2, "2026-12-01T10:00:00.100+00:00",
+    before = before_run.before_run_calibration(pred, runs, 2, "2026-12-01T10:00:00.100+00:00",
                                             points=pts, hw=hw)
     vm = predict.versus_measured(pred, runs, before)
     by = vm.set_index(["series", "n"])
@@ -483,15 +483,15 @@ def test_versus_measured_joins_the_prediction_made_before_the_run(points, hw, tm
     for pid, started in (("weak-dp-4-0", "2026-12-01T10:00:00.250+00:00"),):
         (tmp_path / "runs" / pid).mkdir(parents=True)
         (tmp_path / "runs" / pid / "status.json").write_text(json.dumps({"started": started}))
-    vm2 = predict.started_before(vm, runs, tmp_path).set_index("config_hash")
+    vm2 = before_run.started_before(vm, runs, tmp_path).set_index("config_hash")
     assert vm2.loc[h4, "predicted_before_start"] == True  # noqa: E712 (a pandas object)
     assert pd.isna(vm2.loc[hs, "predicted_before_start"])  # not run
     assert pd.isna(vm2.loc[points[("weak-dp", 1)].config_hash, "predicted_before_start"])
     predict.residual_figure(vm.assign(oversubscribed=False), tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 0
-    assert predict.before_run_figure(vm, tmp_path / "e.png") == tmp_path / "e.png"
+    assert before_run.before_run_figure(vm, tmp_path / "e.png") == tmp_path / "e.png"
     assert (tmp_path / "e.png").stat().st_size > 0
-    assert predict.before_run_figure(predict.versus_measured(pred, runs), tmp_path / "x.png") \
+    assert before_run.before_run_figure(predict.versus_measured(pred, runs), tmp_path / "x.png") \
         is None
 
 

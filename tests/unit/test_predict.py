@@ -4,6 +4,7 @@ import pandas as pd
 import pytest
 
 from scalestudy.perf import hardware, rates
+from scalestudy.perf.inputs import host_measurements
 from scalestudy.perf import frontier as predict
 from scalestudy.report import predict as predict_cli
 
@@ -152,7 +153,7 @@ def test_a_cpu_study_is_predicted_from_its_own_hosts_measurements(tmp_path):
     pd.DataFrame([{"dtype": "fp32", "m": 256, "n": 256, "k": 256, "sample": 0,
                    "flops_per_s": 1e9}]).to_csv(study_dir / "microbench" / "matmul.csv",
                                                  index=False)
-    m = predict_cli.host_measurements(study_dir)
+    m = host_measurements(study_dir)
     assert m.matmul == {"fp32": [(512, 512, 512, 9e10), (256, 64, 64, 3e10)]}  # calibration's
     assert m.mem_bw == 20e9  # the fastest copy
     assert m.overhead["fwd_bwd_fixed_s"] == pytest.approx(1e-3)  # fastest samples, fitted
@@ -161,4 +162,4 @@ def test_a_cpu_study_is_predicted_from_its_own_hosts_measurements(tmp_path):
     alpha, beta = m.collectives[("send_recv", 2)]
     assert alpha == pytest.approx(1e-4) and beta == pytest.approx(1e9)
     (study_dir / "calibration.json").unlink()  # no calibration: the microbench job's matmuls
-    assert predict_cli.host_measurements(study_dir).matmul == {"fp32": [(256, 256, 256, 1e9)]}
+    assert host_measurements(study_dir).matmul == {"fp32": [(256, 256, 256, 1e9)]}

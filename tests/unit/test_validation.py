@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from scalestudy.config.point import Model
-from scalestudy.perf import fit, flops, hardware, kernels, rates, stepmodel as sm, validation as v
+from scalestudy.perf import fit, flops, hardware, kernels, rates, series, stepmodel as sm
+from scalestudy.perf import validation as v
 from scalestudy.perf import terms_compute as compute
 from scalestudy.perf.hardware import HardwareSpec, Link
 
@@ -221,9 +222,9 @@ def test_predicted_value_per_metric_by_hand():
         pytest.approx(100 * palm / (t * n * peak))
     # every metric as a per-device FLOP rate, so that a series whose model grows compares
     var = c.variants[0]
-    assert v.flops_rate("tflops_per_gpu", 100, var, peak) == 1e14
-    assert v.flops_rate("mfu_pct", 50, var, peak) == pytest.approx(0.5 * peak)
-    assert v.flops_rate("iteration_s", t, var, peak) == pytest.approx(
+    assert series.flops_rate("tflops_per_gpu", 100, var, peak) == 1e14
+    assert series.flops_rate("mfu_pct", 50, var, peak) == pytest.approx(0.5 * peak)
+    assert series.flops_rate("iteration_s", t, var, peak) == pytest.approx(
         v.convention_flops(p, var.convention) / (t * n))
     # positive error = the model is optimistic, for times too
     assert v.error("tflops_per_gpu", 110, 100) == pytest.approx(0.1)

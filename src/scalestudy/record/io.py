@@ -282,6 +282,13 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
     return Path(path)
 
 
+def write_csv(df, path: str | os.PathLike) -> Path:
+    """Write a DataFrame to ``path`` as CSV (no index) atomically."""
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False)
+    return Path(path)
+
+
 def write_json(path: str | os.PathLike, obj) -> Path:
     return write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 

@@ -31,7 +31,6 @@ row, in the fit or not, leave-one-table-out) and ``validation.png``.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import sys
 from pathlib import Path
 
@@ -42,18 +41,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from scalestudy.analysis.aggregate import collect  # noqa: E402
 from scalestudy.config.point import Point  # noqa: E402
 from scalestudy.config.study import load_study  # noqa: E402
 from scalestudy.config.studyspec import Study  # noqa: E402
 from scalestudy.config.vocab import Reference  # noqa: E402
-from scalestudy.perf import anchor, frontier, stepmodel, validation  # noqa: E402
+from scalestudy.perf import frontier, stepmodel  # noqa: E402
 from scalestudy.perf.flops import per_device_throughput  # noqa: E402
-from scalestudy.perf.hardware import HardwareSpec, fitted  # noqa: E402
+from scalestudy.perf.hardware import HardwareSpec  # noqa: E402
 from scalestudy.perf.rates import Measured  # noqa: E402
 from scalestudy.perf.tables import breakdown_row, shape_columns  # noqa: E402
 from scalestudy.plan.planner import plan_points  # noqa: E402
-from scalestudy.record.io import atomic_path, read_record, write_text  # noqa: E402
+from scalestudy.record.io import write_csv, write_text  # noqa: E402
+from scalestudy.report import before_run, validation_report  # noqa: E402
 from scalestudy.report import style as fstyle  # noqa: E402
 
 #: Breakdown terms in stacked-bar order, with their legend labels.
@@ -250,88 +249,6 @@ def versus_measured(pred, runs, before=None):
     return out
 
 
-def points_by_hash(points: list[Point]) -> dict:
-    """``config_hash -> Point`` of a planned study's feasible points (the first of a config's
-    repeats: ``anchor.predict_series`` tells its anchors by identity)."""
-    out: dict = {}
-    for p in points:
-        if p.feasible:
-            out.setdefault(p.config_hash, p)
-    return out
-
-
-#: Columns of ``predicted_before_run.csv`` (``before_run_calibration``).
-BEFORE_RUN_COLUMNS = ["series", "n", "config_hash", "step_time_s", "software_rate",
-                      "calibrated_on", "anchored", "predicted_before_run_s",
-                      "predicted_efficiency_before_run", "predicted_efficiency_before_run_low",
-                      "predicted_efficiency_before_run_high", "predicted_at"]
-
-
-def before_run_calibration(pred, runs, max_n: int, predicted_at: str = "", *,
-                           points: list[Point], hw: HardwareSpec,
-                           measured: Measured | None = None):
-    """The model anchored on the measured points with ``n <= max_n`` and its prediction for
-    the others, made before they run (``perf.anchor``). Per series, the anchors are its
-    measured points with ``n <= max_n``, each with the median over its config's ok runs of
-    ``step_time_median_s`` (a series without one takes every series' anchors); the
-    framework's ``software_rate`` is solved so that the model passes through them
-    (``anchor.anchored_rate``: the geometric mean of the anchors' rates), and the model at
-    that rate supplies how the bubble and the communication change with N
-    (``anchor.predict_series``: every point of the series, ``points`` being the planned
-    study's ``Point`` objects and ``hw``/``measured`` the model inputs of ``pred``).
-
-    No shrinkage: the anchored rate is solved on the measured medians as they are (one
-    anchor is passed through exactly; several, each within the spread of their own rates,
-    their geometric mean; the curve's efficiency is 1 at the series' smallest N). Shrinking the log rate toward the preset's by the runs' spread
-    (``analysis.stats.shrunk_mean``) would move the anchor off its own measurement, so the
-    runs' spread is left to the host-noise figures read beside the prediction.
-
-    Rows (``BEFORE_RUN_COLUMNS``): the anchored points (``anchored`` True) and every point
-    with ``n > max_n``: ``series, n, config_hash, step_time_s`` (the model at the preset's
-    rate), ``software_rate`` (the anchored rate), ``calibrated_on`` (the anchors),
-    ``predicted_before_run_s`` (the anchored step), ``predicted_efficiency_before_run`` with
-    ``_low``/``_high`` (X(N)/X(N₀) against the series' smallest N, the band over
-    ``hw.scenarios()``), ``predicted_at`` (UTC, ISO 8601). Raises ``ValueError`` when no
-    point with ``n <= max_n`` has been measured."""
-    ok = runs[runs["status"] == "ok"]
-    meas = ok.groupby("config_hash")["step_time_median_s"].median()
-    meas = meas[meas > 0]
-    by_hash = points_by_hash(points)
-    pred = pred[pred["config_hash"].isin(by_hash.keys())]
-    small = pred[(pred["n"] <= max_n) & pred["config_hash"].isin(meas.index)]
-    if small.empty:
-        raise ValueError(f"predict.before_run.calibrate_on_max_n={max_n}: no measured point with "
-                         "N <= it to calibrate on (did they run?)")
-
-    def anchors_of(rows) -> list:
-        return [(by_hash[h], float(meas[h])) for h in rows["config_hash"]]
-
-    everyone = anchors_of(small)
-    rows = []
-    for series, g in pred.groupby("series", sort=False):
-        g = g.sort_values("n", kind="stable")
-        mine = small[small["series"] == series]
-        if mine.empty:
-            anchors, on = everyone, "all series, N <= %d" % max_n
-        else:
-            anchors = anchors_of(mine)
-            on = f"{series} N=" + ",".join(str(int(n)) for n in sorted(mine["n"]))
-        curve = anchor.predict_series([by_hash[h] for h in g["config_hash"]], anchors, hw,
-                                      measured)
-        for r, sp in zip(g.itertuples(), curve):
-            if r.n <= max_n and not sp.anchored:
-                continue  # not measured, not predicted: it was to run before the prediction
-            rows.append({"series": series, "n": int(r.n), "config_hash": r.config_hash,
-                         "step_time_s": float(r.step_time_s), "software_rate": sp.rate,
-                         "calibrated_on": on, "anchored": sp.anchored,
-                         "predicted_before_run_s": sp.step_s,
-                         "predicted_efficiency_before_run": sp.efficiency,
-                         "predicted_efficiency_before_run_low": sp.efficiency_low,
-                         "predicted_efficiency_before_run_high": sp.efficiency_high,
-                         "predicted_at": predicted_at})
-    return pd.DataFrame(rows, columns=BEFORE_RUN_COLUMNS)
-
-
 def _save(fig, path: Path) -> Path:
     """Write a matplotlib figure atomically and close it."""
     return fstyle.save(fig, path)[0]
@@ -377,212 +294,6 @@ def residual_figure(df, path: Path) -> Path:
         axr.set_xticks(ns, [str(n) for n in ns])
         fstyle.legend(fig, ax, "default")
         return _save(fig, path)
-
-
-def before_run_figure(df, path: Path) -> Path | None:
-    """Scaling efficiency E(N) = X(N)/X(N₀) per series (``versus_measured`` frame with a
-    ``predicted_before_run.csv`` joined): the measured curve (filled markers, solid line),
-    the curve predicted before the run (dashed, open markers, its band over the model's
-    scenarios shaded) and its anchors (ringed on the measured curve: the points the rate was
-    solved on).
-    None (nothing written) without a prediction made before the run."""
-    col = "predicted_efficiency_before_run"
-    if col not in df or not df[col].notna().any():
-        return None
-    styles = fstyle.series_styles(sorted(df["series"].unique()))
-    with fstyle.applied("default"):
-        fig, ax = fstyle.new_figure("default")
-        ax.axhline(1.0, color="0.5", lw=0.8, linestyle=":", label="ideal (E = 1)")
-        ringed = False
-        for series, g in df.sort_values("n").groupby("series"):
-            st = styles[series]
-            if "measured_efficiency" in g and g["measured_efficiency"].notna().any():
-                m = g[g["measured_efficiency"].notna()]
-                ax.plot(m["n"], m["measured_efficiency"], color=st["color"], marker=st["marker"],
-                        linestyle="-", label=f"{series}: measured")
-            p = g[g[col].notna()]
-            if p.empty:
-                continue
-            rate = p["software_rate"].iloc[0] if "software_rate" in p else float("nan")
-            ax.fill_between(p["n"], p[f"{col}_low"], p[f"{col}_high"], color=st["color"],
-                            alpha=0.15, linewidth=0)
-            ax.plot(p["n"], p[col], color=st["color"], marker=st["marker"], linestyle="--",
-                    markerfacecolor="none", markersize=9,
-                    label=f"{series}: predicted before run (rate {rate:.2f})")
-            a = p[p["anchored"].astype("boolean").fillna(False).astype(bool)] \
-                if "anchored" in p else p.iloc[:0]
-            if not a.empty:  # ringed where they were measured
-                y = a["measured_efficiency"].fillna(a[col]) if "measured_efficiency" in a \
-                    else a[col]
-                ax.scatter(a["n"], y, s=260, facecolors="none", edgecolors="0.2",
-                           linewidths=1.2, zorder=4, label=None if ringed else "anchor (measured)")
-                ringed = True
-        ax.set_xscale("log", base=2)
-        ns = sorted(int(n) for n in df["n"].unique())
-        ax.set_xticks(ns, [str(n) for n in ns])
-        ax.set_xlabel("devices N (log2)")
-        ax.set_ylabel("scaling efficiency E(N) = X(N)/X(N₀)")
-        ax.set_title("Efficiency predicted before the run vs measured\n(shaded: the model's "
-                     "range, its rate re-solved on the anchors)", fontsize=10)
-        fstyle.legend(fig, ax, "default")
-        return _save(fig, path)
-
-
-def host_measurements(study_dir: Path) -> Measured:
-    """``scalestudy.perf.inputs.host_measurements`` (kept under this name for its callers)."""
-    from scalestudy.perf import inputs
-
-    return inputs.host_measurements(study_dir)
-
-
-def validation_markdown(rows, summary, fit: dict, series=None) -> str:
-    """The validation report: the fitted constants; per table MAPE and bias of the central
-    values, coverage (published inside the predicted range) and the range's median width,
-    the worst row, the leave-one-table-out figures; every published series' efficiency at
-    its largest N anchored at its smallest; then every modelled row (its range and the
-    fields the table leaves unsaid) and every row left out with its reason."""
-    consts = fit.get("constants") or {}
-    info = fit.get("fit") or {}
-    loto = info.get("per_table") or {}
-    lines = ["# The step model against published training throughput", "",
-             f"Fitted constants: {len(consts)} "
-             + (", ".join(f"`{k}` = {v['value']} (range {v['low']}–{v['high']})"
-                          for k, v in consts.items()) or "(none)")
-             + (f", fitted on {', '.join(info.get('tables', []))}" if info else "")
-             + ". Every other table is out of sample; the leave-one-table-out columns refit the "
-             "constant without the table itself. A row's range spans every reading of what its "
-             "table leaves unsaid and every stated assumption (docs/performance-model.md).", "",
-             "| table | in fit | rows | left out | MAPE | bias | coverage | median width "
-             "| worst row | its error | LOTO MAPE | LOTO bias |",
-             "|---|:---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
-    for r in summary.itertuples():
-        if not r.rows:
-            lines.append(f"| {r.table} | | 0 | {r.skipped} | | | | | (FLOPs not countable) "
-                         "| | | |")
-            continue
-        lo = loto.get(r.table, {})
-        lines.append(f"| {r.table} | {'yes' if r.table in info.get('tables', []) else 'no'} | "
-                     f"{r.rows} | {r.skipped} | {r.mape:.1%} | {r.bias:+.1%} | "
-                     f"{r.coverage:.0%} | {r.median_width:.0%} | {r.worst_row} | "
-                     f"{r.worst_error:+.1%} | "
-                     + (f"{lo['loto_mape']:.1%} | {lo['loto_bias']:+.1%} |" if lo else " | |"))
-    if series is not None and not series.empty:
-        lines += ["", "## Scaling series anchored at their smallest N", "",
-                  "The software rate is solved so that the model gives the smallest N's "
-                  "published figure; the model then predicts the efficiency at the largest N.",
-                  "", "| table | series | scaling | N0 → N | published | predicted (band) "
-                  "| error (points) |", "|---|---|---|---|---:|---:|---:|"]
-        for r in series.itertuples():
-            lines.append(f"| {r.table} | {r.series} | {r.scaling} | {r.n0} → {r.n} | "
-                         f"{r.published_efficiency:.1%} | {r.predicted_efficiency:.1%} "
-                         f"({r.predicted_low:.1%}–{r.predicted_high:.1%}) | "
-                         f"{r.error_points:+.1f} |")
-    ok = rows[rows["skip"] == ""]
-    lines += ["", "## Every modelled row", "",
-              "| table | row | metric | published | predicted (range) | error | unsaid |",
-              "|---|---|---|---:|---:|---:|---|"]
-    for r in ok.itertuples():
-        lines.append(f"| {r.table} | {r.row} | {r.metric} | {r.published:.4g} | {r.predicted:.4g} "
-                     f"({r.predicted_low:.4g}–{r.predicted_high:.4g}) | {r.error:+.1%} | "
-                     f"{r.ranged} |")
-    skipped = rows[rows["skip"] != ""]
-    if not skipped.empty:
-        lines += ["", "## Rows left out", "", "| table | row | metric | why |",
-                  "|---|---|---|---|"]
-        for r in skipped.itertuples():
-            lines.append(f"| {r.table} | {r.row} | {r.metric} | {r.skip} |")
-    return "\n".join(lines) + "\n"
-
-
-def validation_figure(rows, path: Path, style: str = "default") -> Path:
-    """Predicted against published, one marker per modelled row (the central value) with its
-    range as a bar, one colour and marker per table, every metric as its ratio to the
-    published value (log scale), the ±10% and ±20% bands shaded."""
-    ok = rows[rows["skip"] == ""].reset_index(drop=True)
-    st = fstyle.series_styles(sorted(ok["table"].unique()))
-    with fstyle.applied(style):
-        fig, ax = fstyle.new_figure(style)
-        ax.axhspan(0.8, 1.2, color="0.92", zorder=0, label="±20%")
-        ax.axhspan(0.9, 1.1, color="0.82", zorder=0, label="±10%")
-        ax.axhline(1.0, color="black", lw=0.8)
-        for table, g in ok.groupby("table"):
-            s = st[table]
-            ax.scatter(g.index, 1.0 + g["error"], color=s["color"], marker=s["marker"], s=18,
-                       label=table, zorder=3)
-            lo, hi = (g["predicted_low"] / g["published"], g["predicted_high"] / g["published"])
-            flip = g["metric"] == "iteration_s"  # a longer step is pessimism
-            lo, hi = lo.where(~flip, 1 / hi), hi.where(~flip, 1 / lo)
-            ax.vlines(g.index, lo, hi, color=s["color"], lw=0.8, alpha=0.6, zorder=2)
-        ax.set_yscale("log")
-        ticks = [0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.5, 2.0]
-        ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
-        ax.minorticks_off()
-        ax.set_ylabel("predicted / published (optimism > 1)")
-        ax.set_xlabel("published row")
-        ax.set_title("Step model vs published tables")
-        fstyle.legend(fig, ax, style)
-    return fstyle.save(fig, path, style)[0]
-
-
-def started_before(vm, runs, study_dir: Path):
-    """``vm`` with ``started_at`` (the first start of each config's runs, UTC, from their
-    ``status.json``) and ``predicted_before_start`` (the prediction's ``predicted_at`` is
-    earlier: it was made before the point ran; NA where either is unknown)."""
-    starts = {}
-    for h, g in runs.groupby("config_hash"):
-        t = [x for x in (_started(study_dir, pid) for pid in g["point_id"]) if x]
-        starts[h] = min(t, key=pd.Timestamp) if t else None
-    out = vm.copy()
-    out["started_at"] = out["config_hash"].map(starts)
-    pa = pd.to_datetime(out.get("predicted_at"), utc=True, errors="coerce", format="ISO8601")
-    st = pd.to_datetime(out["started_at"], utc=True, errors="coerce", format="ISO8601")
-    out["predicted_before_start"] = (pa < st).where(pa.notna() & st.notna())
-    return out
-
-
-def _started(study_dir: Path, point_id) -> str | None:
-    """When a point's run started (``status.json`` ``started``, UTC), or None."""
-    if not point_id or not isinstance(point_id, str):
-        return None
-    rec = read_record(study_dir / "runs" / point_id / "status.json")
-    return (rec or {}).get("started")
-
-
-def _predict_before_run(study: Study, pred, study_dir: Path, path: Path, *,
-                        points: list[Point], hw: HardwareSpec,
-                        measured: Measured | None = None) -> int:
-    """``scalestudy predict STUDY --before-run``: write ``predicted_before_run.csv`` (the
-    model anchored on the measured points with N <= calibrate_on_max_n, ``points`` the
-    study's planned points and ``hw``/``measured`` the model inputs of ``pred``)."""
-    max_n = study.predict.before_run_max_n
-    if max_n is None:
-        print("scalestudy predict: --before-run needs predict: {before_run: "
-              "{calibrate_on_max_n: N}} in the study file", file=sys.stderr)
-        return 2
-    runs, _, _ = collect(study_dir)
-    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
-    try:
-        before = before_run_calibration(pred, runs, max_n, now, points=points, hw=hw,
-                                        measured=measured)
-    except ValueError as e:
-        print(f"scalestudy predict: {e}", file=sys.stderr)
-        return 2
-    _write_csv(before, path)
-    for r in before.itertuples():
-        eff = (f"efficiency {r.predicted_efficiency_before_run:.1%} "
-               f"[{r.predicted_efficiency_before_run_low:.1%}, "
-               f"{r.predicted_efficiency_before_run_high:.1%}]")
-        what = "anchor (measured)" if r.anchored else "predicted before run"
-        print(f"{r.series} N={r.n}: {what} {r.predicted_before_run_s * 1e3:.1f} ms, {eff} "
-              f"(model {r.step_time_s * 1e3:.1f} ms at the preset's rate; anchored rate "
-              f"{r.software_rate:.2f} on {r.calibrated_on})")
-    print(f"-> {path}")
-    return 0
-
-
-def _write_csv(df, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        df.to_csv(tmp, index=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -635,15 +346,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if a.validate:
         out = Path(a.out or f"{a.results}/validation")
-        rows = validation.validate()
-        summary = validation.summary(rows)
-        series = validation.series_table()
-        _write_csv(rows, out / "validation.csv")
-        _write_csv(summary, out / "validation_summary.csv")
-        _write_csv(series, out / "validation_series.csv")
-        md = validation_markdown(rows, summary, fitted(), series)
-        write_text(out / "validation.md", md)
-        validation_figure(rows, out / "validation.png")
+        md = validation_report.write(out)
         print("\n## ".join(md.split("\n## ")[:2]))
         print(f"-> {out}/")
         return 0
@@ -664,14 +367,14 @@ def main(argv: list[str] | None = None) -> int:
         pred = study_predictions(points, hw, measured, a.dp_overlap, breakdown=brk)
         before_csv = out / "predicted_before_run.csv"
         if a.before_run:
-            return _predict_before_run(study, pred, Path(a.results) / name, before_csv,
+            return before_run.write_before_run(study, pred, Path(a.results) / name, before_csv,
                                        points=points, measured=measured,
                                        hw=hw if a.dp_overlap is None
                                        else hw.with_assumption("dp_overlap", a.dp_overlap))
-        _write_csv(pred, out / "study_predictions.csv")
+        write_csv(pred, out / "study_predictions.csv")
         if brk:
             brk_df = pd.DataFrame(brk)
-            _write_csv(brk_df, out / "study_breakdown.csv")
+            write_csv(brk_df, out / "study_breakdown.csv")
             breakdown_figure(brk_df, out / "study_breakdown.png",
                              f"Where the step goes: {name} on {hw.name}")
         runs_path = Path(a.runs or f"{a.results}/{name}/runs.csv")
@@ -680,10 +383,10 @@ def main(argv: list[str] | None = None) -> int:
             runs_df = pd.read_csv(runs_path)
             vm = versus_measured(pred, runs_df, before)
             if before is not None:
-                vm = started_before(vm, runs_df, Path(a.results) / name)
-            _write_csv(vm, out / "predict_vs_measured.csv")
+                vm = before_run.started_before(vm, runs_df, Path(a.results) / name)
+            write_csv(vm, out / "predict_vs_measured.csv")
             residual_figure(vm, out / "predict_vs_measured.png")
-            before_run_figure(vm, out / "predict_efficiency_before_run.png")
+            before_run.before_run_figure(vm, out / "predict_efficiency_before_run.png")
             have = vm["residual"].notna()
             print(f"predicted vs measured on {hw.name}: {int(have.sum())} points, residual median "
                   f"{vm.loc[have, 'residual'].median():+.1%}, max |residual| "
@@ -698,9 +401,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         hw = mi.hw
         df, comp, brk_df = frontier.run(hw, mi.measured, a.dp_overlap)
-        _write_csv(df, out / "predict_points.csv")
-        _write_csv(comp, out / "predict_vs_published.csv")
-        _write_csv(brk_df, out / "predict_breakdown.csv")
+        write_csv(df, out / "predict_points.csv")
+        write_csv(comp, out / "predict_vs_published.csv")
+        write_csv(brk_df, out / "predict_breakdown.csv")
         md = markdown(comp, hw, brk_df)
         write_text(out / "predict_vs_published.md", md)
         figures(df, comp, out)
