@@ -85,8 +85,7 @@ def series_rows(all_cases: list[Case], specs) -> list[dict]:
     framework's stated ``software_rate`` range is dropped (``rate_plausible``; all are kept
     when none is inside): the central value is the reading whose efficiency is the median, the
     band the envelope over the readings and over the central reading's scenarios (the rate
-    re-solved in each). ``error_points``: central minus published, in
-    percentage points."""
+    re-solved in each). ``error_points``: central minus published, in percentage points."""
     groups: dict = {}
     for c in all_cases:
         if c.series and not c.skip:
@@ -102,8 +101,8 @@ def series_rows(all_cases: list[Case], specs) -> list[dict]:
         pairs = [(v, ends[reading_key(v)]) for v in first.variants if reading_key(v) in ends]
         if not pairs:  # no reading admissible at both ends: each end's central one
             pairs = [(central_reading(first, specs)[1], central_reading(last, specs)[1])]
-        effs = sorted((anchored_efficiency(metric, first, last, v0, vn, specs), v0, vn)
-                      for v0, vn in pairs)
+        effs = sorted(((anchored_efficiency(metric, first, last, v0, vn, specs), v0, vn)
+                       for v0, vn in pairs), key=lambda x: x[0][0])
         # the anchor measures the software's rate: a reading that needs one outside the
         # framework's stated range cannot be what ran (kept only if every reading does)
         plausible = [x for x in effs if rate_plausible(

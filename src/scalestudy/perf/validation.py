@@ -206,14 +206,14 @@ def _divisors(x: int, up_to: int) -> list[int]:
 
 def admissible(r, tp: int, pp: int, dp: int) -> dict[str, list]:
     """``{field: [values]}`` for every layout field a row leaves empty that the model needs:
-    ``micro_batch`` (the divisors of the local batch up to ``MAX_MICRO_BATCH``), ``global_batch``
-    (``dp·micro_batch`` times 1, 2, 4, 8 micro-batches, at least ``pp`` of them; a published
-    one that does not split over ``dp``, computed from tokens, the nearest two that do), ``vp`` (2 to 8
-    interleaved stages: an empty ``vp`` means "interleaved, count not given"), ``recompute``
-    (none, selective, full), ``dp_mode`` (ddp or zero1, the two Megatron-style optimizers),
-    ``vocab`` (``VOCABS``),
-    ``heads`` (head dim 64 or 128), ``flash_attention`` (true, false), ``precision`` (bf16,
-    fp16). A published field has one value."""
+    ``micro_batch`` (the divisors of the local batch up to ``MAX_MICRO_BATCH``),
+    ``global_batch`` (``dp·micro_batch`` times 1, 2, 4, 8 micro-batches, at least ``pp`` of
+    them; a published one that does not split over ``dp``, computed from tokens, the nearest
+    two that do), ``vp`` (2 to 8 interleaved stages: an empty ``vp`` means "interleaved, count
+    not given"), ``recompute`` (none, selective, full), ``dp_mode`` (ddp or zero1, the two
+    Megatron-style optimizers), ``vocab`` (``VOCABS``), ``heads`` (head dim 64 or 128),
+    ``flash_attention`` (true, false), ``precision`` (bf16, fp16). A published field has one
+    value."""
     layers, hidden = _int(r["layers"]), _int(r["hidden"])
     out: dict[str, list] = {}
     gb, mb = _int(r["global_batch"]), _int(r["micro_batch"])
@@ -221,7 +221,8 @@ def admissible(r, tp: int, pp: int, dp: int) -> dict[str, list]:
         out["global_batch"] = [dp * (gb // dp), dp * -(-gb // dp)]
     if gb is None:
         mbs = [mb] if mb else [1, 2]
-        out["global_batch"] = sorted({dp * m * k for m in mbs for k in (1, 2, 4, 8) if k >= pp})
+        counts = [k for k in (1, 2, 4, 8) if k >= pp] or [pp]
+        out["global_batch"] = sorted({dp * m * k for m in mbs for k in counts})
     if mb is None:
         local = [g // dp for g in out.get("global_batch", [gb])]
         out["micro_batch"] = sorted({d for x in local for d in _divisors(x, MAX_MICRO_BATCH)})
