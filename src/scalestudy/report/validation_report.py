@@ -23,13 +23,13 @@ def write(out: Path) -> str:
     write_csv(rows, out / "validation.csv")
     write_csv(summary, out / "validation_summary.csv")
     write_csv(anchored, out / "validation_series.csv")
-    md = markdown(rows, summary, fitted(), anchored)
+    md = validation_markdown(rows, summary, fitted(), anchored)
     write_text(out / "validation.md", md)
-    figure(rows, out / "validation.png")
+    validation_figure(rows, out / "validation.png")
     return md
 
 
-def markdown(rows, summary, fit: dict, anchored=None) -> str:
+def validation_markdown(rows, summary, fit: dict, anchored=None) -> str:
     """The validation report: the fitted constants; per table MAPE and bias of the central
     values, coverage (published inside the predicted range) and the range's median width,
     the worst row, the leave-one-table-out figures; every published series' efficiency at
@@ -88,7 +88,7 @@ def markdown(rows, summary, fit: dict, anchored=None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def figure(rows, path: Path, style: str = "default") -> Path:
+def validation_figure(rows, path: Path, style: str = "default") -> Path:
     """Predicted against published, one marker per modelled row (the central value) with its
     range as a bar, one colour and marker per table, every metric as its ratio to the
     published value (log scale), the ±10% and ±20% bands shaded."""
