@@ -5,11 +5,13 @@ model's presets), both read from one file shipped with the package, ``data/hardw
 A device the table does not know, a CPU, or a precision that is not an MFU denominator of the
 device (fp32 on a GPU) gets no peak: ``(None, None, None)``, never a fallback guess.
 Units: peaks in FLOP/s, memory in bytes (the YAML says TFLOP/s and GB), bandwidth in bytes/s
-per direction per device, latency in seconds per collective call.
+per direction per device, latency in seconds per call (a GPU system's ring collectives: its
+collective library's latency per call and per step, ``CollectiveLatency``).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import platform as pyplatform
 from dataclasses import dataclass, field, fields, replace
@@ -142,14 +144,76 @@ class Assumption:
         return cls(v, v, v, source, slow)
 
 
+#: The collectives a ring runs (``ring_steps``); any other call (send/recv) is one transfer.
+RING_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+def ring_steps(op: str, ranks: int) -> int:
+    """Steps of a ring ``op`` among ``ranks`` (NVIDIA/nccl ``src/graph/tuning.cc``,
+    ``ncclTopoTuneModel``: ``nsteps = 2 * (nRanks - 1)`` for an all-reduce, ``nRanks - 1`` for
+    an all-gather or a reduce-scatter); 0 for one rank."""
+    if op not in RING_OPS:
+        raise ValueError(f"op={op!r} is not a ring collective; use one of {', '.join(RING_OPS)}")
+    k = max(0, int(ranks) - 1)
+    return 2 * k if op == "all_reduce" else k
+
+
+@dataclass(frozen=True)
+class CollectiveLatency:
+    """The latency of one collective as the collective library prices it (seconds), Simple
+    protocol: a base per call plus a hardware latency per step, a step inside a node at the
+    intra-node link's figure and a step between nodes at the network's. NCCL's model (NVIDIA/nccl
+    ``src/graph/tuning.cc``, ``ncclTopoTuneModel``), RCCL's the same with its own figures
+    (``hardware.yaml`` ``collectives``). Ring: ``baseLat + (nsteps - nInterSteps) · intraLat +
+    nInterSteps · interLat``, ``nInterSteps`` the ring's steps among the nodes; tree (all-reduce
+    only): ``baseLat + 2 · ((nRanks / nNodes - 1) · intraLat + log2(nNodes) · interLat)``."""
+
+    base_s: float
+    intra_step_s: float
+    inter_step_s: float
+    tree_base_s: float
+    tree_intra_s: float
+    tree_inter_s: float
+
+    def ring(self, op: str, ranks: int, nodes: int = 1) -> float:
+        """Seconds of latency of one ring ``op`` among ``ranks`` spread over ``nodes`` nodes
+        (at most one node per rank)."""
+        steps = ring_steps(op, ranks)
+        inter = ring_steps(op, min(max(1, int(nodes)), int(ranks)))
+        return self.base_s + (steps - inter) * self.intra_step_s + inter * self.inter_step_s
+
+    def tree_all_reduce(self, ranks: int, nodes: int = 1) -> float:
+        """Seconds of latency of one tree all-reduce among ``ranks`` on ``nodes`` nodes: up and
+        down a chain of ``ranks / nodes`` ranks per node and a tree of ``log2(nodes)`` levels."""
+        nodes = min(max(1, int(nodes)), int(ranks))
+        return self.tree_base_s + 2 * ((int(ranks) // nodes - 1) * self.tree_intra_s
+                                       + int(math.log2(nodes)) * self.tree_inter_s)
+
+    def scalar_all_reduce(self, ranks: int, nodes: int = 1) -> float:
+        """Seconds of an all-reduce too small for its bytes to matter (a norm): the library
+        picks the algorithm of least latency, ring or tree."""
+        return min(self.ring("all_reduce", ranks, nodes), self.tree_all_reduce(ranks, nodes))
+
+
 @dataclass(frozen=True)
 class Link:
     """A communication path: ``bandwidth`` in bytes/s per direction per device, ``latency``
-    in seconds per collective call, ``bandwidth_pair`` (optional) for groups of two."""
+    in seconds per call, ``bandwidth_pair`` (optional) for groups of two, ``library`` (a GPU
+    system's collective library, ``CollectiveLatency``): the latency of a ring collective grows
+    with its ranks and nodes; without one (a CPU host, a measured spec) every call costs
+    ``latency``, as does a send/recv everywhere."""
 
     bandwidth: float
     latency: float
     bandwidth_pair: float | None = None
+    library: CollectiveLatency | None = None
+
+    def call_latency(self, op: str, ranks: int, nodes: int = 1) -> float:
+        """Seconds of latency of one ``op`` among ``ranks`` on ``nodes`` nodes: the library's
+        ring latency for a ring collective where the link has one, else ``latency``."""
+        if self.library is not None and op in RING_OPS:
+            return self.library.ring(op, ranks, nodes)
+        return self.latency
 
     def bw(self, group: int, adjacent: bool = True) -> float:
         """Bandwidth for a group of ``group`` ranks; ``adjacent``: consecutive devices (the
@@ -162,7 +226,7 @@ class Link:
         """The same link at ``bandwidth`` (the pair bandwidth scales in proportion)."""
         f = bandwidth / self.bandwidth
         return Link(bandwidth, self.latency,
-                    None if self.bandwidth_pair is None else self.bandwidth_pair * f)
+                    None if self.bandwidth_pair is None else self.bandwidth_pair * f, self.library)
 
 
 @dataclass(frozen=True)
@@ -199,6 +263,11 @@ class Framework:
     the gradient of the word embedding they share (tied embeddings) after the flush.
     ``fsdp_sync_every_micro_batch``: its FSDP reduce-scatters every micro-batch's gradients
     (FSDP2's default) instead of disabling the sync until the last one.
+    ``grad_reduce_bytes``: bytes per element of its data-parallel gradient reduction (None:
+    the training precision's width; 4 where it reduces in fp32); the parameters are gathered
+    at the training precision's width. ``dp_bucket_params`` / ``dp_bucket_params_per_rank``:
+    gradients per data-parallel collective, ``max(dp_bucket_params, per_rank · dp)``, each
+    bucket one collective (None: one collective for the stage).
     ``software_rate``: the rate of its computing kernels relative to the software the shared
     constants were set on (dimensionless; 1 for that software): the framework's release, fused
     kernels and attention kernel, a stated range per framework; anchoring a series on measured
@@ -226,6 +295,9 @@ class Framework:
     zero1_all_reduce: bool = False
     tied_grad_all_reduce: bool = False
     fsdp_sync_every_micro_batch: bool = False
+    grad_reduce_bytes: int | None = None
+    dp_bucket_params: float | None = None
+    dp_bucket_params_per_rank: float = 0.0
     software_rate: float = 1.0
     source: str = ""
 
@@ -243,9 +315,12 @@ class Framework:
                   "fsdp_sync_every_micro_batch"):
             if f in d:
                 kw[f] = bool(d[f])
-        for f in ("pp_transfers_per_neighbour", "grad_bytes"):
+        for f in ("pp_transfers_per_neighbour", "grad_bytes", "grad_reduce_bytes"):
             if d.get(f) is not None:
                 kw[f] = int(d[f])
+        for f in ("dp_bucket_params", "dp_bucket_params_per_rank"):
+            if d.get(f) is not None:
+                kw[f] = float(d[f])
         for f in ("fusion", "grad_accumulation"):
             if f in d:
                 kw[f] = str(d[f])
@@ -401,12 +476,14 @@ class HardwareSpec:
                 assume[key] = a
             return a.value
 
+        library = collective_latency(d, name)
+
         def link(x, key):
             if not x:
                 return None
             bw = take(key, x["bandwidth"])
             return Link(bw, float(x.get("latency", 0.0)),
-                        float(x["bandwidth_pair"]) if x.get("bandwidth_pair") else None)
+                        float(x["bandwidth_pair"]) if x.get("bandwidth_pair") else None, library)
 
         gemm = d.get("gemm") or {}
         if "matmul_efficiency" in d and "efficiency" not in gemm:
@@ -459,6 +536,33 @@ class HardwareSpec:
                              f"{', '.join(presets())} or a path to a YAML file")
         return cls.from_dict(systems[name_or_path], name_or_path,
                              source=f"preset {name_or_path}")
+
+
+def collective_latency(system: dict, name: str = "") -> CollectiveLatency | None:
+    """The latency model of a system entry's collective library (its ``collectives``, an
+    entry of ``hardware.yaml`` ``collectives:``): base latencies and the step latencies of its
+    intra-node link's ``type`` and of its inter-node link's (``net`` when it declares none);
+    None for a system that names no library (a CPU host: gloo, whose calls cost the measured
+    ``latency``)."""
+    lib_name = system.get("collectives")
+    if not lib_name:
+        return None
+    libs = table().get("collectives") or {}
+    if lib_name not in libs:
+        raise ValueError(f"hardware {name!r}: collectives {lib_name!r} is not an entry of "
+                         f"hardware.yaml collectives ({', '.join(sorted(libs))})")
+    lib = libs[lib_name]
+    kinds = ((system.get("intra_node") or {}).get("type"),
+             (system.get("inter_node") or {}).get("type", "net"))
+    steps = []
+    for table_key in ("ring_step_s", "tree_step_s"):
+        for kind in kinds:
+            if kind not in lib[table_key]:
+                raise ValueError(f"hardware {name!r}: link type {kind!r} has no {table_key} in "
+                                 f"collectives {lib_name!r} ({', '.join(sorted(lib[table_key]))})")
+            steps.append(float(lib[table_key][kind]))
+    return CollectiveLatency(float(lib["ring_base_s"]), steps[0], steps[1],
+                             float(lib["tree_base_s"]), steps[2], steps[3])
 
 
 def presets() -> list[str]:

@@ -301,19 +301,24 @@ def _bus_factor(op: str, p: int) -> float:
 
 
 def collective_time(op: str, nbytes: float, group: int, link: Link,
-                    measured: Measured | None = None, adjacent: bool = True) -> float:
-    """Seconds for one ring collective of a ``nbytes`` buffer among ``group`` ranks:
-    ``α + factor(p) · n / β`` (factor: all-reduce ``2(p-1)/p``, all-gather / reduce-scatter
-    ``(p-1)/p``, send/recv 1; Thakur et al. 2005 ring algorithms, the bus-bandwidth convention
-    of nccl-tests), or the measured fit when ``measured`` has one. ``β`` is the link's
-    per-device bandwidth (``hardware.yaml``), ``α`` its latency."""
+                    measured: Measured | None = None, adjacent: bool = True,
+                    nodes: int = 1) -> float:
+    """Seconds for one ring collective of a ``nbytes`` buffer among ``group`` ranks on
+    ``nodes`` nodes: ``α + factor(p) · n / β`` (factor: all-reduce ``2(p-1)/p``, all-gather /
+    reduce-scatter ``(p-1)/p``, send/recv 1; Thakur et al. 2005 ring algorithms, the
+    bus-bandwidth convention of nccl-tests), or the measured fit when ``measured`` has one.
+    ``β`` is the link's per-device bandwidth (``hardware.yaml``); ``α`` the link's
+    ``call_latency``: on a GPU system the collective library's ring latency, which grows with
+    the ring's steps inside and between nodes (NCCL's tuning model, Simple protocol), else the
+    link's latency per call."""
     if group <= 1 or nbytes <= 0:
         return 0.0
     if measured is not None:
         t = measured.collective_time(op, nbytes, group)
         if t is not None:
             return t
-    return link.latency + _bus_factor(op, group) * nbytes / link.bw(group, adjacent)
+    return (link.call_latency(op, group, nodes)
+            + _bus_factor(op, group) * nbytes / link.bw(group, adjacent))
 
 
 def tile_wave_efficiency(M: float, N: float, tile: tuple | None, units: int | None,

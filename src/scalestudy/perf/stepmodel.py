@@ -28,7 +28,8 @@ from scalestudy.perf.hardware import HardwareSpec
 from scalestudy.perf.rates import ACT_BYTES, Measured
 from scalestudy.perf.terms_comm import (boundary_crosses_node, clip_seconds, cp_exchange_seconds,
                                         dp_comm_seconds, dp_overlap_fraction,
-                                        dp_step_exposed_seconds, p2p_seconds, pipeline_seconds,
+                                        dp_step_exposed_seconds, fsdp_layer_seconds,
+                                        fsdp_per_block, p2p_seconds, pipeline_seconds,
                                         stage_tp_seconds, syncs_every_micro_batch,
                                         tied_grad_seconds, tp_overlap)
 from scalestudy.perf.terms_compute import (cp_local, grad_accumulation_seconds, grad_bytes_of,
@@ -99,13 +100,24 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     t_bwd_mb = t_comp * 2 / 3  # backward of one micro-batch (no recompute share)
 
     # exposed data parallelism: before it, the first and the last stage all-reduce their tied
-    # embedding's gradient
-    t_dp_step, t_dp_mb, dp_link = dp_comm_seconds(point, params, hw, measured)
+    # embedding's gradient; FSDP on a GPU per block, under each block's compute
     ov = dp_overlap_fraction(point, hw, dp_overlap)
+    if fsdp_per_block(point, hw):
+        r = stage_p.index(params)
+        block = sum(flops.layer_params(model, tp).values())
+        fwd_l = cs * (c.gemm_fwd + c.attn_fwd + c.elementwise / 3)  # one block's compute
+        bwd_l = (cs * (c.gemm_bwd + c.attn_bwd + 2 * c.elementwise / 3 + att_re)
+                 + fwd_l * ckpts[r] / max(1, layers_of[r]))  # with its recomputed share
+        t_dp_traffic, t_dp, dp_link = fsdp_layer_seconds(
+            point, hw, layers_of[r], block, params - layers_of[r] * block, fwd_l, bwd_l, ov,
+            measured)
+    else:
+        t_dp_step, t_dp_mb, dp_link = dp_comm_seconds(point, params, hw, measured)
+        t_dp_traffic = t_dp_step + m * t_dp_mb
+        t_dp = dp_step_exposed_seconds(point, hw, t_dp_step, t_dp_mb, ov, t_bwd_mb, t_comp)
     t_tied = tied_grad_seconds(point, hw, kernels.accumulated_grad_bytes(
         fw.grad_accumulation, gbytes), measured)
-    t_dp_exposed = hc.pp * t_tied + hc.dp * dp_step_exposed_seconds(
-        point, hw, t_dp_step, t_dp_mb, ov, t_bwd_mb, t_comp)
+    t_dp_exposed = hc.pp * t_tied + hc.dp * t_dp
 
     # optimizer on its shard; clipping reduces the squared norm of sharded gradients
     t_opt = cs * work.optimizer + hc.clip * clip_seconds(point, hw, measured)
@@ -134,7 +146,7 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
         cp_comm_s=m * cps[worst] * hc.cp,
         grad_accum_s=m * work.grad_accum[worst] * cs,
         sync_wait_s=m * hc.waits[worst] + hc.dp_wait,
-        dp_comm_s=hc.pp * t_tied + hc.dp * (t_dp_step + m * t_dp_mb),
+        dp_comm_s=hc.pp * t_tied + hc.dp * t_dp_traffic,
         bubble_fraction=t_bubble / (m * slots[worst]),
         micro_batch_slot_s=slots[worst],
         bottleneck_stage=worst,

@@ -9,18 +9,26 @@
 - ``pp_bubble_s`` — the pipeline fill and drain (``pipeline_seconds``): the other stages'
   micro-batch slots, divided by ``v``.
 - ``dp_comm_exposed_s`` — the data-parallel gradient traffic left after the framework's
-  overlap (``dp_comm_seconds`` / ``dp_step_exposed_seconds``), and before it the tied
-  embedding's gradient all-reduce between the first and the last pipeline stage
-  (``tied_grad_seconds``); gradient clipping's norm all-reduce (``clip_seconds``).
+  overlap (``dp_comm_seconds`` / ``dp_step_exposed_seconds``; on a GPU, FSDP per block with
+  its prefetch, ``fsdp_layer_seconds``), in the framework's reduction width and buckets
+  (``dp_widths``, ``dp_buckets``), and before it the tied embedding's gradient all-reduce
+  between the first and the last pipeline stage (``tied_grad_seconds``); gradient clipping's
+  norm all-reduce (``clip_seconds``).
 
-Ring collectives cost ``rates.collective_time``: the system's links, or the measured fits.
+Ring collectives cost ``rates.collective_time``: the system's links (on a GPU system with its
+collective library's ring latency, which grows with the ranks and the nodes a ring spans), or
+the measured fits. A CPU host's side is frozen (docs/performance-model.md, The CPU study): its
+DP traffic keeps the activation width, one collective per reduction and whole-model FSDP
+gathers.
 """
 
 from __future__ import annotations
 
+import math
+
 from scalestudy.config.point import Model, Point
 from scalestudy.config.vocab import DPMode, DType
-from scalestudy.perf.hardware import Framework, HardwareSpec
+from scalestudy.perf.hardware import Framework, HardwareSpec, Link
 from scalestudy.perf.rates import ACT_BYTES, Measured, collective_time
 
 
@@ -71,9 +79,11 @@ def cp_exchange_seconds(model: Model, s: int, b: int, tp: int, cp: int, act_byte
         return 0.0
     nbytes = 2 * b * s * model.kv_dim / tp * act_bytes
     per_node = devices_per_node or hw.devices_per_node
-    link = hw.intra if (cp * tp <= per_node or hw.inter is None) else hw.inter
-    return (2 * collective_time("all_gather", nbytes, cp, link, measured)
-            + collective_time("reduce_scatter", nbytes, cp, link, measured))
+    local = cp * tp <= per_node or hw.inter is None
+    link = hw.intra if local else hw.inter
+    nodes = 1 if local else math.ceil(cp / max(1, per_node // tp))
+    return (2 * collective_time("all_gather", nbytes, cp, link, measured, nodes=nodes)
+            + collective_time("reduce_scatter", nbytes, cp, link, measured, nodes=nodes))
 
 
 def node_of(rank: int, devices_per_node: int) -> int:
@@ -145,45 +155,155 @@ def syncs_every_micro_batch(point: Point, fw: Framework) -> bool:
             and point.parallel.dp_mode in (DPMode.FSDP, DPMode.FSDP_GRAD_OP))
 
 
+def dp_widths(point: Point, hw: HardwareSpec) -> tuple[int, int]:
+    """``(gradient, parameter)`` bytes per element of the data-parallel traffic: gradients
+    reduced at the framework's ``grad_reduce_bytes`` (never below the training precision's
+    width), parameters gathered at the training precision's width (16-bit parameters: 2;
+    ``hardware.yaml`` frameworks, with their sources). On a CPU host (``compute_units``) both
+    stay at the activation width: its side of the model is frozen."""
+    act = ACT_BYTES[DType(point.train.precision) != DType.FP32]
+    if hw.compute_units:
+        return act, act
+    return max(hw.framework.grad_reduce_bytes or act, act), act
+
+
+def dp_buckets(point: Point, params: float, hw: HardwareSpec) -> int:
+    """Collectives one data-parallel reduction of ``params`` parameters is split into, each
+    paying its own latency: ``⌈params / bucket⌉``, ``bucket = max(dp_bucket_params,
+    dp_bucket_params_per_rank · dp)`` (PyTorch DDP's 25 MiB, DeepSpeed's 5e8 elements,
+    Megatron-Core's ``max(4e7, 1e6 · dp)``); 1 where the framework reduces the stage's
+    gradients in one collective, and on a CPU host (frozen)."""
+    fw = hw.framework
+    if hw.compute_units or not fw.dp_bucket_params:
+        return 1
+    size = max(fw.dp_bucket_params, fw.dp_bucket_params_per_rank * int(point.dp))
+    return max(1, math.ceil(params / size))
+
+
+def dp_ring(point: Point, hw: HardwareSpec,
+            measured: Measured | None = None) -> tuple[Link, int, Measured | None, str]:
+    """``(link, nodes, measured, name)`` of a data-parallel group's ring: the intra-node link
+    while ``tp·dp`` ranks fit a node, else the inter-node one at ``dp_members_per_node`` × the
+    per-device NIC share (a ring that visits a group's members on one node in a row leaves the
+    node once, so the ``devices_per_node / g`` groups of a node share its NICs) over
+    ``⌈dp / g⌉`` nodes; the measured fits only within a node."""
+    dp = int(point.dp)
+    if point.tp * dp <= hw.devices_per_node or hw.inter is None:
+        return hw.intra, 1, measured, "intra"
+    g = dp_members_per_node(point, hw.devices_per_node)
+    return hw.inter.scaled(hw.inter.bandwidth * g), math.ceil(dp / g), None, "inter"
+
+
 def dp_comm_seconds(point: Point, params: float, hw: HardwareSpec,
                     measured: Measured | None = None) -> tuple[float, float, str]:
-    """``(per_step_s, per_micro_batch_s, link)`` of the data-parallel gradient traffic of a
-    device holding ``params`` parameters (gradients at the activation width: 2 bytes in
-    bf16/fp16). ``ddp``: one all-reduce; ``zero1``: reduce-scatter of the gradients and
-    all-gather of the updated weights (same volume, Rajbhandari et al. 2020), or an all-reduce
-    of the gradients and the all-gather where the framework reduces so
-    (``Framework.zero1_all_reduce``: DeepSpeed's BF16_Optimizer); ``fsdp_grad_op``:
-    reduce-scatter per step and an all-gather per micro-batch; ``fsdp``: two all-gathers per
-    micro-batch (forward and backward); where the framework syncs every micro-batch
-    (:func:`syncs_every_micro_batch`) the other ``m - 1`` micro-batches' reduce-scatters too,
-    spread over the ``m`` micro-batches (the last one's is the step's). Ring costs
-    (``collective_time``) on the inter-node link when ``tp·dp`` exceeds a node, at ``dp_members_per_node`` × the per-device NIC share:
-    a ring that visits a group's members on one node in a row leaves the node once, so the
-    ``devices_per_node / g`` groups of a node share its NICs."""
+    """``(per_step_s, per_micro_batch_s, link)`` of the data-parallel traffic of a device
+    holding ``params`` parameters, gradients and parameters at ``dp_widths``, each reduction
+    in ``dp_buckets`` collectives. ``ddp``: one all-reduce; ``zero1``: reduce-scatter of the
+    gradients and all-gather of the updated weights (Rajbhandari et al. 2020), or an
+    all-reduce of the gradients and the all-gather where the framework reduces so
+    (``Framework.zero1_all_reduce``: DeepSpeed's BF16_Optimizer). FSDP as whole-model traffic
+    (the CPU host's accounting; a GPU prices it per block, :func:`fsdp_layer_seconds`):
+    ``fsdp_grad_op`` a reduce-scatter per step and an all-gather per micro-batch, ``fsdp`` two
+    all-gathers per micro-batch (forward and backward); where the framework syncs every
+    micro-batch (:func:`syncs_every_micro_batch`) the other ``m - 1`` micro-batches'
+    reduce-scatters too, spread over the ``m`` micro-batches (the last one's is the step's).
+    Ring costs (``collective_time``) on the group's ring (:func:`dp_ring`)."""
     dp = int(point.dp)
     if dp <= 1:
         return 0.0, 0.0, "intra"
-    ab = ACT_BYTES[DType(point.train.precision) != DType.FP32]
-    nbytes = params * ab
-    inter = point.tp * dp > hw.devices_per_node and hw.inter is not None
-    link = hw.intra
-    if inter:
-        link = hw.inter.scaled(hw.inter.bandwidth * dp_members_per_node(point, hw.devices_per_node))
-    meas = None if inter else measured
+    link, nodes, meas, where = dp_ring(point, hw, measured)
+    grad_b, param_b = dp_widths(point, hw)
+    k = dp_buckets(point, params, hw)
     adj = point.tp == 1
+
+    def coll(op: str, width: int) -> float:
+        return k * collective_time(op, params * width / k, dp, link, meas, adj, nodes)
+
     mode = point.parallel.dp_mode
     if mode == DPMode.DDP:
-        return collective_time("all_reduce", nbytes, dp, link, meas, adj), 0.0, ("inter" if inter else "intra")
-    rs = collective_time("reduce_scatter", nbytes, dp, link, meas, adj)
-    ag = collective_time("all_gather", nbytes, dp, link, meas, adj)
+        return coll("all_reduce", grad_b), 0.0, where
+    rs = coll("reduce_scatter", grad_b)
+    ag = coll("all_gather", param_b)
     if mode == DPMode.ZERO1:
         if hw.framework.zero1_all_reduce:
-            rs = collective_time("all_reduce", nbytes, dp, link, meas, adj)
-        return rs + ag, 0.0, ("inter" if inter else "intra")
+            rs = coll("all_reduce", grad_b)
+        return rs + ag, 0.0, where
     gathers = 2 if mode == DPMode.FSDP else 1
     m = max(1, int(point.grad_accum))
     early = rs * (m - 1) / m if syncs_every_micro_batch(point, hw.framework) else 0.0
-    return rs, gathers * ag + early, ("inter" if inter else "intra")
+    return rs, gathers * ag + early, where
+
+
+def fsdp_per_block(point: Point, hw: HardwareSpec) -> bool:
+    """Whether the point's data parallelism is FSDP priced per block
+    (:func:`fsdp_layer_seconds`): ``fsdp`` or ``fsdp_grad_op`` over ``dp > 1`` ranks on a GPU
+    (a CPU host keeps its frozen whole-model accounting, :func:`dp_comm_seconds`)."""
+    return (int(point.dp) > 1 and not hw.compute_units
+            and point.parallel.dp_mode in (DPMode.FSDP, DPMode.FSDP_GRAD_OP))
+
+
+def fsdp_layer_seconds(point: Point, hw: HardwareSpec, layers: float, block_params: float,
+                       root_params: float, fwd_s: float, bwd_s: float, overlap: float,
+                       measured: Measured | None = None) -> tuple[float, float, str]:
+    """``(traffic_s, exposed_s, link)`` per step of FSDP as FSDP2 runs it, per transformer
+    block (``block_params`` per device each, ``layers`` of them on the stage) plus the root
+    unit (``root_params``: embedding, final norm, head), each unit's all-gather (parameters)
+    and reduce-scatter (gradients) one ring collective (:func:`dp_ring`, widths
+    :func:`dp_widths`).
+
+    The schedule (torch ``distributed/fsdp/_fully_shard``; torchtitan ``apply_fsdp``): the
+    forward gathers the root and the first block exposed, then each next block's all-gather
+    is prefetched under the current block's forward (``fwd_s`` per block: one block ahead,
+    FSDP2's default "implicit prefetching"); the backward gathers the root again and, one
+    block ahead, every block but the last (``reshard_after_forward=layer_id < L - 1``; ``fsdp``
+    without pipeline stages only: ``fsdp_grad_op`` and pipelined FSDP keep the gathered
+    parameters), while each block's reduce-scatter runs under the next block's backward
+    (``bwd_s``); the first block's and the root's reduce-scatters stay exposed. Per block the
+    exposed time is ``max(0, collectives - overlap · compute)``. Without pipeline stages every
+    micro-batch gathers again (FSDP2 reshards after each backward); with them only the first
+    (``torch.distributed.pipelining`` keeps the parameters until the last backward). Gradients
+    are reduce-scattered every micro-batch where the framework syncs so
+    (:func:`syncs_every_micro_batch`), else after the last one. So the bandwidth term per rank
+    shrinks as ``(p-1)/p`` while each collective's ring latency grows with ``p`` and the
+    nodes: throughput per device falls with N once a block's collectives stop hiding."""
+    dp = int(point.dp)
+    if dp <= 1:
+        return 0.0, 0.0, "intra"
+    link, nodes, meas, where = dp_ring(point, hw, measured)
+    grad_b, param_b = dp_widths(point, hw)
+    adj = point.tp == 1
+
+    def coll(op: str, n: float, width: int) -> float:
+        return collective_time(op, n * width, dp, link, meas, adj, nodes)
+
+    ag, rs = coll("all_gather", block_params, param_b), coll("reduce_scatter", block_params, grad_b)
+    ag0, rs0 = coll("all_gather", root_params, param_b), coll("reduce_scatter", root_params, grad_b)
+    n_blocks = max(1, round(layers))
+    m = max(1, int(point.grad_accum))
+    regather = point.pp == 1 and point.parallel.dp_mode == DPMode.FSDP
+
+    def hidden(comm: float, window: float) -> float:
+        return max(0.0, comm - overlap * window)
+
+    fwd = (ag0 + n_blocks * ag, ag0 + ag + (n_blocks - 1) * hidden(ag, fwd_s))
+
+    def bwd(scatter: bool) -> tuple[float, float]:
+        a, r = (ag if regather else 0.0), (rs if scatter else 0.0)
+        # block L prefetches block L-1's gather, blocks L-1..2 also carry the previous
+        # block's reduce-scatter, block 1 only that; then block 1's and the root's
+        slots = (hidden(a, bwd_s) + (n_blocks - 2) * hidden(a + r, bwd_s) + hidden(r, bwd_s)
+                 if n_blocks > 1 else 0.0)
+        root_ag = ag0 if regather else 0.0
+        tail = r + (rs0 if scatter else 0.0)
+        return (root_ag + (n_blocks - 1) * a + n_blocks * r + (rs0 if scatter else 0.0),
+                root_ag + slots + tail)
+
+    gathering = m if point.pp == 1 else 1
+    scattering = m if syncs_every_micro_batch(point, hw.framework) else 1
+    (t_s, e_s), (t_n, e_n) = bwd(True), bwd(False)
+    traffic = gathering * fwd[0] + scattering * t_s + (m - scattering) * t_n
+    exposed = gathering * fwd[1] + scattering * e_s + (m - scattering) * e_n
+    return traffic, exposed, where
 
 
 def dp_members_per_node(point: Point, devices_per_node: int) -> int:
@@ -253,14 +373,23 @@ def tied_grad_seconds(point: Point, hw: HardwareSpec, grad_bytes: int,
         for x in range(k))
     nbytes = model.vocab * model.hidden / point.tp * grad_bytes
     return collective_time("all_reduce", nbytes, 2, hw.inter if cross else hw.intra,
-                           None if cross else measured, adjacent=far == 1)
+                           None if cross else measured, adjacent=far == 1,
+                           nodes=2 if cross else 1)
 
 
 def clip_seconds(point: Point, hw: HardwareSpec, measured: Measured | None = None) -> float:
     """Seconds of gradient clipping's all-reduce of the squared norm (4 bytes among all
-    ``n`` ranks on the intra-node link), where clipping is on and the gradients are sharded
-    (tensor or pipeline parallelism, or FSDP over data-parallel ranks); else 0."""
+    ``n`` ranks), where clipping is on and the gradients are sharded (tensor or pipeline
+    parallelism, or FSDP over data-parallel ranks); else 0. On a GPU system its library's
+    least latency, ring or tree, over the nodes the ranks fill
+    (``CollectiveLatency.scalar_all_reduce``: the bytes do not matter); else the measured fit
+    or the intra-node link's ``collective_time``."""
     par, tp, pp, dp = point.parallel, point.tp, point.pp, int(point.dp)
     sharded = tp > 1 or pp > 1 or (dp > 1 and par.dp_mode in (DPMode.FSDP, DPMode.FSDP_GRAD_OP))
-    return (collective_time("all_reduce", 4, point.n, hw.intra, measured)
-            if point.train.grad_clip and sharded else 0.0)
+    if not (point.train.grad_clip and sharded):
+        return 0.0
+    lib = hw.intra.library
+    fit = measured.collective_time("all_reduce", 4, point.n) if measured is not None else None
+    if lib is None or fit is not None:
+        return collective_time("all_reduce", 4, point.n, hw.intra, measured)
+    return lib.scalar_all_reduce(point.n, math.ceil(point.n / hw.devices_per_node))
