@@ -14,6 +14,8 @@ never enforced: timings are not asserted in the tests.
   predicted/measured ratios and their median (the study's ``predict`` job's output).
 - ``foreign`` -- the built-in trainer vs torchtitan (same Llama shape, batch, FSDP2, N):
   tokens/s ratio of alternating runs, its spread.
+- ``tune``    -- the layout search (``scalestudy tune --measure``) against the measured grid:
+  how often it finds the grid best within its 95% CI, vs random search and the model's pick.
 """
 
 from __future__ import annotations

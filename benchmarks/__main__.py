@@ -1,6 +1,6 @@
 """``python -m benchmarks`` (``make bench``): the performance figures, each next to its target.
 
-    python -m benchmarks [trainer] [harness] [scale] [gpu] [predict] [foreign]
+    python -m benchmarks [trainer] [harness] [scale] [gpu] [predict] [foreign] [tune]
                          [--out results/bench] [--quick] [--points 10000] [--smoke]
                          [--gpu-configs eager,eager-ac,compile] [--pairs 3]
 
@@ -11,7 +11,8 @@ performance model against the study's measured step times, beside the host's own
 noise; it reads the harness benchmark's sweep when both run in one call, else it runs the
 study itself), and foreign (the built-in trainer vs torchtitan on the same Llama shape,
 batch, FSDP and world size; skipped with the reason where torchtitan is not installed:
-``make setup-foreign``).
+``make setup-foreign``), and tune (the layout search against the measured grid of 33
+layouts, 5 seeds, against random search and the model-only pick; ~25 minutes on 2 cores).
 Writes to ``--out`` (atomically): ``<name>.json`` (the full record of each benchmark),
 ``figures.csv`` (tidy: one row per figure with target, verdict, host and load average) and
 ``figures.md`` (the printed table). Timings are never asserted in tests; this is where they
@@ -34,7 +35,7 @@ from pathlib import Path
 
 from scalestudy.record.io import write_json, write_text
 
-NAMES = ("trainer", "harness", "scale", "gpu", "predict", "foreign")
+NAMES = ("trainer", "harness", "scale", "gpu", "predict", "foreign", "tune")
 FIELDS = ("benchmark", "figure", "value", "unit", "target", "op", "met", "note", "host",
           "cpu", "load_1min_start", "load_1min_end", "measured_at")
 
@@ -174,6 +175,10 @@ def run_one(name: str, args, workdir: Path, done: dict | None = None) -> dict:
                                         "(make setup-foreign)")]}
         pairs = args.pairs or (1 if args.quick else 3)
         return foreign.measure(workdir / "foreign", pairs=pairs)
+    if name == "tune":
+        from benchmarks import tune
+
+        return tune.measure(workdir / "tune")
     raise ValueError(f"unknown benchmark {name!r}; use one of {', '.join(NAMES)}")
 
 

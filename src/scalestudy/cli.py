@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import signal
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 from scalestudy import paths
 from scalestudy.config.point import PointError
 from scalestudy.config.study import StudyError
-from scalestudy.config.studyspec import Study
+from scalestudy.run.snakemake import launch, run_snakemake, snakemake_argv
 
 # subcommands implemented by other modules' main(argv) (delegated_main)
 DELEGATED = ("predict", "tune", "run-point", "status", "compare")
@@ -33,7 +32,7 @@ SUMMARY = {
     "plot": "draw a study's figures again",
     "compare": "draw several studies on one set of axes",
     "predict": "predict step times and efficiency (performance model)",
-    "tune": "rank parallel shapes of a model by predicted speed",
+    "tune": "search a layout by measuring it (or rank shapes by the model)",
     "run-point": "run one sweep point (what each Snakemake job runs)",
 }
 DESCRIPTION = """Weak and strong scaling studies of distributed LLM training: plan a sweep, run it
@@ -57,51 +56,6 @@ def _load(path: str, trust_site: bool = False):
     return study, plan_points(study, path)
 
 
-def profile_site(profile: str | None) -> dict | None:
-    """The ``site`` mapping a Snakemake profile brings (its ``configfile:`` files, as the
-    shipped profiles do, and its ``config:``), or None."""
-    import yaml
-
-    if not profile:
-        return None
-    folder = Path(profile)
-    try:
-        conf = yaml.safe_load((folder / "config.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return None
-    files = conf.get("configfile") or conf.get("configfiles") or []
-    site: dict = {}
-    for name in [files] if isinstance(files, str) else list(files):
-        try:
-            data = yaml.safe_load((folder / str(name)).read_text()) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise StudyError(f"{folder / str(name)}: cannot read the profile's config file "
-                             f"({type(e).__name__}); check the profile") from None
-        if isinstance(data, dict) and isinstance(data.get("site"), dict):
-            site.update(data["site"])
-    config = conf.get("config")
-    if isinstance(config, dict) and isinstance(config.get("site"), dict):
-        site.update(config["site"])
-    return site or None
-
-
-def check_profile_site(study: Study, profile: str | None, trust_site: bool) -> None:
-    """The site the Snakefile will run with (the study's, then the profile's), checked now so
-    that a refused setting ends with one line before Snakemake starts."""
-    from scalestudy.config.sitepolicy import SiteError
-
-    layer = profile_site(profile)
-    if not layer:
-        return
-    where = f"{Path(profile) / 'site'}"
-    try:
-        study.platform.site.merged(layer).check(trusted=trust_site, where=where)
-    except SiteError as e:
-        raise StudyError(str(e)) from None
-    except ValueError as e:  # Site.resolve: an unknown key or a bad number
-        raise StudyError(f"{where}: {e}") from None
-
-
 def cmd_plan(args) -> int:
     from scalestudy.plan.planner import plan_rows, write_plan
 
@@ -119,70 +73,14 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def snakemake_argv(study: str, results: str, profile: str | None, extra: list[str],
-                   trust_site: bool = False) -> list[str]:
-    # Snakemake's metadata and locks live beside the results (one .snakemake per results root)
-    Path(results).mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "snakemake", "--snakefile", str(paths.snakefile()),
-            "--directory", str(Path(results).resolve())]
-    if profile:
-        argv += ["--profile", profile]
-    # the caller's arguments before --config, whose values would take a target as one more
-    return argv + extra + ["--config", f"study={Path(study).resolve()}",
-                           f"results={Path(results).resolve()}",
-                           *(["trust_site=true"] if trust_site else [])]
-
-
-#: How long Snakemake may take to stop its jobs after a Ctrl-C (s) before it is terminated.
-STOP_GRACE_S = 60.0
-
-
-def run_snakemake(argv: list[str]) -> int:
-    """Run Snakemake to its end; its exit status. Snakemake and its jobs run in a process group
-    of their own. On Ctrl-C, SIGTERM or a lost terminal (SIGHUP) here, the group gets one SIGINT
-    (each job's runner stops its point: ``scalestudy.run.lifetime``; Snakemake then releases its
-    lock) and :data:`STOP_GRACE_S` to end, then SIGKILL; a KeyboardInterrupt goes on. Killed
-    (SIGKILL) here, Snakemake is killed with us and its jobs' runners end their points."""
-    from scalestudy.run.lifetime import dies_with_parent, kill_group
-
-    def interrupt(*_):
-        raise KeyboardInterrupt
-
-    proc = subprocess.Popen(argv, process_group=0, preexec_fn=dies_with_parent(signal.SIGKILL))
-    handlers = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        for sig, grace in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGKILL, None)):
-            kill_group(proc.pid, sig)
-            try:
-                proc.wait(timeout=grace)
-                break
-            except (subprocess.TimeoutExpired, KeyboardInterrupt):  # a second Ctrl-C: on
-                continue
-        raise
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-
-
 def cmd_run(args) -> int:
     study, _ = _load(args.study, args.trust_site)  # fail fast, before Snakemake starts anything
+    if not study.series:
+        raise StudyError(f"{args.study}: series: the study has none to run; search its tune: "
+                         f"layout with `scalestudy tune {args.study} --measure`")
     extra = args.snakemake_args
     args.profile = args.profile or str(paths.profile("local"))
-    check_profile_site(study, args.profile, args.trust_site)
-    from scalestudy.record.source import refuse_other_source
-    from scalestudy.run import guard
-
-    study_dir = Path(args.results) / study.name
-    guard.refuse_escaping_links(study_dir)  # (the Snakefile checks again, and takes the lock)
-    refuse_other_source(study_dir, args.study, study.to_json())
-    if guard.is_locked(study_dir):
-        raise guard.StudyLocked(f"study {study.name} is being run by another launcher "
-                                f"({guard.holder(study_dir / guard.LOCK_FILE)}); wait for it "
-                                "to finish or stop it")
-    argv = snakemake_argv(args.study, args.results, args.profile, extra, args.trust_site)
-    rc = run_snakemake(argv)
+    rc = launch(args.study, study, args.results, args.profile, extra, args.trust_site)
     if rc < 0:  # Snakemake killed by a signal: its points ended with it
         print(f"scalestudy: error: Snakemake was killed by {signal.Signals(-rc).name}; run the "
               "same command again to go on (a study reruns only its unfinished points)",
@@ -290,7 +188,7 @@ def delegated_main(name: str):
     if name == "predict":
         from scalestudy.report.predict import main
     elif name == "tune":
-        from scalestudy.report.tune import main
+        from scalestudy.tune.main import main
     elif name == "run-point":
         from scalestudy.run.runner import main
     elif name == "status":

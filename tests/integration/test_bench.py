@@ -52,7 +52,8 @@ def test_python_dash_m_benchmarks_from_the_repository_root():
     bad = subprocess.run([sys.executable, "-m", "benchmarks", "nope"], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown benchmark 'nope'" in bad.stderr
-    assert set(bench.NAMES) == {"trainer", "harness", "scale", "gpu", "predict", "foreign"}
+    assert set(bench.NAMES) == {"trainer", "harness", "scale", "gpu", "predict", "foreign",
+                               "tune"}
 
 
 def _vm_frame() -> pd.DataFrame:

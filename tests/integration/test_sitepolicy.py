@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from scalestudy import cli
+from scalestudy.run import snakemake
 from scalestudy.config import sitepolicy as sp
 from scalestudy.config.point import Model, Point, identify
 from scalestudy.config.site import Site
@@ -92,7 +93,7 @@ def test_program_options(key, text, trusted, error):
 
 @pytest.mark.parametrize("profile", ["slurm", "frontier", "slurm-ci", "local"])
 def test_shipped_profiles_need_no_trust(profile):
-    site = cli.profile_site(str(REPO / "workflow" / "profiles" / profile))
+    site = snakemake.profile_site(str(REPO / "workflow" / "profiles" / profile))
     assert (site is None) == (profile == "local")
     Site.resolve(site).check()
 

@@ -341,3 +341,40 @@ def test_a_slow_node_is_checked_flagged_and_retried_on_slurm(slurm, tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stragglers"]["straggler_host"] == node
     assert status["attempts"][-1]["straggler"].startswith(f"straggler: rank 1 on {node} ")
+
+
+TUNE_STUDY = {
+    "name": "slurmtune",
+    "models": {"m": {"layers": 2, "hidden": 32, "heads": 2, "seq_len": 16, "vocab": 64}},
+    "train": {"steps": 4, "warmup_steps": 1},
+    "platform": {"device": "cpu", "devices_per_node": 2, "max_nodes": 2, "timeout_s": 400},
+    "tune": {"model": "m", "gpus": 2, "global_batch": 4,
+             "space": {"tp": [1, 2], "pp": [1], "micro_batch": [2], "dp_mode": ["ddp"],
+                       "activation_checkpointing": ["none"]},
+             "trials": 2, "parallel": 2, "warm_start": 0},
+}
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(900)
+def test_tune_searches_through_slurm(slurm, tmp_path):
+    """``scalestudy tune --measure --profile slurm-ci``: the trials are Slurm jobs (a batch of
+    up to 2), their records the search's, and a rerun submits nothing."""
+    from scalestudy.record.trials import read_trials
+
+    study = tmp_path / "tune.yaml"
+    study.write_text(yaml.safe_dump(TUNE_STUDY))
+    argv = [sys.executable, "-m", "scalestudy.cli", "tune", str(study), "--measure",
+            "--results", str(tmp_path / "r"), "--profile", str(CI_PROFILE)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=slurm, timeout=800)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-4000:]
+    assert "has been submitted with SLURM jobid" in log  # the trials went through Slurm
+    trials = read_trials(tmp_path / "r" / "slurmtune" / "tune" / "trials.csv")
+    ran = trials[trials["state"] == "complete"]
+    assert sorted(ran["layout"]) == ["tp1-pp1-mb2-ddp-acnone", "tp2-pp1-mb2-ddp-acnone"]
+    assert (~ran["reused"]).all()
+    assert set(trials["state"]) <= {"complete", "duplicate", "refused"}
+    again = subprocess.run(argv, capture_output=True, text=True, env=slurm, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "submitted with SLURM jobid" not in again.stdout + again.stderr

@@ -29,6 +29,8 @@ STAGES: dict[str, set[str]] = {
     "measure": {"config", "distributed", "models", "perf", "plan", "record", "run", "train"},
     "analysis": {"config", "perf", "record"},
     "report": {"analysis", "config", "paths", "perf", "plan", "record", "reference_data"},
+    # the layout search: plans layouts, runs them as points, reads their records, reports
+    "tune": {"analysis", "config", "paths", "perf", "plan", "record", "report", "run"},
 }
 STAGES["cli"] = set(STAGES) - {"distributed", "models", "train", "measure"}
 

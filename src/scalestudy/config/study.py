@@ -12,6 +12,7 @@ not one) and of ``pattern`` (``$`` is the end of the string, not a final newline
 from __future__ import annotations
 
 import copy
+from enum import StrEnum
 import datetime
 import errno
 import math
@@ -322,6 +323,13 @@ def validate(raw, source: str = "study", trust_site: bool = False,
 def _check_document(doc: dict, source: str) -> None:
     """The rules of the series, models and workloads that the schema cannot state, on the
     document (before it is built: its errors name the file's own values)."""
+    if not doc["series"] and not doc.get("tune"):
+        raise StudyError(f"{source}: series: give at least one series (or a tune: section "
+                         "to search a layout by measuring it)")
+    if doc.get("tune") and doc["tune"]["model"] not in doc["models"]:
+        m = doc["tune"]["model"]
+        raise StudyError(f"{source}: tune.model: {m!r} is not defined; use one of "
+                         f"{', '.join(doc['models'])}{did_you_mean(m, doc['models'])}")
     names = Counter(s["name"] for s in doc["series"])
     for i, s in enumerate(doc["series"]):
         where = f"{source}: series[{i}]"
@@ -431,6 +439,11 @@ class _PlainDumper(yaml.SafeDumper):
 
     def ignore_aliases(self, data):
         return True
+
+
+# a vocabulary word (a StrEnum member, as a typed study's JSON form holds it) as plain text
+_PlainDumper.add_multi_representer(
+    StrEnum, lambda dumper, v: dumper.represent_str(str(v)))
 
 
 def dump_study(doc, **options) -> str:

@@ -18,7 +18,7 @@ from typing import Mapping
 from scalestudy.config.point import Model, Parallel, Platform, Train, Workload, json_value
 from scalestudy.config.vocab import (
     Checkpointing, DPMode, DType, FigureStyle, FlopsConvention, PPPartition, PPSchedule,
-    Reference, ScalingMode,
+    Reference, Sampler, ScalingMode,
 )
 
 
@@ -133,6 +133,53 @@ class Report:
 
 
 @dataclass(frozen=True)
+class TuneSpace:
+    """The values each layout axis of a tuning search may take; ``None``: every value the
+    trainer has (``scalestudy.tune.space.axis_values``)."""
+
+    tp: tuple[int, ...] | None  # tensor-parallel ranks (count)
+    pp: tuple[int, ...] | None  # pipeline-parallel ranks (count)
+    cp: tuple[int, ...] | None  # context-parallel ranks (count)
+    micro_batch: tuple[int, ...] | None  # sequences per micro-batch per data-parallel rank
+    virtual_stages: tuple[int, ...] | None  # interleaved stages per pipeline rank (count)
+    pp_schedule: tuple[PPSchedule, ...] | None
+    dp_mode: tuple[DPMode, ...] | None
+    activation_checkpointing: tuple[Checkpointing, ...] | None
+
+    @classmethod
+    def from_validated(cls, doc: Mapping) -> "TuneSpace":
+        kw = {f.name: doc.get(f.name) for f in fields(cls)}
+        for name, enum in (("pp_schedule", PPSchedule), ("dp_mode", DPMode),
+                           ("activation_checkpointing", Checkpointing)):
+            kw[name] = _typed(kw[name], enum)
+        return cls(**{k: (tuple(v) if v is not None else None) for k, v in kw.items()})
+
+
+@dataclass(frozen=True)
+class Tune:
+    """``tune:``: a search of one model's layout on ``gpus`` devices by measuring it."""
+
+    model: str  # the name of one of the study's models
+    gpus: int  # devices N (processes on a CPU)
+    global_batch: int  # sequences per optimizer step (fixed across the layouts)
+    space: TuneSpace  # the values each layout axis may take
+    trials: int  # budget: layouts measured (count)
+    device_hours: float | None  # budget: device-hours of the trials' runs; None: no limit
+    parallel: int  # trials run at once (count)
+    min_steps: int | None  # steps of the first fidelity rung; None: every trial full length
+    eta: int  # successive halving's reduction factor (dimensionless)
+    sampler: Sampler  # tpe or random
+    seed: int  # the sampler's seed
+    warm_start: int  # the model's best predicted layouts measured first (count)
+
+    @classmethod
+    def from_validated(cls, doc: Mapping) -> "Tune":
+        kw = {f.name: doc[f.name] for f in fields(cls) if f.name != "space"}
+        return cls(**{**kw, "sampler": Sampler(doc["sampler"])},
+                   space=TuneSpace.from_validated(doc["space"]))
+
+
+@dataclass(frozen=True)
 class Study:
     """A validated study file (module docstring)."""
 
@@ -151,6 +198,7 @@ class Study:
     report: Report  # figure style
     microbench: Microbench  # building-block measurements
     predict: Predict  # the performance model's prediction before the run
+    tune: Tune | None = None  # a layout search by measurement (None: none)
 
     @classmethod
     def from_validated(cls, doc: Mapping) -> "Study":
@@ -168,7 +216,8 @@ class Study:
             train=Train(**doc["train"]), parallel=Parallel(**doc["parallel"]),
             platform=Platform(**doc["platform"]), report=Report(**doc["report"]),
             microbench=Microbench(**doc["microbench"]),
-            predict=Predict(before_run_max_n=before["calibrate_on_max_n"] if before else None))
+            predict=Predict(before_run_max_n=before["calibrate_on_max_n"] if before else None),
+            tune=Tune.from_validated(doc["tune"]) if doc.get("tune") else None)
 
     def to_json(self) -> dict:
         """``study.json``: the validated document's keys and values."""
@@ -179,4 +228,6 @@ class Study:
         out["workload"] = self.workload.to_study()
         n = self.predict.before_run_max_n
         out["predict"] = {"before_run": None if n is None else {"calibrate_on_max_n": n}}
+        if self.tune is None:
+            out.pop("tune")
         return out

@@ -138,6 +138,13 @@ class FigureStyle(StrEnum):
     DOUBLE_COLUMN = "double-column"  # a paper's full text width: 7 in, 8 pt
 
 
+class Sampler(StrEnum):
+    """How ``scalestudy tune --measure`` picks the next layout to measure (Optuna's samplers)."""
+
+    TPE = "tpe"  # Bayesian: tree-structured Parzen estimator (optuna.samplers.TPESampler)
+    RANDOM = "random"  # uniform over the space (optuna.samplers.RandomSampler)
+
+
 def allowed(enum: type[StrEnum]) -> str:
     """``'a, b, c'``: the values of an enum, for error messages."""
     return ", ".join(m.value for m in enum)
@@ -179,4 +186,5 @@ SCHEMA_ENUMS: dict[str, tuple[str, ...]] = {
     "reference": tuple(Reference),
     "gpu_request": tuple(GPURequest),
     "figure_style": tuple(FigureStyle),
+    "sampler": tuple(Sampler),
 }

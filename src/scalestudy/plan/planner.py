@@ -175,7 +175,7 @@ def plan_points(study: Study, source: str = "study") -> list[Point]:
                 # the hash leaves the repeat out: one hash per point, one id per repeat
                 points += [p.replace(repeat=r, point_id=point_id(p, r))
                            for r in range(study.repeats)]
-    if not any(p.feasible for p in points):
+    if points and not any(p.feasible for p in points):
         first = points[0]
         raise StudyError(f"{source}: series {first.series!r}: no feasible point in the study (N="
                          f"{first.n}: {first.reason}); change the series' gpus, tp, pp, "

@@ -1,5 +1,5 @@
 """Rank the feasible parallel shapes of a model on N devices by predicted throughput, and
-write the best k as a study the user can run (``scalestudy tune``: ``scalestudy.report.tune``).
+write the best k as a study the user can run (``scalestudy tune``: ``scalestudy.tune.main``).
 
 The search is exhaustive over (tp, pp, micro-batch, schedule, virtual stages, dp_mode,
 activation checkpointing) under the constraints the trainer has: ``N = dp·tp·pp``, ``tp``

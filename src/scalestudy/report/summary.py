@@ -19,6 +19,9 @@ import pandas as pd
 from scalestudy.analysis.aggregate import collect
 from scalestudy.record import read as rread
 from scalestudy.record.io import atomic_paths, clean_temps, os_error_line, tables_lock
+from scalestudy.record.trials import read_trials
+from scalestudy.record.trials import BEST_STUDY, TRIALS
+from scalestudy.report.tune import tune_markdown
 
 CPU_NOTE = ("CPU/gloo runs test correctness and communication volume, not cluster "
             "communication time.")
@@ -145,7 +148,8 @@ def _rows(df: pd.DataFrame, cols: list[str]):
 
 
 def summary_markdown(runs: pd.DataFrame, efficiency: pd.DataFrame, context: dict) -> str:
-    """The text of ``summary.md``."""
+    """The text of ``summary.md``; with the layout search's "## Tuning" section when
+    ``context["trials"]`` holds its record (``tune/trials.csv``, :func:`aggregate_study`)."""
     study = context.get("study") or {}
     name = study.get("name") or (runs["study"].dropna().iloc[0] if runs["study"].notna().any() else "study")
     table, util_name = headline_table(runs, efficiency)
@@ -197,6 +201,8 @@ def summary_markdown(runs: pd.DataFrame, efficiency: pd.DataFrame, context: dict
         out += ["", "## Points shaped by a straggler (ok, flagged)", ""]
         for r in _rows(flagged, ["point_id", "straggler_note"]):
             out.append(f"- `{r.point_id}`: {md_text(r.straggler_note)}")
+    if context.get("trials") is not None:  # a layout search's record (tune/trials.csv)
+        out += ["", tune_markdown(context["trials"], name, context.get("best_study")).rstrip()]
     return "\n".join(out) + "\n"
 
 
@@ -324,6 +330,12 @@ def aggregate_study(study_dir: Path, detect_warmup: bool = False) -> None:
     with tables_lock(study_dir):
         clean_temps(study_dir, TABLE_STEMS)  # a killed aggregate's leftovers
         runs, efficiency, context = collect(study_dir, detect_warmup)
+        try:
+            context["trials"] = read_trials(study_dir / TRIALS)
+        except rread.RecordError as e:  # a damaged search record: said, the tables written
+            context["messages"].append(rread.one_line(e))
+        if (study_dir / BEST_STUDY).exists():
+            context["best_study"] = str(BEST_STUDY)
         names = ("runs.csv", "runs.parquet", "efficiency.csv", "summary.md", "summary.tex")
         with atomic_paths([study_dir / n for n in names]) as (t_runs, t_parquet, t_eff, t_md,
                                                                t_tex):

@@ -1,0 +1,1 @@
+"""The layout search by measurement (``scalestudy tune STUDY --measure``): the space of layouts, the search engine (Optuna) behind one adapter, the loop that runs each trial as a point of the pipeline."""

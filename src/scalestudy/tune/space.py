@@ -1,0 +1,151 @@
+"""The layouts a tuning search may measure (``tune.space`` of a study), and each one as a
+series of the pipeline: one strong-scaling point of the tuned model on ``tune.gpus`` devices,
+planned by the planner itself (``plan.planner.series_points``), so that the constraints and the
+memory model refuse a layout before anything runs, and a layout measured once keeps its point
+id."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, fields, replace
+
+from scalestudy.config.point import Point
+from scalestudy.config.studyspec import Series, Study, Tune
+from scalestudy.config.vocab import Checkpointing, DPMode, PPSchedule, ScalingMode
+from scalestudy.plan.planner import series_points
+
+#: What an axis left out of ``tune.space`` takes besides the divisors of N (tp, pp).
+DEFAULT_AXES = {
+    "cp": (1,),
+    "micro_batch": (1, 2, 4, 8),
+    "virtual_stages": (1, 2),
+    "pp_schedule": tuple(PPSchedule),
+    "dp_mode": tuple(DPMode),
+    "activation_checkpointing": (Checkpointing.NONE, Checkpointing.FULL),
+}
+
+
+@dataclass(frozen=True, order=True)
+class Layout:
+    """One parallel layout of the tuned model on N devices."""
+
+    tp: int  # tensor-parallel ranks
+    pp: int  # pipeline-parallel ranks
+    cp: int  # context-parallel ranks
+    micro_batch: int  # sequences per micro-batch per data-parallel rank
+    pp_schedule: PPSchedule
+    virtual_stages: int  # stages per pipeline rank
+    dp_mode: DPMode
+    activation_checkpointing: Checkpointing
+
+    @property
+    def name(self) -> str:
+        """The layout as a series name (also the search's trial label): readable, unique."""
+        sched = "" if self.pp == 1 else f"-{self.pp_schedule}" + (
+            f"v{self.virtual_stages}" if self.virtual_stages > 1 else "")
+        return (f"tp{self.tp}-pp{self.pp}" + (f"-cp{self.cp}" if self.cp > 1 else "")
+                + f"-mb{self.micro_batch}{sched}-{self.dp_mode}-ac{self.activation_checkpointing}")
+
+    def params(self) -> dict:
+        """The layout as the search engine's parameters (words and counts)."""
+        return {f.name: (str(v) if isinstance(v, str) else v)
+                for f in fields(self) for v in [getattr(self, f.name)]}
+
+    @classmethod
+    def from_params(cls, params: dict) -> "Layout":
+        return cls(tp=int(params["tp"]), pp=int(params["pp"]), cp=int(params["cp"]),
+                   micro_batch=int(params["micro_batch"]),
+                   pp_schedule=PPSchedule(params["pp_schedule"]),
+                   virtual_stages=int(params["virtual_stages"]),
+                   dp_mode=DPMode(params["dp_mode"]),
+                   activation_checkpointing=Checkpointing(params["activation_checkpointing"]))
+
+    def canonical(self, n: int) -> "Layout | None":
+        """The layout that runs the same thing, with the axes that do not apply set to one
+        value (no pipeline: 1f1b, one stage; no interleaving: one stage; one data-parallel
+        rank: ddp); None when the values contradict each other (interleaving with one stage
+        per rank) or the shape does not divide N."""
+        if n % (self.tp * self.pp * self.cp):
+            return None
+        dp = n // (self.tp * self.pp * self.cp)
+        interleaved = self.pp_schedule == PPSchedule.INTERLEAVED_1F1B
+        if self.pp > 1 and interleaved != (self.virtual_stages > 1):
+            return None
+        out = self
+        if self.pp == 1:
+            out = replace(out, pp_schedule=PPSchedule.ONE_F_ONE_B, virtual_stages=1)
+        if dp == 1:
+            out = replace(out, dp_mode=DPMode.DDP)
+        return out
+
+    def series(self, tune: Tune, model: str | None = None) -> Series:
+        """The layout as a one-point strong-scaling series of the study."""
+        return Series(name=self.name, mode=ScalingMode.STRONG, model=model or tune.model,
+                      gpus=(tune.gpus,), micro_batch=self.micro_batch, tp=self.tp, pp=self.pp,
+                      cp=self.cp, grad_accum=1, global_batch=tune.global_batch,
+                      dp_mode=self.dp_mode, pp_schedule=self.pp_schedule,
+                      activation_checkpointing=self.activation_checkpointing,
+                      virtual_stages=self.virtual_stages)
+
+
+def _divisors(n: int) -> tuple[int, ...]:
+    return tuple(d for d in range(1, n + 1) if n % d == 0)
+
+
+def axis_values(tune: Tune) -> dict[str, tuple]:
+    """Every axis of the search with its values: the study's ``tune.space``, and for an axis
+    left out every value the trainer has (tp and pp: the divisors of N; the rest
+    :data:`DEFAULT_AXES`)."""
+    out = {}
+    for f in fields(Layout):
+        given = getattr(tune.space, f.name)
+        out[f.name] = tuple(given if given is not None else
+                            _divisors(tune.gpus) if f.name in ("tp", "pp") else
+                            DEFAULT_AXES[f.name])
+    return out
+
+
+def layouts(tune: Tune) -> list[Layout]:
+    """The distinct layouts of the space (canonical, sorted): every combination of the axes'
+    values that divides N and does not contradict itself."""
+    axes = axis_values(tune)
+    found = set()
+    for combo in itertools.product(*axes.values()):
+        lay = Layout(**dict(zip(axes, combo))).canonical(tune.gpus)
+        if lay is not None:
+            found.add(lay)
+    return sorted(found, key=lambda x: x.name)
+
+
+def planned(study: Study, lays: list[Layout]) -> dict[Layout, Point]:
+    """Each layout as the planner plans it in ``study`` (no repeat, no id): ``feasible`` and,
+    when not, the constraint or the memory model's ``reason``."""
+    return {lay: series_points(study, lay.series(study.tune))[0] for lay in lays}
+
+
+def rung_study(study: Study, lays: list[Layout], steps: int) -> Study:
+    """The study that measures ``lays`` at ``steps`` optimizer steps: the tuning study's
+    model, training, parallel, platform and workload, one series per layout, named
+    ``<study>-s<steps>`` (its results folder). Warm-up steps are kept, capped so that at least
+    two steps are timed."""
+    train = replace(study.train, steps=steps,
+                    warmup_steps=min(study.train.warmup_steps, max(0, steps - 2)))
+    name = f"{study.name[:56]}-s{steps}"
+    return replace(study, name=name, series=tuple(lay.series(study.tune) for lay in lays),
+                   train=train, predict=replace(study.predict, before_run_max_n=None),
+                   microbench=replace(study.microbench, enabled=False), tune=None,
+                   description=f"trials of `scalestudy tune --measure` on {study.name} "
+                               f"at {steps} steps")
+
+
+def rungs(tune: Tune, full_steps: int) -> list[int]:
+    """The fidelity rungs (optimizer steps per run): ``min_steps``, ``eta`` times as many, ...,
+    then ``full_steps`` (the study's ``train.steps``); one rung when there is no
+    ``min_steps`` or it is not below ``full_steps``."""
+    if tune.min_steps is None or tune.min_steps >= full_steps:
+        return [full_steps]
+    out, s = [], tune.min_steps
+    while s < full_steps:
+        out.append(s)
+        s *= tune.eta
+    return out + [full_steps]
