@@ -17,7 +17,7 @@ from scalestudy.record.states import RunState
 from scalestudy.record.trials import TRIAL_COLUMNS, check_trials
 from scalestudy.tune.measure import Outcome
 from scalestudy.tune.search import build
-from scalestudy.tune.space import Layout, axis_values, layouts, rung_study, rungs
+from scalestudy.tune.space import TrialLayout, axis_values, layouts, rung_study, rungs
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "tune.yaml"
@@ -28,11 +28,11 @@ def study():
     return load_study(EXAMPLE)
 
 
-def lay(**kw) -> Layout:
+def lay(**kw) -> TrialLayout:
     base = dict(tp=1, pp=1, cp=1, micro_batch=1, pp_schedule=PPSchedule.ONE_F_ONE_B,
                 virtual_stages=1, dp_mode=DPMode.DDP,
                 activation_checkpointing=Checkpointing.NONE)
-    return Layout(**{**base, **kw})
+    return TrialLayout(**{**base, **kw})
 
 
 # --- the space ----------------------------------------------------------------------------
@@ -99,7 +99,7 @@ def test_tune_section_is_checked_with_one_line(study):
 
 # --- the loop -----------------------------------------------------------------------------
 
-def rate(x: Layout, steps: int) -> float:
+def rate(x: TrialLayout, steps: int) -> float:
     """A deterministic tokens/s per device: less for model parallelism, more for larger
     micro-batches; the short rung reads 80% of the full one."""
     return (1000.0 / (x.tp * x.pp) + 50 * x.micro_batch) * (0.8 if steps < 12 else 1.0)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from scalestudy.config.studyspec import Tune
 from scalestudy.config.vocab import Sampler
-from scalestudy.tune.space import Layout
+from scalestudy.tune.space import TrialLayout
 
 #: The user attribute naming a trial's layout (its series name) in the journal.
 LAYOUT_ATTR = "layout"
@@ -28,13 +28,13 @@ class Trial:
     contradict each other) and Optuna's own trial object."""
 
     number: int
-    layout: Layout | None
+    layout: TrialLayout | None
     handle: object  # optuna.trial.Trial
     warm_start: bool = False
     reported: dict | None = None  # {steps: tokens/s per device} reported before (a resumed trial)
 
 
-class Engine:
+class SearchEngine:
     """An Optuna study over the layout axes ``axes`` (name -> values), maximising tokens/s
     per device, in ``journal`` (created, or loaded when it exists)."""
 
@@ -66,7 +66,7 @@ class Engine:
         """Whether the journal holds no trial yet (a new search)."""
         return not self.study.trials
 
-    def enqueue(self, layout: Layout) -> None:
+    def enqueue(self, layout: TrialLayout) -> None:
         """Have the next trial measure ``layout`` (a warm start)."""
         self.study.enqueue_trial(layout.params(), user_attrs={WARM_ATTR: True},
                                  skip_if_exists=True)
@@ -78,7 +78,7 @@ class Engine:
         return self._trial(t, params)
 
     def _trial(self, t, params: dict) -> Trial:
-        lay = Layout.from_params(params)
+        lay = TrialLayout.from_params(params)
         t.set_user_attr(LAYOUT_ATTR, lay.name)
         return Trial(t.number, lay, t, bool(t.user_attrs.get(WARM_ATTR)))
 
@@ -90,7 +90,7 @@ class Engine:
         out = []
         for fz in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             t = optuna.trial.Trial(self.study, fz._trial_id)
-            out.append(Trial(fz.number, Layout.from_params(fz.params), t,
+            out.append(Trial(fz.number, TrialLayout.from_params(fz.params), t,
                              bool(fz.user_attrs.get(WARM_ATTR)), dict(fz.intermediate_values)))
         return out
 

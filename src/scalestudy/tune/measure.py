@@ -15,7 +15,7 @@ from scalestudy.config.study import StudyError, dump_study
 from scalestudy.config.studyspec import Study
 from scalestudy.record.io import write_text
 from scalestudy.record.states import RunState
-from scalestudy.tune.space import Layout, rung_study
+from scalestudy.tune.space import TrialLayout, rung_study
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class SnakemakeTrials:
     profile: str
     extra: list[str] = field(default_factory=list)
     trust_site: bool = False
-    layouts: dict[int, list[Layout]] = field(default_factory=dict)  # every layout asked, by rung
+    layouts: dict[int, list[TrialLayout]] = field(default_factory=dict)  # every layout asked, by rung
 
     @property
     def results(self) -> Path:
@@ -55,7 +55,7 @@ class SnakemakeTrials:
     def rung_file(self, steps: int) -> Path:
         return self.tune_dir / "studies" / f"s{steps}.yaml"
 
-    def __call__(self, batch: list[tuple[Layout, int]]) -> dict[tuple[Layout, int], Outcome]:
+    def __call__(self, batch: list[tuple[TrialLayout, int]]) -> dict[tuple[TrialLayout, int], Outcome]:
         """Measure every ``(layout, steps)`` of ``batch`` (one Snakemake run per rung)."""
         from scalestudy.analysis.aggregate import collect
         from scalestudy.plan.planner import plan_points

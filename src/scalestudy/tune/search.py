@@ -18,14 +18,14 @@ from typing import Callable
 from scalestudy.config.studyspec import Study
 from scalestudy.record.states import RunState
 from scalestudy.record.trials import TRIAL_COLUMNS, TrialState
-from scalestudy.tune.engine import Engine, Trial
+from scalestudy.tune.engine import SearchEngine, Trial
 from scalestudy.tune.measure import Outcome
-from scalestudy.tune.space import Layout
+from scalestudy.tune.space import TrialLayout
 
 #: Asks per budgeted trial before the search gives up on a space that is mostly refused.
 MAX_ASKS_PER_TRIAL = 50
 
-Evaluate = Callable[[list[tuple[Layout, int]]], dict[tuple[Layout, int], Outcome]]
+Evaluate = Callable[[list[tuple[TrialLayout, int]]], dict[tuple[TrialLayout, int], Outcome]]
 
 
 @dataclass
@@ -37,14 +37,14 @@ class Search:
     measures a batch."""
 
     study: Study
-    engine: Engine
+    engine: SearchEngine
     rungs: list[int]
-    feasible: set[Layout]
-    refused: dict[Layout, str]
-    predicted: dict[Layout, float]
+    feasible: set[TrialLayout]
+    refused: dict[TrialLayout, str]
+    predicted: dict[TrialLayout, float]
     evaluate: Evaluate
     rows: list[dict] = field(default_factory=list)
-    measured: dict[Layout, tuple[TrialState, float, str]] = field(default_factory=dict)
+    measured: dict[TrialLayout, tuple[TrialState, float, str]] = field(default_factory=dict)
     write: Callable[[list[dict]], None] = lambda rows: None
 
     @property
@@ -144,7 +144,7 @@ class Search:
                   steps=steps)
         return go_on
 
-    def _row(self, t: Trial, lay: Layout, o: Outcome | None, state: TrialState, reason: str,
+    def _row(self, t: Trial, lay: TrialLayout, o: Outcome | None, state: TrialState, reason: str,
              steps: int | None = None, measured: float = math.nan) -> None:
         n = self.study.tune.gpus
         row = {"trial": t.number, "layout": lay.name, **lay.params(),
@@ -171,7 +171,7 @@ class Search:
             if state in (TrialState.REFUSED, TrialState.DUPLICATE, TrialState.PROMOTED):
                 continue
             value = r["measured_tokens_per_s_per_device"]
-            self.measured[Layout.from_params(r)] = (
+            self.measured[TrialLayout.from_params(r)] = (
                 state, 0.0 if not _finite(value) or state != TrialState.COMPLETE
                 and state != TrialState.PRUNED else float(value), str(r["reason"] or ""))
 
@@ -180,7 +180,7 @@ def _finite(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def predictions(study: Study, points: dict) -> tuple[dict[Layout, float], str]:
+def predictions(study: Study, points: dict) -> tuple[dict[TrialLayout, float], str]:
     """The step model's tokens/s per device of every accepted layout (``points``: layout ->
     planned point), priced through the one input path (``perf.inputs.model_inputs``), and a
     line saying what it priced on; no predictions (and why) when the model cannot price the
@@ -201,7 +201,7 @@ def predictions(study: Study, points: dict) -> tuple[dict[Layout, float], str]:
     return out, f"warm start priced on {mi.source} ({len(out)} of {len(points)} layouts)"
 
 
-def best_study(study: Study, best: Layout) -> dict:
+def best_study(study: Study, best: TrialLayout) -> dict:
     """The tuning study with its best layout as its one series (and no ``tune``): a study to
     run (``tune/best.yaml``)."""
     from dataclasses import replace
@@ -233,7 +233,7 @@ def build(study: Study, tune_dir, evaluate: Evaluate, write=None) -> tuple[Searc
                          "global_batch")
     predicted, note = predictions(study, accepted)
     ladder = rungs(tune, study.train.steps)
-    engine = Engine(tune, axis_values(tune), tune_dir / "optuna.journal", ladder, study.name)
+    engine = SearchEngine(tune, axis_values(tune), tune_dir / "optuna.journal", ladder, study.name)
     search = Search(study, engine, ladder, set(accepted),
                     {lay: p.reason for lay, p in points.items() if not p.feasible},
                     predicted, evaluate, write=write or (lambda rows: None))
@@ -285,7 +285,7 @@ def start(study: Study, study_file: str, results, profile: str | None, extra: li
     written = [trials_csv]
     top = best_complete(pd.DataFrame(rows, columns=TRIAL_COLUMNS))
     if top is not None:
-        best = Layout.from_params(top.to_dict())
+        best = TrialLayout.from_params(top.to_dict())
         written.append(write_text(study_dir / BEST_STUDY,
                                   f"# the best layout `scalestudy tune {study_file} --measure` "
                                   f"measured: {top['measured_tokens_per_s_per_device']:.4g} "

@@ -26,7 +26,7 @@ DEFAULT_AXES = {
 
 
 @dataclass(frozen=True, order=True)
-class Layout:
+class TrialLayout:
     """One parallel layout of the tuned model on N devices."""
 
     tp: int  # tensor-parallel ranks
@@ -52,7 +52,7 @@ class Layout:
                 for f in fields(self) for v in [getattr(self, f.name)]}
 
     @classmethod
-    def from_params(cls, params: dict) -> "Layout":
+    def from_params(cls, params: dict) -> "TrialLayout":
         return cls(tp=int(params["tp"]), pp=int(params["pp"]), cp=int(params["cp"]),
                    micro_batch=int(params["micro_batch"]),
                    pp_schedule=PPSchedule(params["pp_schedule"]),
@@ -60,7 +60,7 @@ class Layout:
                    dp_mode=DPMode(params["dp_mode"]),
                    activation_checkpointing=Checkpointing(params["activation_checkpointing"]))
 
-    def canonical(self, n: int) -> "Layout | None":
+    def canonical(self, n: int) -> "TrialLayout | None":
         """The layout that runs the same thing, with the axes that do not apply set to one
         value (no pipeline: 1f1b, one stage; no interleaving: one stage; one data-parallel
         rank: ddp); None when the values contradict each other (interleaving with one stage
@@ -97,7 +97,7 @@ def axis_values(tune: Tune) -> dict[str, tuple]:
     left out every value the trainer has (tp and pp: the divisors of N; the rest
     :data:`DEFAULT_AXES`)."""
     out = {}
-    for f in fields(Layout):
+    for f in fields(TrialLayout):
         given = getattr(tune.space, f.name)
         out[f.name] = tuple(given if given is not None else
                             _divisors(tune.gpus) if f.name in ("tp", "pp") else
@@ -105,25 +105,25 @@ def axis_values(tune: Tune) -> dict[str, tuple]:
     return out
 
 
-def layouts(tune: Tune) -> list[Layout]:
+def layouts(tune: Tune) -> list[TrialLayout]:
     """The distinct layouts of the space (canonical, sorted): every combination of the axes'
     values that divides N and does not contradict itself."""
     axes = axis_values(tune)
     found = set()
     for combo in itertools.product(*axes.values()):
-        lay = Layout(**dict(zip(axes, combo))).canonical(tune.gpus)
+        lay = TrialLayout(**dict(zip(axes, combo))).canonical(tune.gpus)
         if lay is not None:
             found.add(lay)
     return sorted(found, key=lambda x: x.name)
 
 
-def planned(study: Study, lays: list[Layout]) -> dict[Layout, Point]:
+def planned(study: Study, lays: list[TrialLayout]) -> dict[TrialLayout, Point]:
     """Each layout as the planner plans it in ``study`` (no repeat, no id): ``feasible`` and,
     when not, the constraint or the memory model's ``reason``."""
     return {lay: series_points(study, lay.series(study.tune))[0] for lay in lays}
 
 
-def rung_study(study: Study, lays: list[Layout], steps: int) -> Study:
+def rung_study(study: Study, lays: list[TrialLayout], steps: int) -> Study:
     """The study that measures ``lays`` at ``steps`` optimizer steps: the tuning study's
     model, training, parallel, platform and workload, one series per layout, named
     ``<study>-s<steps>`` (its results folder). Warm-up steps are kept, capped so that at least
