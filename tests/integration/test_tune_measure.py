@@ -96,3 +96,42 @@ def test_tune_measures_learns_from_failures_and_reuses_its_records(tmp_path):
     assert ran["reused"].all() and (ran["device_hours"] == 0).all()
     assert sorted(ran["layout"].unique()) == sorted(measured["layout"].unique())
     assert pd.Series(ran["state"]).isin(["complete", "crashed"]).all()
+
+
+@pytest.mark.timeout(900)
+def test_an_interrupted_search_goes_on_where_it_stopped(tmp_path):
+    """Ctrl-C in the middle of a search (after its first measured trial): exit 130, then the
+    same command finishes the budget without measuring any recorded point again."""
+    import signal
+    import time
+
+    study = tmp_path / "tune.yaml"
+    study.write_text(yaml.safe_dump({**STUDY, "tune": {**STUDY["tune"], "warm_start": 0}}))
+    results = tmp_path / "results"
+    out = results / "tune-it" / "tune"
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "scalestudy.cli", "tune", str(study),
+                             "--measure", "--results", str(results)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        trials = read_trials(out / "trials.csv") if (out / "trials.csv").exists() else None
+        if trials is not None and (trials["state"] == "complete").any():
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    log = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, log[-3000:]
+    first = read_trials(out / "trials.csv")
+    done = first[first["state"] == "complete"]
+    assert 1 <= done["layout"].nunique() < 3, log[-3000:]
+    before = _status_files(results)
+    again = _tune(study, results)
+    assert again.returncode == 0, again.stderr[-3000:]
+    after = _status_files(results)
+    assert {p: t for p, t in after.items() if p in before} == before  # nothing ran again
+    trials = read_trials(out / "trials.csv")
+    ran = trials[~trials["state"].isin(["refused", "duplicate"])]
+    assert ran["layout"].nunique() == 3  # the budget, finished
+    assert not set(done["point_id"]) & set(trials.loc[len(first):, "point_id"])

@@ -74,6 +74,8 @@ class Search:
         self.warm_start()
         active: list[tuple[Trial, int]] = []
         for t in self.engine.unfinished():  # an interrupted search's trials go on
+            if self._settled(t):  # (a layout asked, refused or measured, but not yet told)
+                continue
             done = sorted(s for s in (t.reported or {}) if s in self.rungs)
             active.append((t, self.rungs.index(done[-1]) + 1 if done else 0))
         asks, cap = 0, MAX_ASKS_PER_TRIAL * self.study.tune.trials
