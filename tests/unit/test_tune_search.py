@@ -225,3 +225,19 @@ def test_trials_of_one_batch_never_measure_a_layout_twice(study, tmp_path):
     assert not search.engine.unfinished()  # every asked trial was told
     dup = [r for r in rows if r["state"] == "duplicate"]
     assert all(r["measured_tokens_per_s_per_device"] > 0 for r in dup)
+
+
+def test_a_layout_that_leaves_too_little_memory_free_is_told_zero(study, tmp_path):
+    table = Table()  # every run peaks at 0.1 GB per device
+    search = _search(study, tmp_path, table, trials=3, min_steps=None, memory_left_gb=0.5)
+    search.capacity_gb = 0.55  # 0.45 GB left: short of the 0.5 asked
+    rows = search.run()
+    short = [r for r in rows if r["state"] == "short_of_memory"]
+    assert len(short) == 3 and not [r for r in rows if r["state"] == "complete"]
+    assert "leaves 0.45 GB of 0.55 GB free" in short[0]["reason"]
+    values = [t.value for t in search.engine.study.trials if t.state.name == "COMPLETE"]
+    assert set(values) == {0.0}
+    search2 = _search(study, tmp_path / "b", Table(), trials=2, min_steps=None,
+                      memory_left_gb=0.4)
+    search2.capacity_gb = 0.55  # 0.45 left: enough
+    assert {r["state"] for r in search2.run()} <= {"complete", "duplicate", "refused"}

@@ -171,10 +171,11 @@ class Tune:
     sampler: Sampler  # tpe or random
     seed: int  # the sampler's seed
     warm_start: int  # the model's best predicted layouts measured first (count)
+    memory_left_gb: float | None = None  # memory a layout must leave free per device (GB)
 
     @classmethod
     def from_validated(cls, doc: Mapping) -> "Tune":
-        kw = {f.name: doc[f.name] for f in fields(cls) if f.name != "space"}
+        kw = {f.name: doc.get(f.name) for f in fields(cls) if f.name != "space"}
         return cls(**{**kw, "sampler": Sampler(doc["sampler"])},
                    space=TuneSpace.from_validated(doc["space"]))
 

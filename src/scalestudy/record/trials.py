@@ -4,7 +4,8 @@ per evaluation of a trial (a layout at one fidelity), and its one reader.
 A trial's ``state`` at that evaluation (:class:`TrialState`): ``promoted`` to the next rung,
 ``pruned`` there (successive halving), ``complete`` at full length, a failed run's own state
 (``oom``, ``timeout``, ``crashed``, ``invalid``: the search was told zero throughput), or
-``refused`` (the constraints or the memory model refused the layout: nothing ran) and
+``short_of_memory`` (it ran, but left less memory free than ``tune.memory_left_gb``: told
+zero), ``refused`` (the constraints or the memory model refused the layout: nothing ran) and
 ``duplicate`` (the layout was measured by an earlier trial: its result, nothing ran)."""
 
 from __future__ import annotations
@@ -32,14 +33,17 @@ class TrialState(StrEnum):
     PRUNED = "pruned"
     REFUSED = "refused"
     DUPLICATE = "duplicate"
+    SHORT_OF_MEMORY = "short_of_memory"  # ran, but left less than tune.memory_left_gb free
     OOM = RunState.OOM.value
     TIMEOUT = RunState.TIMEOUT.value
     CRASHED = RunState.CRASHED.value
     INVALID = RunState.INVALID.value
 
 
-#: The states of an evaluation whose run failed (the search was told zero throughput).
-FAILED_TRIALS = tuple(TrialState(s.value) for s in FAILED) + (TrialState.INVALID,)
+#: The states of an evaluation the search was told zero throughput for: a failed run, and one
+#: that left less memory free than the study asks.
+FAILED_TRIALS = tuple(TrialState(s.value) for s in FAILED) + (TrialState.INVALID,
+                                                               TrialState.SHORT_OF_MEMORY)
 
 #: The columns of trials.csv, in order (units in the names; ``reused``: the point's record
 #: existed before the search asked for it, so nothing ran).

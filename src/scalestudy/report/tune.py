@@ -36,6 +36,7 @@ MARKS = {
     TrialState.TIMEOUT: (fstyle.PALETTE[5], "x", True, "timeout, told 0"),
     TrialState.CRASHED: (fstyle.PALETTE[7], "x", True, "crashed, told 0"),
     TrialState.INVALID: ("0.45", "x", True, "invalid record, told 0"),
+    TrialState.SHORT_OF_MEMORY: (fstyle.PALETTE[6], "x", True, "short of memory, told 0"),
 }
 
 

@@ -43,6 +43,7 @@ class Search:
     refused: dict[TrialLayout, str]
     predicted: dict[TrialLayout, float]
     evaluate: Evaluate
+    capacity_gb: float | None = None  # memory per device (the planner's memory rule)
     rows: list[dict] = field(default_factory=list)
     measured: dict[TrialLayout, tuple[TrialState, float, str]] = field(default_factory=dict)
     write: Callable[[list[dict]], None] = lambda rows: None
@@ -124,6 +125,12 @@ class Search:
         """Record the outcome of trial ``t`` at rung ``r`` and tell the engine; whether the
         trial goes on to the next rung."""
         steps, last = self.rungs[r], r == len(self.rungs) - 1
+        short = self._memory_short(o)
+        if short:
+            self.engine.tell(t, 0.0)
+            self.measured[t.layout] = (TrialState.SHORT_OF_MEMORY, 0.0, short)
+            self._row(t, t.layout, o, TrialState.SHORT_OF_MEMORY, short, steps=steps)
+            return False
         if o.state != RunState.OK:
             state = TrialState(o.state) if o.state in (
                 RunState.OOM, RunState.TIMEOUT, RunState.CRASHED) else TrialState.INVALID
@@ -145,6 +152,18 @@ class Search:
                   "" if go_on else f"not in the best 1/{self.study.tune.eta} at {steps} steps",
                   steps=steps)
         return go_on
+
+    def _memory_short(self, o: Outcome) -> str:
+        """Why an ok run leaves less memory free per device than ``tune.memory_left_gb`` of
+        ``capacity_gb``; "" when it leaves enough, the study sets no condition, or the
+        capacity or the peak is unknown."""
+        need, cap = self.study.tune.memory_left_gb, self.capacity_gb
+        if (need is None or cap is None or o.state != RunState.OK
+                or not _finite(o.peak_memory_gb)):
+            return ""
+        left = cap - o.peak_memory_gb
+        return ("" if left >= need else f"leaves {left:.3g} GB of {cap:.3g} GB free per "
+                f"device (tune.memory_left_gb: {need:g})")
 
     def _row(self, t: Trial, lay: TrialLayout, o: Outcome | None, state: TrialState, reason: str,
              steps: int | None = None, measured: float = math.nan) -> None:
@@ -236,9 +255,13 @@ def build(study: Study, tune_dir, evaluate: Evaluate, write=None) -> tuple[Searc
     predicted, note = predictions(study, accepted)
     ladder = rungs(tune, study.train.steps)
     engine = SearchEngine(tune, axis_values(tune), tune_dir / "optuna.journal", ladder, study.name)
+    from scalestudy.plan.constraints import capacity_bytes
+
+    cap = capacity_bytes(study.platform, next(iter(accepted.values())).procs_per_node)
     search = Search(study, engine, ladder, set(accepted),
                     {lay: p.reason for lay, p in points.items() if not p.feasible},
-                    predicted, evaluate, write=write or (lambda rows: None))
+                    predicted, evaluate, capacity_gb=cap / 1e9 if cap else None,
+                    write=write or (lambda rows: None))
     before = read_trials(tune_dir / TRIALS.name)
     if before is not None:
         search.resume(before.to_dict("records"))
