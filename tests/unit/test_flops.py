@@ -187,3 +187,22 @@ def test_llama3_8b_flops_per_token_match_megatron_and_torchtitan():
     assert titan - 6 * (l * 2 * h + h) == pytest.approx(per_token, rel=1e-12)
     assert LLAMA3["llama3-405b"].ffn == 53248
     assert flops.param_count(LLAMA3["llama3-405b"]) == 405_853_388_800
+
+
+@pytest.mark.parametrize("kw", CONFIGS + [dict(bias=False)])
+def test_param_tensors_count_the_model(kw):
+    """``memory.stage_param_tensors`` (the tensors a per-tensor optimizer check visits)
+    against the built model's parameter tensors (q, k, v separate, as scalestudy's models)."""
+    from scalestudy.perf import memory
+
+    cfg = Model(vocab=96, seq_len=16, layers=3, hidden=32, heads=4, **kw)
+    with torch.device("meta"):
+        assert memory.stage_param_tensors(cfg, 1, 0) == len(list(build_model(cfg).parameters()))
+    # three stages: the embeddings on the first, the final norm and the head on the last (a
+    # tied head is a tensor of its own there)
+    split = sum(memory.stage_param_tensors(cfg, 3, r, 1) for r in range(3))
+    assert split == memory.stage_param_tensors(cfg, 1, 0) + cfg.tied_embeddings
+    # q, k, v (and SwiGLU's gate and up) fused: two tensors fewer each (with biases, four)
+    per = (2 + (1 if cfg.mlp_matrices == 3 else 0)) * (2 if cfg.bias else 1)
+    assert memory.stage_param_tensors(cfg, 1, 0) - memory.stage_param_tensors(
+        cfg, 1, 0, fused_qkv=True) == 3 * per

@@ -346,6 +346,33 @@ def test_optimizer_overhead_slowdown_by_hand():
     assert host.core_sharing_slowdown(point(dp=4), hw_()) == 1.0
 
 
+def test_host_round_trips_by_hand():
+    """A framework's per-tensor checks that read a value back (``tensor_syncs``) and its
+    synchronous copies of the CUDA generator state (``rng_state_*``), each priced at the
+    system's ``host_sync_s`` (+ ``kernel_gap_s`` per launch, + the bytes over the host link),
+    and where they land in the step: the optimizer and each micro-batch's slot."""
+    from scalestudy.perf import memory
+
+    fw = Framework(tensor_syncs=2, tensor_sync_launches=3, rng_state_bytes=824000,
+                   rng_state_copies=4, rng_state_copies_checkpointed=8)
+    hw = hw_(framework=fw, host_sync_s=10e-6, kernel_gap_s=2e-6, host_bandwidth=8e9, mem_bw=1e30)
+    assert compute.tensor_sync_seconds(100, hw) == pytest.approx(100 * (2 * 10e-6 + 3 * 2e-6))
+    copy = 10e-6 + 824000 / 8e9
+    assert compute.rng_state_seconds(8, 0, hw) == pytest.approx(32 * copy)
+    assert compute.rng_state_seconds(8, 8, hw) == pytest.approx(96 * copy)
+    assert compute.rng_state_seconds(8, 8, hw_(framework=fw, host_sync_s=10e-6)) == \
+        pytest.approx(96 * 10e-6)  # no host link declared: the round trips alone
+    plain = hw_(host_sync_s=10e-6, kernel_gap_s=2e-6, host_bandwidth=8e9, mem_bw=1e30)
+    assert compute.tensor_sync_seconds(100, plain) == compute.rng_state_seconds(8, 8, plain) == 0.0
+    # in the step: 8 GPT layers, 2 micro-batches, no recompute
+    p = point(m=2)
+    a, b = stepmodel.predict_step_time(p, plain), stepmodel.predict_step_time(p, hw)
+    tensors = memory.stage_param_tensors(p.model, 1, 0)
+    assert b.optimizer_s - a.optimizer_s == pytest.approx(tensors * (2 * 10e-6 + 3 * 2e-6))
+    assert b.overhead_s - a.overhead_s == pytest.approx(2 * 32 * copy)
+    assert b.step_time_s == pytest.approx(sum(b.terms().values()))
+
+
 # --- the whole step ---------------------------------------------------------------------------
 
 

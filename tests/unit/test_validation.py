@@ -60,6 +60,14 @@ def test_kernel_inventory_by_hand():
     assert sum(x for _, x, _ in kernels.layer_kernels(GPT, "fused", tp=2, sp=True)) == 6 * h + f
     with pytest.raises(ValueError, match="fusion"):
         kernels.layer_kernels(GPT, "jit")
+    # biases added outside the products (Megatron v1): q/k/v and the MLP's up per TP rank, the
+    # two row-parallel outputs hidden-wide; 4 launches; nothing for a model without biases
+    for tp in (1, 4):
+        extra = (sum(x for _, x, _ in kernels.layer_kernels(GPT, "eager", tp=tp, bias_add=True))
+                 - sum(x for _, x, _ in kernels.layer_kernels(GPT, "eager", tp=tp)))
+        assert extra == pytest.approx(3 * h / tp + f / tp + 2 * h)
+    assert sum(n for *_, n in kernels.layer_kernels(GPT, "eager", bias_add=True)) == 10
+    assert kernels.layer_kernels(LLAMA, "eager", bias_add=True) == kernels.layer_kernels(LLAMA, "eager")
 
 
 def test_softmax_and_loss_traffic_by_hand():

@@ -86,6 +86,10 @@ def power_factor(limit_w: float | None, tdp_w: float | None, exponent: float) ->
     return (float(limit_w) / float(tdp_w)) ** exponent
 
 
+#: The shared GPU constants that are host-side latencies (seconds; slow at their high end).
+HOST_LATENCIES = ("kernel_gap_s", "host_sync_s")
+
+
 def gpu_constants() -> dict:
     """The constants every GPU system shares (``gpu:`` of ``hardware.yaml``), with the fitted
     ones (``perf_fit.yaml``) in place of their ``fitted`` markers: ``{name: Assumption}``."""
@@ -95,10 +99,11 @@ def gpu_constants() -> dict:
     for k, v in shared.items():
         if v == "fitted":
             v = consts.get(k, 1.0)
-        out[k] = Assumption.parse(v, slow="high" if k == "kernel_gap_s" else "low")
+        out[k] = Assumption.parse(v, slow="high" if k in HOST_LATENCIES else "low")
     out.setdefault("sustained", Assumption(1.0, 1.0, 1.0))
     out.setdefault("power_exponent", Assumption(0.0, 0.0, 0.0))
-    out.setdefault("kernel_gap_s", Assumption(0.0, 0.0, 0.0, slow="high"))
+    for k in HOST_LATENCIES:
+        out.setdefault(k, Assumption(0.0, 0.0, 0.0, slow="high"))
     return out
 
 
@@ -268,6 +273,16 @@ class Framework:
     at the training precision's width. ``dp_bucket_params`` / ``dp_bucket_params_per_rank``:
     gradients per data-parallel collective, ``max(dp_bucket_params, per_rank · dp)``, each
     bucket one collective (None: one collective for the stage).
+    ``bias_add``: its linear layers add their bias in a kernel of their own, outside the
+    product (``scalestudy.perf.kernels.layer_kernels``). ``tensor_syncs``: round trips to the
+    host per parameter tensor per step (a value read back with ``.item()`` or ``float()``,
+    each costing the system's ``host_sync_s``), ``tensor_sync_launches``: the kernels those
+    checks launch per tensor (each a ``kernel_gap_s``). ``rng_state_bytes``: the size of the
+    CUDA generator's state its PyTorch copies between device and host, synchronously, on every
+    read or write of it (0: a state held on the host); ``rng_state_copies``: such copies per
+    layer per micro-batch (a model-parallel RNG fork around the attention dropout), and
+    ``rng_state_copies_checkpointed`` more per recomputed layer (the checkpoint's saves and
+    restores, and the fork again in the recomputation).
     ``software_rate``: the rate of its computing kernels relative to the software the shared
     constants were set on (dimensionless; 1 for that software): the framework's release, fused
     kernels and attention kernel, a stated range per framework; anchoring a series on measured
@@ -298,6 +313,12 @@ class Framework:
     grad_reduce_bytes: int | None = None
     dp_bucket_params: float | None = None
     dp_bucket_params_per_rank: float = 0.0
+    bias_add: bool = False
+    tensor_syncs: int = 0
+    tensor_sync_launches: int = 0
+    rng_state_bytes: int = 0
+    rng_state_copies: int = 0
+    rng_state_copies_checkpointed: int = 0
     software_rate: float = 1.0
     source: str = ""
 
@@ -312,10 +333,12 @@ class Framework:
         for f in ("fused_qkv", "dp_exposes_one_chunk", "dp_gather_overlap", "tp_overlap_needs_sp",
                   "pp_overlap_needs_interleaving", "pp_partitioned", "vocab_parallel_loss",
                   "dropout", "zero1_all_reduce", "tied_grad_all_reduce",
-                  "fsdp_sync_every_micro_batch"):
+                  "fsdp_sync_every_micro_batch", "bias_add"):
             if f in d:
                 kw[f] = bool(d[f])
-        for f in ("pp_transfers_per_neighbour", "grad_bytes", "grad_reduce_bytes"):
+        for f in ("pp_transfers_per_neighbour", "grad_bytes", "grad_reduce_bytes",
+                  "tensor_syncs", "tensor_sync_launches", "rng_state_bytes",
+                  "rng_state_copies", "rng_state_copies_checkpointed"):
             if d.get(f) is not None:
                 kw[f] = int(d[f])
         for f in ("dp_bucket_params", "dp_bucket_params_per_rank"):
@@ -358,7 +381,7 @@ def framework_entry(name: str) -> dict:
 #: The assumptions a system may declare, and which field of HardwareSpec each sets.
 SPEC_ASSUMPTIONS = ("gemm_efficiency", "gemm_quantisation", "attention_efficiency",
                     "mem_bw_efficiency", "intra_bandwidth", "inter_bandwidth", "sustained",
-                    "kernel_gap_s")
+                    "kernel_gap_s", "host_sync_s")
 FRAMEWORK_ASSUMPTIONS = ("dp_overlap", "dp_overlap_pp", "tp_overlap", "pp_overlap", "software_rate")
 
 
@@ -373,7 +396,9 @@ class HardwareSpec:
     (and of the attention kernel's rate) a training run sustains with every device busy (one
     constant for every GPU system, ``data/perf_fit.yaml``; 1 on a measured CPU host);
     ``kernel_gap_s``: the idle time between two dependent kernels on a GPU stream (seconds per
-    launch); ``power_factor``: the clock a fully loaded device holds over the boost clock its
+    launch); ``host_sync_s``: a value read back to the host, the GPU idle meanwhile (seconds
+    per round trip); ``host_bandwidth``: a device's link to the host (bytes/s; None: not
+    declared); ``power_factor``: the clock a fully loaded device holds over the boost clock its
     peak assumes (the device's documented ``sustained_clock``, 1 where none is documented),
     times the rate at the system's power limit over the rate at TDP (``power_limit_w``,
     ``gpu.power_exponent``); ``gemm_tile`` (M×N of a
@@ -402,6 +427,8 @@ class HardwareSpec:
     mem_bw_efficiency: float = 1.0
     sustained: float = 1.0
     kernel_gap_s: float = 0.0
+    host_sync_s: float = 0.0
+    host_bandwidth: float | None = None
     power_factor: float = 1.0
     framework: Framework = field(default_factory=Framework)
     assumptions: dict = field(default_factory=dict)
@@ -500,6 +527,7 @@ class HardwareSpec:
             peak_flops={k: float(v) * 1e12 for k, v in peaks.items()},
             memory_bytes=float(mem) * 1e9,
             mem_bw=float(d.get("mem_bw") or dev.get("mem_bw") or 1e12),
+            host_bandwidth=float(d["host_bandwidth"]) if d.get("host_bandwidth") else None,
             matmul_efficiency=eff,
             intra=link(d["intra_node"], "intra_bandwidth"),
             inter=link(d.get("inter_node"), "inter_bandwidth"), source=source,
@@ -516,6 +544,7 @@ class HardwareSpec:
             shared = gpu_constants()
             spec = replace(spec, sustained=take("sustained", shared["sustained"]),
                            kernel_gap_s=take("kernel_gap_s", shared["kernel_gap_s"], slow="high"),
+                           host_sync_s=take("host_sync_s", shared["host_sync_s"], slow="high"),
                            power_factor=float(dev.get("sustained_clock", 1.0)) * power_factor(
                                d.get("power_limit_w"), dev.get("tdp_w"),
                                shared["power_exponent"].value))

@@ -50,12 +50,16 @@ def _check(fusion: str) -> str:
 
 
 def layer_kernels(model: Model, fusion: str, tp: int = 1, sp: bool = False,
-                  dropout: bool = False) -> list[tuple]:
+                  dropout: bool = False, bias_add: bool = False) -> list[tuple]:
     """The memory-bound kernels of one layer's forward pass on one TP rank as ``(name,
     elements per token, launches)``. Hidden-wide tensors (norms, residuals) are split over TP
     only with sequence parallelism; the attention and MLP intermediates always are.
     ``dropout``: eager hidden dropouts after the attention and the MLP (read, write, mask: 3
-    elements each); fused frameworks apply them inside bias-dropout-add."""
+    elements each); fused frameworks apply them inside bias-dropout-add. ``bias_add``: the
+    framework adds each linear layer's bias in a kernel of its own (``Framework.bias_add``):
+    q/k/v and MLP-up outputs per TP rank, the row-parallel outputs hidden-wide after their
+    all-reduce; 1 element per value here, so that with the backward's 2 × it counts the
+    forward's read and write and the bias gradient's reduction (3)."""
     fusion = _check(fusion)
     h, f, kv = model.hidden, model.ffn, model.kv_dim
     hw_ = h / (tp if sp else 1)  # hidden-wide, per TP rank
@@ -79,6 +83,9 @@ def layer_kernels(model: Model, fusion: str, tp: int = 1, sp: bool = False,
     out.append(("residual add x2", 2 * 3 * hw_, 2))
     if dropout and fusion == "eager":
         out.append(("dropout x2", 2 * 3 * hw_, 2))
+    if bias_add and model.bias:
+        up = model.mlp_matrices - 1
+        out.append(("bias add", q + 2 * k + up * ff + 2 * hw_, 4 if up == 1 else 5))
     if swiglu:
         out.append(("swiglu", (5 if fusion == "eager" else 3) * ff, 2 if fusion == "eager" else 1))
     else:
@@ -150,7 +157,7 @@ def accumulated_grad_bytes(mode: str, grad_bytes: int) -> int:
 
 
 def layer_traffic(model: Model, fusion: str, tp: int = 1, sp: bool = False,
-                  dropout: bool = False) -> float:
+                  dropout: bool = False, bias_add: bool = False) -> float:
     """Elements per token one layer's memory-bound kernels move, forward + backward."""
     return (1.0 + BACKWARD_TRAFFIC) * sum(
-        e for _, e, _ in layer_kernels(model, fusion, tp, sp, dropout))
+        e for _, e, _ in layer_kernels(model, fusion, tp, sp, dropout, bias_add))

@@ -90,7 +90,7 @@ selective recomputation all fit; their 175B without recomputation does not, as t
 from __future__ import annotations
 
 from scalestudy.config.point import Model, Point
-from scalestudy.config.vocab import (AttentionKernel, Checkpointing, DPMode, DType, MLPKind,
+from scalestudy.config.vocab import (Arch, AttentionKernel, Checkpointing, DPMode, DType, MLPKind,
                                      PPSchedule, member)
 from scalestudy.perf import partition
 from scalestudy.perf.flops import layer_params, norm_params, position_params
@@ -120,6 +120,25 @@ def stage_params(model: Model, tp: int, pp: int, stage: int,
         n += norm_params(model)  # final norm
         if not model.tied_embeddings or pp > 1:
             n += V * h / tp
+    return n
+
+
+def stage_param_tensors(model: Model, pp: int, stage: int, layers: float | None = None,
+                        fused_qkv: bool = False) -> float:
+    """Parameter tensors held by one device of pipeline rank ``stage`` (a TP rank holds a
+    shard of each): per layer the linear layers' weights (q, k, v, or one fused q/k/v; the
+    attention output; the MLP's up, SwiGLU's gate unless fused with it, and down) and, with
+    biases, as many biases; two norms (a weight, and LayerNorm's bias); the token (and gpt's
+    position) embeddings on the first rank; the final norm and an untied head on the last."""
+    up = model.mlp_matrices - 1
+    linear = (1 if fused_qkv else 3) + 1 + (1 if fused_qkv else up) + 1
+    norm = 2 if (model.bias and model.arch == Arch.GPT) else 1
+    n = (model.layers / pp if layers is None else layers) * (
+        linear * (2 if model.bias else 1) + 2 * norm)
+    if stage == 0:
+        n += 2 if model.arch == Arch.GPT else 1
+    if stage == pp - 1:
+        n += norm + (1 if (not model.tied_embeddings or pp > 1) else 0)
     return n
 
 

@@ -34,7 +34,8 @@ from scalestudy.perf.terms_comm import (boundary_crosses_node, clip_seconds, cp_
                                         tied_grad_seconds, tp_overlap)
 from scalestudy.perf.terms_compute import (cp_local, grad_accumulation_seconds, grad_bytes_of,
                                            launch_gap_seconds, layer_costs, optimizer_step_seconds,
-                                           overhead_seconds, stage_terms)
+                                           overhead_seconds, rng_state_seconds, stage_terms,
+                                           tensor_sync_seconds)
 
 
 def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None = None,
@@ -61,6 +62,7 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     last = [r == pp - 1 for r in range(pp)]
     stage_p = [memory.stage_params(model, tp, pp, r, layers_of[r]) for r in range(pp)]
     params = max(stage_p)  # the stage with the most parameters reduces and updates last
+    biggest = stage_p.index(params)
 
     # compute of one micro-batch per stage (one TP rank's, one CP rank's share of the tokens)
     c = cp_local(layer_costs(point, hw, measured), point.cp)
@@ -91,9 +93,11 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     # shared constants were set on; anchoring a series on measured points solves for it)
     work, cs = hc.work, hc.compute / fw.software_rate
 
+    # the framework's synchronous copies of the generator state to and from the host
+    rng = [rng_state_seconds(layers_of[r], ckpts[r], hw) for r in range(pp)]
     # slot = compute + TP + P2P + CP; the pipeline of slots = m · slot + bubble
-    slots = [cs * work.local(r) + hc.tp * tps[r] + hc.pp * p2ps[r] + hc.cp * cps[r] + hc.waits[r]
-             for r in range(pp)]
+    slots = [cs * work.local(r) + rng[r] + hc.tp * tps[r] + hc.pp * p2ps[r] + hc.cp * cps[r]
+             + hc.waits[r] for r in range(pp)]
     worst = max(range(pp), key=lambda r: slots[r])
     t_pipe, t_bubble = pipeline_seconds(slots, m, v)
     t_comp = sum(work.arithmetic[worst]) / fw.software_rate
@@ -103,14 +107,12 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     # embedding's gradient; FSDP on a GPU per block, under each block's compute
     ov = dp_overlap_fraction(point, hw, dp_overlap)
     if fsdp_per_block(point, hw):
-        r = stage_p.index(params)
-        block = sum(flops.layer_params(model, tp).values())
+        block, lb = sum(flops.layer_params(model, tp).values()), layers_of[biggest]
         fwd_l = cs * (c.gemm_fwd + c.attn_fwd + c.elementwise / 3)  # one block's compute
         bwd_l = (cs * (c.gemm_bwd + c.attn_bwd + 2 * c.elementwise / 3 + att_re)
-                 + fwd_l * ckpts[r] / max(1, layers_of[r]))  # with its recomputed share
+                 + fwd_l * ckpts[biggest] / max(1, lb))  # with its recomputed share
         t_dp_traffic, t_dp, dp_link = fsdp_layer_seconds(
-            point, hw, layers_of[r], block, params - layers_of[r] * block, fwd_l, bwd_l, ov,
-            measured)
+            point, hw, lb, block, params - lb * block, fwd_l, bwd_l, ov, measured)
     else:
         t_dp_step, t_dp_mb, dp_link = dp_comm_seconds(point, params, hw, measured)
         t_dp_traffic = t_dp_step + m * t_dp_mb
@@ -119,8 +121,11 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
         fw.grad_accumulation, gbytes), measured)
     t_dp_exposed = hc.pp * t_tied + hc.dp * t_dp
 
-    # optimizer on its shard; clipping reduces the squared norm of sharded gradients
-    t_opt = cs * work.optimizer + hc.clip * clip_seconds(point, hw, measured)
+    # optimizer on its shard; clipping reduces the squared norm of sharded gradients; the
+    # framework's per-tensor checks that read a value back to the host
+    t_opt = (cs * work.optimizer + hc.clip * clip_seconds(point, hw, measured)
+             + tensor_sync_seconds(memory.stage_param_tensors(
+                 model, pp, biggest, layers_of[biggest], fw.fused_qkv), hw))
 
     step = t_pipe + t_dp_exposed + t_opt + hc.dp_wait
     gemm, attn, elem = work.arithmetic[worst]
@@ -137,7 +142,7 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
         gemm_s=m * gemm * cs,
         attention_s=m * attn * cs,
         elementwise_s=m * elem * cs,
-        overhead_s=m * (work.overhead[worst] + work.gaps[worst]) * cs,
+        overhead_s=m * ((work.overhead[worst] + work.gaps[worst]) * cs + rng[worst]),
         tp_comm_s=m * tps[worst] * hc.tp,
         pp_p2p_s=m * p2ps[worst] * hc.pp,
         pp_bubble_s=t_bubble,

@@ -124,13 +124,14 @@ def attention_seconds(model: Model, s: int, b: int, tp: int, dtype: str, hw: Har
 
 
 def elementwise_bytes(model: Model, s: int, b: int, act_bytes: int, tp: int = 1,
-                      sp: bool = False, fusion: str = "eager", dropout: bool = False) -> float:
+                      sp: bool = False, fusion: str = "eager", dropout: bool = False,
+                      bias_add: bool = False) -> float:
     """Memory traffic of one layer's memory-bound kernels, forward + backward, on one TP rank
     (bytes): the inventory of ``scalestudy.perf.kernels`` for the model's architecture and the
     framework's fusion level (GPT: two LayerNorms, two residual adds, the attention output
     relayout and GELU, ``12h + 2f`` elements per token forward; Llama adds RMSNorm's fp32
     steps, rotary embeddings and SwiGLU), the backward twice the forward."""
-    return kernels.layer_traffic(model, fusion, tp, sp, dropout) * s * b * act_bytes
+    return kernels.layer_traffic(model, fusion, tp, sp, dropout, bias_add) * s * b * act_bytes
 
 
 def loss_bytes(s: int, b: int, vocab: int, tp: int = 1, fusion: str = "fused",
@@ -179,16 +180,17 @@ def layer_costs(point: Point, hw: HardwareSpec, measured: Measured | None) -> La
     sp = point.parallel.sequence_parallel and tp > 1
     dtype = DType(point.train.precision)
     ab = ACT_BYTES[dtype != DType.FP32]
-    fusion = fusion_of(point, hw.framework)
+    fw = hw.framework
+    fusion = fusion_of(point, fw)
     g_fwd = g_bwd = 0.0
     sources = set()
-    dense = layer_gemms(model, s, b, tp, fused_qkv=hw.framework.fused_qkv)[:-1]
+    dense = layer_gemms(model, s, b, tp, fused_qkv=fw.fused_qkv)[:-1]
     for M, N, K, count in dense:
         f_, b_, meas = product_seconds(M, N, K, count, dtype, hw, measured)
         g_fwd, g_bwd = g_fwd + f_, g_bwd + b_
         sources.add(meas)
     elem_launches = sum(n for _, _, n in kernels.layer_kernels(model, fusion, tp, sp,
-                                                               hw.framework.dropout))
+                                                               fw.dropout, fw.bias_add))
     gemm_launches = sum(c for *_, c in dense)
     a_fwd, a_bwd, meas = attention_seconds(model, s, b, tp, dtype, hw, measured)
     sources.add(meas)
@@ -199,12 +201,13 @@ def layer_costs(point: Point, hw: HardwareSpec, measured: Measured | None) -> La
     return LayerCosts(
         gemm_fwd=g_fwd, gemm_bwd=g_bwd, attn_fwd=a_fwd, attn_bwd=a_bwd,
         elementwise=elementwise_seconds(
-            elementwise_bytes(model, s, b, ab, tp, sp, fusion, hw.framework.dropout), hw, measured),
+            elementwise_bytes(model, s, b, ab, tp, sp, fusion, fw.dropout, fw.bias_add), hw,
+            measured),
         tp_exchange=per, head_fwd=h_fwd, head_bwd=h_bwd,
         loss=elementwise_seconds(loss_bytes(s, b, model.vocab, tp, fusion, ab), hw, measured),
         tp_embedding=collective_time("all_reduce", act, tp, hw.intra, measured),
         tp_head=(3 * collective_time("all_reduce", b * s * 4, tp, hw.intra, measured)
-                 if hw.framework.vocab_parallel_loss else
+                 if fw.vocab_parallel_loss else
                  collective_time("all_gather", b * s * model.vocab * ab, tp, hw.intra, measured)),
         measured=True in sources,
         launches_fwd=gemm_launches + 1 + elem_launches,
@@ -288,6 +291,30 @@ def optimizer_seconds(params: float, hw: HardwareSpec, overhead_s: float = 0.0,
     mem_bw_efficiency``), plus its measured dispatch overhead and the gradient-clipping
     all-reduce (seconds)."""
     return elementwise_seconds(OPT_BYTES_TOUCHED * params, hw, measured) + overhead_s + clip_s
+
+
+def tensor_sync_seconds(tensors: float, hw: HardwareSpec) -> float:
+    """Seconds per step a device holding ``tensors`` parameter tensors spends in the
+    framework's per-tensor checks that read a value back to the host (``Framework.
+    tensor_syncs`` round trips at ``hw.host_sync_s`` and ``tensor_sync_launches`` kernels at
+    ``hw.kernel_gap_s`` per tensor: Megatron-LM v1's fp16 overflow check and gradient-norm
+    clipping, one tensor at a time); the GPU idles meanwhile, so no software rate applies."""
+    fw = hw.framework
+    return tensors * (fw.tensor_syncs * hw.host_sync_s + fw.tensor_sync_launches * hw.kernel_gap_s)
+
+
+def rng_state_seconds(layers: float, recomputed: float, hw: HardwareSpec) -> float:
+    """Seconds per micro-batch a stage of ``layers`` layers (``recomputed`` of them
+    checkpointed) spends copying the CUDA generator's state to or from the host
+    (``Framework.rng_state_copies`` per layer, ``rng_state_copies_checkpointed`` more per
+    recomputed layer; each a synchronous copy of ``rng_state_bytes``: ``host_sync_s`` plus
+    the bytes over the host link, where the system declares one). The GPU idles meanwhile, so
+    no software rate applies."""
+    fw = hw.framework
+    if not fw.rng_state_bytes:
+        return 0.0
+    copy = hw.host_sync_s + (fw.rng_state_bytes / hw.host_bandwidth if hw.host_bandwidth else 0.0)
+    return (fw.rng_state_copies * layers + fw.rng_state_copies_checkpointed * recomputed) * copy
 
 
 def optimizer_step_seconds(point: Point, params: float, hw: HardwareSpec, overhead: dict,
