@@ -241,3 +241,22 @@ def test_a_layout_that_leaves_too_little_memory_free_is_told_zero(study, tmp_pat
                       memory_left_gb=0.4)
     search2.capacity_gb = 0.55  # 0.45 left: enough
     assert {r["state"] for r in search2.run()} <= {"complete", "duplicate", "refused"}
+
+
+def test_a_duplicate_of_a_pruned_layout_is_pruned_at_the_same_rung(study, tmp_path):
+    """Asked again for a layout successive halving stopped short, the engine hears what the
+    earlier trial gave: pruned, with the same short-run rate at the same rung (not a complete
+    trial at that rate)."""
+    space = replace(study.tune.space, tp=(1, 2), pp=(1,), micro_batch=(1, 2), dp_mode=("ddp",))
+    search = _search(study, tmp_path, Table(), space=space, trials=4, parallel=1,
+                     sampler="random", warm_start=0, eta=2)
+    rows = search.run()
+    by_trial = {t.number: t for t in search.engine.study.trials}
+    pruned = {r["layout"]: r for r in rows if r["state"] == "pruned"}
+    dups = [r for r in rows if r["state"] == "duplicate" and r["layout"] in pruned]
+    assert dups, "the search should have asked for a pruned layout again"
+    for r in dups:
+        t, first = by_trial[r["trial"]], pruned[r["layout"]]
+        assert t.state.name == "PRUNED"
+        assert t.intermediate_values == {first["steps"]: first["measured_tokens_per_s_per_device"]}
+        assert r["measured_tokens_per_s_per_device"] == first["measured_tokens_per_s_per_device"]

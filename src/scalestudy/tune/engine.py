@@ -104,7 +104,11 @@ class SearchEngine:
         """The trial's final value (tokens/s per device at full length; 0: it failed)."""
         self.study.tell(trial.handle, value)
 
-    def prune(self, trial: Trial) -> None:
+    def prune(self, trial: Trial, steps: int | None = None, value: float | None = None) -> None:
+        """End the trial as pruned; with ``steps`` and ``value``, having reported that rate at
+        that fidelity first (a duplicate of a layout pruned there)."""
         import optuna
 
+        if steps is not None:
+            trial.handle.report(value, steps)
         self.study.tell(trial.handle, state=optuna.trial.TrialState.PRUNED)

@@ -45,7 +45,8 @@ class Search:
     evaluate: Evaluate
     capacity_gb: float | None = None  # memory per device (the planner's memory rule)
     rows: list[dict] = field(default_factory=list)
-    measured: dict[TrialLayout, tuple[TrialState, float, str]] = field(default_factory=dict)
+    #: what each measured layout gave: (state, tokens/s per device told, reason, steps run)
+    measured: dict[TrialLayout, tuple[TrialState, float, str, int]] = field(default_factory=dict)
     write: Callable[[list[dict]], None] = lambda rows: None
 
     @property
@@ -113,8 +114,11 @@ class Search:
             return True
         t.layout = lay
         if lay in self.measured:  # an earlier trial's result: nothing runs
-            state, value, why = self.measured[lay]
-            self.engine.tell(t, value)
+            state, value, why, steps = self.measured[lay]
+            if state == TrialState.PRUNED:  # as the earlier trial: its rate at its rung
+                self.engine.prune(t, steps, value)
+            else:
+                self.engine.tell(t, value)
             self._row(t, lay, None, TrialState.DUPLICATE,
                       f"measured by an earlier trial: {state}" + (f" ({why})" if why else ""),
                       measured=value)
@@ -128,26 +132,26 @@ class Search:
         short = self._memory_short(o)
         if short:
             self.engine.tell(t, 0.0)
-            self.measured[t.layout] = (TrialState.SHORT_OF_MEMORY, 0.0, short)
+            self.measured[t.layout] = (TrialState.SHORT_OF_MEMORY, 0.0, short, steps)
             self._row(t, t.layout, o, TrialState.SHORT_OF_MEMORY, short, steps=steps)
             return False
         if o.state != RunState.OK:
             state = TrialState(o.state) if o.state in (
                 RunState.OOM, RunState.TIMEOUT, RunState.CRASHED) else TrialState.INVALID
             self.engine.tell(t, 0.0)
-            self.measured[t.layout] = (state, 0.0, o.reason)
+            self.measured[t.layout] = (state, 0.0, o.reason, steps)
             self._row(t, t.layout, o, state, o.reason, steps=steps)
             return False
         if last:
             self.engine.tell(t, o.tokens_per_s_per_device)
-            self.measured[t.layout] = (TrialState.COMPLETE, o.tokens_per_s_per_device, "")
+            self.measured[t.layout] = (TrialState.COMPLETE, o.tokens_per_s_per_device, "", steps)
             self._row(t, t.layout, o, TrialState.COMPLETE, "", steps=steps)
             return False
         go_on = self.engine.report(t, steps, o.tokens_per_s_per_device)
         if not go_on:
             self.engine.prune(t)
             self.measured[t.layout] = (TrialState.PRUNED, o.tokens_per_s_per_device,
-                                       f"pruned at {steps} steps")
+                                       f"pruned at {steps} steps", steps)
         self._row(t, t.layout, o, TrialState.PROMOTED if go_on else TrialState.PRUNED,
                   "" if go_on else f"not in the best 1/{self.study.tune.eta} at {steps} steps",
                   steps=steps)
@@ -194,7 +198,8 @@ class Search:
             value = r["measured_tokens_per_s_per_device"]
             self.measured[TrialLayout.from_params(r)] = (
                 state, 0.0 if not _finite(value) or state != TrialState.COMPLETE
-                and state != TrialState.PRUNED else float(value), str(r["reason"] or ""))
+                and state != TrialState.PRUNED else float(value), str(r["reason"] or ""),
+                int(r["steps"]) if _finite(r["steps"]) else 0)
 
 
 def _finite(x) -> bool:
