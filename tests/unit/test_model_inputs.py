@@ -75,6 +75,9 @@ def _gpu(study, hardware):
 def test_a_cpu_study_is_priced_on_its_hosts_measurements(study, study_dir):
     mi = model_inputs(study, study_dir)
     assert mi.hw.name == "cpu-local"
+    # a CPU study's devices are the processes one host runs: its platform's, not the preset's
+    assert mi.hw.devices_per_node == study.platform.devices_per_node != \
+        HardwareSpec.load("cpu-local").devices_per_node
     # what a study measured on its host: calibration.json, with the
     # microbench job's collectives
     mb = study_dir / "microbench"

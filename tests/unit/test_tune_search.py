@@ -144,6 +144,8 @@ def test_search_warm_starts_measures_within_budget_and_halves(study, tmp_path):
     rows = search.run()
     df = check_trials(pd.read_csv(tmp_path / "trials.csv"))  # the one reader accepts it
     assert len(df) == len(rows)
+    # every accepted layout is priced, tp = 4 too (a CPU study's 4 processes per host)
+    assert set(search.predicted) == search.feasible and any(x.tp == 4 for x in search.predicted)
     # the model's two best predicted layouts are measured first
     top2 = sorted(search.predicted, key=lambda x: -search.predicted[x])[:2]
     first = [r for r in rows if r["warm_start"]]

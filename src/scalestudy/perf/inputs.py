@@ -38,7 +38,8 @@ def model_inputs(study: Study | None = None, study_dir: Path | str | None = None
 
     1. ``hardware``: a preset of ``hardware.yaml`` or a YAML path (``--hardware``);
     2. the study's platform: a CPU or auto-detected study (``platform.device`` cpu / auto)
-       runs on ``cpu-local``; a GPU study on the system preset of its ``platform.hardware``
+       runs on ``cpu-local``, its devices (the processes one host runs, sharing its cores)
+       ``platform.devices_per_node``; a GPU study on the system preset of its ``platform.hardware``
        (the first system of ``hardware.yaml`` with that device, ``config.devices``);
     3. else ``ValueError`` (one line naming ``platform.hardware`` and ``--hardware PRESET``).
 
@@ -63,7 +64,9 @@ def model_inputs(study: Study | None = None, study_dir: Path | str | None = None
         raise ValueError("no hardware to price on: name one with --hardware PRESET (one of "
                          f"{', '.join(presets())}) or a YAML path")
     elif cpu_study:
-        hw, where = HardwareSpec.load(CPU_PRESET), CPU_PRESET
+        hw = replace(HardwareSpec.load(CPU_PRESET),
+                     devices_per_node=study.platform.devices_per_node)
+        where = CPU_PRESET
     else:
         name = system_of(study.platform.hardware)
         hw = HardwareSpec.load(name)
