@@ -58,7 +58,8 @@ def layer_kernels(model: Model, fusion: str, tp: int = 1, sp: bool = False,
     elements each); fused frameworks apply them inside bias-dropout-add. ``bias_add``: the
     framework adds each linear layer's bias in a kernel of its own (``Framework.bias_add``):
     q/k/v and MLP-up outputs per TP rank, the row-parallel outputs hidden-wide after their
-    all-reduce; 1 element per value here, so that with the backward's 2 × it counts the
+    all-reduce, one launch each with q/k/v (and SwiGLU's gate and up) fused as Megatron
+    fuses them; 1 element per value here, so that with the backward's 2 × it counts the
     forward's read and write and the bias gradient's reduction (3)."""
     fusion = _check(fusion)
     h, f, kv = model.hidden, model.ffn, model.kv_dim
@@ -85,7 +86,7 @@ def layer_kernels(model: Model, fusion: str, tp: int = 1, sp: bool = False,
         out.append(("dropout x2", 2 * 3 * hw_, 2))
     if bias_add and model.bias:
         up = model.mlp_matrices - 1
-        out.append(("bias add", q + 2 * k + up * ff + 2 * hw_, 4 if up == 1 else 5))
+        out.append(("bias add", q + 2 * k + up * ff + 2 * hw_, 4))
     if swiglu:
         out.append(("swiglu", (5 if fusion == "eager" else 3) * ff, 2 if fusion == "eager" else 1))
     else:
