@@ -101,9 +101,37 @@ def test_series_reads_what_is_unsaid_alike_at_both_ends():
     # the runs recomputed everything, at rate 0.9
     steps = {n: anchor.step_at_rate(v.case(row(n, 1.0, "full")).point, hw, 0.9) for n in (8, 64)}
     cases = [v.case(row(n, t)) for n, t in steps.items()]
-    keys = [{series.reading_key(x) for x in c.variants} for c in cases]
+    keys = [{series.reading_key(x, c.ranged) for x in c.variants} for c in cases]
     assert keys[0] == keys[1] and len(keys[0]) == 3  # none, selective, full at both ends
     out, = series.series_rows(cases, specs)
     assert out["readings"] in (1, 2, 3)
     assert series.rate_plausible(hw, out["rate"])
     assert out["predicted_low"] <= out["published_efficiency"] <= out["predicted_high"]
+
+
+def test_a_weak_series_whose_model_grows_is_read_alike_at_both_ends():
+    """Published fields may change along a series (a weak series' heads grow with its
+    model); what is unsaid (here the FLOPs convention) pairs the ends: each reading the same
+    convention at both ends (one needs an implausible rate and drops out)."""
+    specs = v.systems()
+
+    def row(n, hidden, heads, value):
+        return dict(table="t", row=f"n{n}", device="V100-SXM3-32GB", gpus=str(n),
+                    framework="megatron-lm-2019", arch="gpt", params_b="", layers="8",
+                    hidden=str(hidden), heads=str(heads), kv_heads="", ffn_hidden="",
+                    vocab="51200", seq_len="1024", tp=str(n), pp="1", dp="1", cp="1", vp="1",
+                    sequence_parallel="false", micro_batch="8", global_batch="8",
+                    recompute="full", dp_mode="ddp", flash_attention="false", precision="fp16",
+                    metric="tflops_per_gpu", value=str(value), flops_convention="megatron",
+                    convention_stated="false", peak_tflops="", log_note="", source="",
+                    series="s", scaling="weak")
+
+    cases = [v.case(row(1, 1536, 16, 39.0)), v.case(row(8, 3072, 32, 30.0))]
+    assert all(c.ranged == ("flops_convention",) for c in cases)
+    out, = series.series_rows(cases, specs)
+    assert out["readings"] == 2
+    effs = [series.anchored_efficiency("tflops_per_gpu", cases[0], cases[1], a, b, specs)
+            for a, b in zip(cases[0].variants, cases[1].variants)]
+    kept = sorted(e for e, rate in effs if series.rate_plausible(
+        specs[("dgx2h-v100", "megatron-lm-2019")], rate))
+    assert len(kept) == 2 and out["predicted_efficiency"] == pytest.approx(kept[0])

@@ -119,6 +119,21 @@ def test_dp_ring_across_nodes():
     assert comm.dp_ring(point(dp=4, tp=2), hw)[1:] == (1, None, "intra")
 
 
+def test_megatron_v1_ddp_implementations_in_the_step():
+    """Megatron-LM v1's local DDP all-reduces after the backward: all of the reduction is
+    exposed; its torch DDP reduces each bucket during the backward: none is when the backward
+    is longer. Every other term is the same."""
+    v100 = HardwareSpec.load("dgx2h-v100")
+    p = point(dict(TINY, hidden=512, heads=8), dp=64, micro_batch=8, global_batch=512,
+              activation_checkpointing="full")
+    local = predict_step_time(p, v100.with_framework("megatron-lm-2019"))
+    torch_ddp = predict_step_time(p, v100.with_framework("megatron-lm-2019-torch-ddp"))
+    assert local.dp_comm_exposed_s == pytest.approx(local.dp_comm_s) and local.dp_comm_s > 0
+    assert torch_ddp.dp_comm_exposed_s == 0.0
+    assert local.dp_comm_s - torch_ddp.dp_comm_s == pytest.approx(0.0, abs=1e-3 * local.dp_comm_s)
+    assert local.step_time_s - torch_ddp.step_time_s == pytest.approx(local.dp_comm_exposed_s)
+
+
 # --- FSDP per block ------------------------------------------------------------------------------
 
 

@@ -80,6 +80,22 @@ def test_a_framework_inherits_what_it_does_not_state(monkeypatch):
             hardware.load_framework(bad)
 
 
+def test_dp_alternatives_name_other_entries(monkeypatch):
+    """A framework's data-parallel alternatives are other entries; Megatron-LM v1's torch
+    DDP differs from its local DDP only in the reduction's overlap and buckets."""
+    local, _ = hardware.load_framework("megatron-lm-2019")
+    torch_ddp, _ = hardware.load_framework("megatron-lm-2019-torch-ddp")
+    assert local.dp_alternatives == ("megatron-lm-2019-torch-ddp",)
+    differ = {f for f in vars(local) if getattr(local, f) != getattr(torch_ddp, f)}
+    assert differ == {"name", "dp_alternatives", "dp_overlap", "dp_bucket_params"}
+    assert (local.dp_overlap, torch_ddp.dp_overlap, torch_ddp.dp_alternatives) == (0.0, 1.0, ())
+    table = {"a": {"dp_alternatives": ["b"]}, "b": {}, "bad": {"dp_alternatives": ["nope"]}}
+    monkeypatch.setattr(hardware, "frameworks", lambda: table)
+    assert hardware.load_framework("a")[0].dp_alternatives == ("b",)
+    with pytest.raises(ValueError, match="dp_alternatives"):
+        hardware.load_framework("bad")
+
+
 def test_deepspeed_precisions_are_two_descriptions():
     """The shipped bf16 description differs from the fp16 one only where DeepSpeed's code
     does (BF16_Optimizer: fp32 accumulation, an all-reduce of the gradients)."""

@@ -170,6 +170,7 @@ def test_case_from_a_row_and_its_readings():
     assert {x.point.model.heads for x in heads.variants} == {2, 4}
     prec = v.case(row(framework="megatron-deepspeed", precision=""))
     assert {x.framework for x in prec.variants} == {"megatron-deepspeed-bf16", "megatron-deepspeed"}
+    assert prec.ranged == ("precision",)
     # only a row whose FLOPs cannot be counted leaves, or one on an undescribed device
     assert v.case(row(tp="")).skip.startswith("FLOPs cannot be counted")
     assert "hidden" in v.case(row(hidden="")).skip
@@ -183,6 +184,21 @@ def test_case_from_a_row_and_its_readings():
     assert v.case(row(framework="megatron-deepspeed", precision="fp16")).framework == \
         "megatron-deepspeed"
     assert v.framework_of("Megatron-LM", "bf16") == "megatron-lm"
+    # Megatron-LM v1 offers two DDP implementations and no table says which ran: a
+    # data-parallel row is read under both, a row without data parallelism under its own
+    v1 = v.case(row(framework="megatron-lm-2019", precision="fp16"))
+    assert v1.ranged == ("dp_impl",) and [x.framework for x in v1.variants] == [
+        "megatron-lm-2019", "megatron-lm-2019-torch-ddp"]
+    assert v1.variants[0].point == v1.variants[1].point
+    assert v.case(row(framework="megatron-lm-2019", precision="fp16", dp=1, gpus=2,
+                      global_batch=4)).ranged == ()
+    assert v.case(row(framework="megatron-lm-2019", dp_mode="zero1")).ranged == ()
+    # a row's MLP where it is not its arch's default (Nemotron: grouped-query attention, a
+    # non-gated two-matrix MLP)
+    gqa = v.case(row(arch="llama", mlp="gelu", kv_heads=2, ffn_hidden=1024)).point.model
+    assert (gqa.arch, gqa.mlp, gqa.n_kv_heads, gqa.mlp_matrices, gqa.tied_embeddings) == (
+        "llama", "gelu", 2, 2, False)
+    assert v.case(row(arch="llama")).point.model.mlp == "swiglu"
     assert v.case(row(compile="true")).point.train.compile
     # layers that do not divide into the stages split by parameters
     assert v.partition_of("megatron-core", 126, 16) == "parameters"

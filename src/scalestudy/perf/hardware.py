@@ -283,6 +283,9 @@ class Framework:
     layer per micro-batch (a model-parallel RNG fork around the attention dropout), and
     ``rng_state_copies_checkpointed`` more per recomputed layer (the checkpoint's saves and
     restores, and the fork again in the recomputation).
+    ``dp_alternatives``: other entries a run of it may have used for its data parallelism
+    (its own options, e.g. Megatron-LM v1's ``--DDP-impl``): where a table does not say, a
+    data-parallel row is read under each as well (``scalestudy.perf.validation``).
     ``software_rate``: the rate of its computing kernels relative to the software the shared
     constants were set on (dimensionless; 1 for that software): the framework's release, fused
     kernels and attention kernel, a stated range per framework; anchoring a series on measured
@@ -319,6 +322,7 @@ class Framework:
     rng_state_bytes: int = 0
     rng_state_copies: int = 0
     rng_state_copies_checkpointed: int = 0
+    dp_alternatives: tuple[str, ...] = ()
     software_rate: float = 1.0
     source: str = ""
 
@@ -347,6 +351,8 @@ class Framework:
         for f in ("fusion", "grad_accumulation"):
             if f in d:
                 kw[f] = str(d[f])
+        if d.get("dp_alternatives") is not None:
+            kw["dp_alternatives"] = tuple(str(x) for x in d["dp_alternatives"])
         unknown = set(d) - {"description", "source", "inherits"} - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"framework {name!r}: unknown keys {sorted(unknown)}")
@@ -370,6 +376,9 @@ def framework_entry(name: str) -> dict:
     """The ``frameworks:`` entry ``name`` with what it ``inherits`` filled in (its own keys
     win)."""
     d = dict(frameworks()[name])
+    bad = [x for x in d.get("dp_alternatives") or () if x == name or x not in frameworks()]
+    if bad:
+        raise ValueError(f"framework {name!r}: dp_alternatives {bad} are not other entries")
     base = d.pop("inherits", None)
     if base is None:
         return d

@@ -37,13 +37,28 @@ def flops_rate(metric: str, value: float, v: Variant, peak: float) -> float:
     return value * 1e12
 
 
-def reading_key(v: Variant) -> tuple:
-    """What a reading assumes about what its table leaves unsaid, less what changes along a
-    series (N, the batch): the same run configuration at every point of a series."""
-    p, par = v.point, v.point.parallel
-    return (p.micro_batch, par.virtual_stages, par.activation_checkpointing, par.dp_mode,
-            p.model.heads, p.model.vocab, p.model.attention, v.framework, v.convention,
-            v.fp8_speedup)
+#: What each field a table may leave unsaid (``Case.ranged``) reads as in a variant: the
+#: head count as the head dimension it gives (a weak series' model grows).
+READING_FIELDS = {
+    "micro_batch": lambda v: v.point.micro_batch,
+    "vp": lambda v: v.point.parallel.virtual_stages,
+    "recompute": lambda v: v.point.parallel.activation_checkpointing,
+    "dp_mode": lambda v: v.point.parallel.dp_mode,
+    "vocab": lambda v: v.point.model.vocab,
+    "heads": lambda v: v.point.model.hidden // v.point.model.heads,
+    "flash_attention": lambda v: v.point.model.attention,
+    "precision": lambda v: v.framework,
+    "dp_impl": lambda v: v.framework,
+    "flops_convention": lambda v: v.convention,
+    "fp8_speedup": lambda v: v.fp8_speedup,
+}
+
+
+def reading_key(v: Variant, unsaid) -> tuple:
+    """What a reading assumes about the fields ``unsaid`` (names of ``READING_FIELDS``; the
+    batch, which changes along a series, is not one): the same run configuration at every
+    point of a series. A published field is no assumption and may change along it."""
+    return tuple(READING_FIELDS[f](v) for f in sorted(unsaid) if f in READING_FIELDS)
 
 
 def anchored_efficiency(metric: str, first: Case, last: Case, v0: Variant, vn: Variant,
@@ -97,8 +112,10 @@ def series_rows(all_cases: list[Case], specs) -> list[dict]:
         if len(cs) < 2:
             continue
         first, last = cs[0], cs[-1]
-        ends = {reading_key(v): v for v in last.variants}
-        pairs = [(v, ends[reading_key(v)]) for v in first.variants if reading_key(v) in ends]
+        unsaid = set(first.ranged) | set(last.ranged)
+        ends = {reading_key(v, unsaid): v for v in last.variants}
+        pairs = [(v, ends[reading_key(v, unsaid)]) for v in first.variants
+                 if reading_key(v, unsaid) in ends]
         if not pairs:  # no reading admissible at both ends: each end's central one
             pairs = [(central_reading(first, specs)[1], central_reading(last, specs)[1])]
         effs = sorted(((anchored_efficiency(metric, first, last, v0, vn, specs), v0, vn)

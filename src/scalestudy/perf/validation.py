@@ -36,9 +36,10 @@ from dataclasses import dataclass
 from importlib import resources
 
 from scalestudy.config.point import Model, Parallel, Platform, Point, Train
+from scalestudy.config.vocab import DPMode
 from scalestudy.perf import flops, frontier, partition, stepmodel
 from scalestudy.perf.breakdown import StepBreakdown
-from scalestudy.perf.hardware import HardwareSpec
+from scalestudy.perf.hardware import HardwareSpec, load_framework
 
 COLUMNS = ("table", "row", "device", "gpus", "framework", "arch", "params_b", "layers", "hidden",
            "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "tp", "pp", "dp", "cp", "vp",
@@ -47,13 +48,14 @@ COLUMNS = ("table", "row", "device", "gpus", "framework", "arch", "params_b", "l
            "log_note", "source")
 #: Optional columns and their defaults: ``compile`` (the model ran under torch.compile),
 #: ``steady_state`` (``false``: the figure is not a steady-state measurement, e.g. one early
-#: iteration of a benchmark, and is kept but not modelled).
+#: iteration of a benchmark; said in the table, modelled all the same).
 #: ``convention_stated`` (``false``: the source does not say how it counts FLOPs, so its
-#: FLOPs-based figures are kept but not modelled).
+#: FLOPs-based figures are read in every convention).
 #: ``system``: the preset of the machine the row ran on, where it is not the one its device
-#: maps to (``SYSTEM_OF_DEVICE``).
+#: maps to (``SYSTEM_OF_DEVICE``). ``mlp``: the row's MLP where it is not its ``arch``'s
+#: default (``config.vocab.MLPKind``).
 OPTIONAL = {"compile": "false", "steady_state": "true", "convention_stated": "true",
-            "system": ""}
+            "system": "", "mlp": ""}
 #: FLOPs conventions a row may state (``flops_convention``): Megatron's Eq. 3 without the
 #: recompute pass (``megatron``, 72·B·s·l·h²(…)) or with it (``megatron_recompute``, 96·…,
 #: what Megatron-LM's and Megatron-DeepSpeed's counters print under full recompute), PaLM's
@@ -276,7 +278,7 @@ def case(r) -> Case:
         else ["megatron", "megatron_recompute", "palm"])
     ranged = tuple(sorted(opts) + (["flops_convention"] if len(conventions) > 1 else [])
                    + (["fp8_speedup"] if fp8 else []))
-    variants, why = [], ""
+    variants, why, impls = [], "", False
     for combo in itertools.product(*fields_.values()):
         f = dict(zip(fields_, combo))
         fw = framework_of(r["framework"], f["precision"])
@@ -289,12 +291,26 @@ def case(r) -> Case:
         if problem:
             why = problem
             continue
-        for conv in conventions:
-            for s in (FP8_SPEEDUP if fp8 else (1.0,)):
-                variants.append(Variant(point, fw, conv, s))
+        alternatives = dp_alternatives(point, fw)
+        impls = impls or bool(alternatives)
+        for impl in (fw, *alternatives):
+            for conv in conventions:
+                for s in (FP8_SPEEDUP if fp8 else (1.0,)):
+                    variants.append(Variant(point, impl, conv, s))
     if not variants:
         return Case(**base, system=system, skip=f"no admissible layout: {why}")
+    if impls:
+        ranged = tuple(sorted(ranged + ("dp_impl",)))
     return Case(**base, variants=tuple(variants), ranged=ranged, system=system)
+
+
+def dp_alternatives(point: Point, fw: str) -> tuple[str, ...]:
+    """The other framework entries a data-parallel (DDP) reading of ``point`` may have run
+    under: the data-parallel implementations ``fw`` offers (``Framework.dp_alternatives``),
+    which no table states; none without data parallelism."""
+    if int(point.dp) <= 1 or point.parallel.dp_mode != DPMode.DDP:
+        return ()
+    return load_framework(fw)[0].dp_alternatives
 
 
 #: Frameworks whose pipeline needs the layers to divide evenly into the stages and, when
@@ -338,7 +354,8 @@ def _point(r, base: dict, f: dict, fw: str, tp: int, pp: int, dp: int, cp: int) 
                   hidden=_int(r["hidden"]), heads=f["heads"], kv_heads=_int(r["kv_heads"]),
                   ffn_hidden=_int(r["ffn_hidden"]), vocab=f["vocab"],
                   seq_len=_int(r["seq_len"]), tied_embeddings=not llama,
-                  attention="fused" if _flag(f["flash_attention"]) else "math")
+                  attention="fused" if _flag(f["flash_attention"]) else "math",
+                  mlp=str(r.get("mlp", OPTIONAL["mlp"])).strip().lower() or None)
     vp = f["vp"] if pp > 1 else 1
     return Point.build(
         model, n=tp * pp * dp * cp, tp=tp, pp=pp, cp=cp, micro_batch=f["micro_batch"],
