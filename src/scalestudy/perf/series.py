@@ -55,10 +55,11 @@ READING_FIELDS = {
 
 
 def reading_key(v: Variant, unsaid) -> tuple:
-    """What a reading assumes about the fields ``unsaid`` (names of ``READING_FIELDS``; the
-    batch, which changes along a series, is not one): the same run configuration at every
-    point of a series. A published field is no assumption and may change along it."""
-    return tuple(READING_FIELDS[f](v) for f in sorted(unsaid) if f in READING_FIELDS)
+    """What a reading assumes about the fields ``unsaid`` (``Case.ranged`` names, each read
+    by ``READING_FIELDS``; the global batch changes along a series and is left out): the same
+    run configuration at every point of a series. A published field is no assumption and may
+    change along it."""
+    return tuple(READING_FIELDS[f](v) for f in sorted(set(unsaid) - {"global_batch"}))
 
 
 def anchored_efficiency(metric: str, first: Case, last: Case, v0: Variant, vn: Variant,
