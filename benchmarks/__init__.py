@@ -9,9 +9,13 @@ never enforced: timings are not asserted in the tests.
 - ``trainer`` -- the trainer's step time vs a bare PyTorch loop, side by side in one process.
 - ``harness`` -- a real sweep of a study: wall time minus the training processes' own time.
 - ``scale``   -- planning, aggregating and ``snakemake -n`` at 10,000 points.
-- ``gpu``     -- MFU, tokens/s and peak memory of a ~1B GPT on one GPU (``--smoke``: tiny, CPU).
+- ``gpu``     -- MFU, tokens/s and peak memory of a ~1B GPT on one GPU (``--smoke``: tiny, CPU);
+  ``gpu_check`` (``scripts/gpu_check.sh``) gathers it with every other GPU figure in one
+  9-minute call, part by part (``gpu_parts``).
 - ``predict`` -- the performance model against the study's measured step times: per-point
-  predicted/measured ratios and their median (the study's ``predict`` job's output).
+  predicted/measured ratios and their median (the study's ``predict`` job's output); from the
+  same study's traces, what the profiler costs (``overhead``) and the model's predicted /
+  measured term by term (``terms``: ``benchmarks/breakdown.py``).
 - ``foreign`` -- the built-in trainer vs torchtitan (same Llama shape, batch, FSDP2, N):
   tokens/s ratio of alternating runs, its spread.
 - ``tune``    -- the layout search (``scalestudy tune --measure``) against the measured grid:

@@ -148,6 +148,12 @@ def run_one(name: str, args, workdir: Path, done: dict | None = None) -> dict:
             study_dir = Path(harness_rec["workdir"]) / "results" / study.name
         rec = predict.measure(args.study, workdir / "predict", study_dir=study_dir,
                               timeout=args.timeout)
+        # the same study's traces: what the profiler cost, the model term by term
+        from benchmarks import breakdown
+
+        for part in (breakdown.overhead(Path(rec["study_dir"])),
+                     breakdown.terms(Path(rec["study_dir"]))):
+            rec["figures"] += part["figures"]
         # the host's noise on one fixed product, beside the repeats' noise of the study
         noise = predict.matmul_noise()
         rec["matmul_noise"] = {k: v for k, v in noise.items() if k != "figures"}

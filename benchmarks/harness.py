@@ -127,7 +127,9 @@ def startup_floor(n: int, repeats: int = 1, timeout: float = 300) -> float:
     (``scalestudy.run.launch``'s argv): the floor of per-point start-up. Median of ``repeats``."""
     import tempfile
 
-    from scalestudy.config.point import Model, Point, identify
+    from scalestudy.config.point import Point
+    from scalestudy.config.parts import Model
+    from scalestudy.config.identity import identify
     from scalestudy.run import launch
 
     times = []
@@ -195,7 +197,7 @@ def measure(study_file: str | Path | None = None, workdir: str | Path | None = N
 
     # Re-time the cheap steps precisely (the log has 1 s resolution); both are idempotent.
     py = sys.executable
-    rec["aggregate_direct_s"], _ = _timed([py, "-m", "scalestudy.report.summary", str(study_dir)],
+    rec["aggregate_direct_s"], _ = _timed([py, "-m", "scalestudy.commands.aggregate", str(study_dir)],
                                           workdir / "aggregate.log", 600)
     rec["plot_direct_s"], _ = _timed([py, "-m", "scalestudy.cli", "plot", str(study_dir)],
                                      workdir / "plot.log", 600)

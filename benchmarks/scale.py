@@ -7,7 +7,7 @@ it is planned as infeasible). ``write_records`` fills a results directory with r
 in the documented formats (docs/architecture.md: ``point.json``, ``steps.jsonl``,
 ``summary.json``, ``status.json``, ``env.json``; mostly ``ok``, some ``oom`` / ``crashed`` /
 ``timeout``, some not run). Timed: load + validate + plan + ``plan.tsv``; ``python -m
-scalestudy.report.summary``
+scalestudy.commands.aggregate``
 (``runs.csv``, ``runs.parquet``, ``efficiency.csv``, ``summary.md``); ``snakemake -n`` on the
 study (fresh results directory, so every point is a job). Nothing else runs in between.
 """
@@ -127,10 +127,11 @@ def measure(n_points: int = 10_000, workdir: str | Path | None = None, *, dry_ru
     """Time planning, aggregation and ``snakemake -n`` at ``n_points``; returns the record."""
     import tempfile
 
-    from scalestudy.report.summary import aggregate_study
+    from scalestudy.report.aggregate import aggregate_study
     from scalestudy.record.io import write_json
     from scalestudy.plan.planner import plan_points, write_plan
-    from scalestudy.config.study import dump_study, load_study
+    from scalestudy.config.study import load_study
+    from scalestudy.config.study_yaml import dump_study
 
     workdir = Path(workdir or tempfile.mkdtemp(prefix="scalestudy-bench-scale-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -172,7 +173,7 @@ def measure(n_points: int = 10_000, workdir: str | Path | None = None, *, dry_ru
         with open(workdir / "aggregate.log", "w") as f:
             try:
                 rec["aggregate_rc"] = subprocess.run(
-                    [sys.executable, "-m", "scalestudy.report.summary", str(study_dir)], stdout=f,
+                    [sys.executable, "-m", "scalestudy.commands.aggregate", str(study_dir)], stdout=f,
                     stderr=subprocess.STDOUT, timeout=aggregate_timeout).returncode
             except subprocess.TimeoutExpired:
                 rec["aggregate_rc"] = "timeout"
@@ -202,7 +203,7 @@ def measure(n_points: int = 10_000, workdir: str | Path | None = None, *, dry_ru
         figure("scale", f"aggregate {rec['n_run_dirs']} synthetic run records",
                rec["aggregate_s"] if rec["aggregate_rc"] == 0 else None, "s",
                TARGET_AGGREGATE_S, "<=",
-               "python -m scalestudy.report.summary: runs.csv, runs.parquet, efficiency.csv, "
+               "python -m scalestudy.commands.aggregate: runs.csv, runs.parquet, efficiency.csv, "
                "summary.md" if rec["aggregate_rc"] == 0 else
                f"did not finish ({rec['aggregate_rc']}) in {aggregate_timeout:g} s; see "
                "aggregate.log / --profile"),

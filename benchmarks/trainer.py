@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 from benchmarks import figure
-from scalestudy.config.point import Point, identify
+from scalestudy.config.point import Point
+from scalestudy.config.identity import identify
 
 TARGET_OVERHEAD = 0.05
 

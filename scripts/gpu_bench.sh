@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU benchmark (issue 7): a ~1.1B-parameter GPT (seq 2048, bf16 autocast + fp32 master weights,
+# GPU benchmark: a ~1.1B-parameter GPT (seq 2048, bf16 autocast + fp32 master weights,
 # fused AdamW, SDPA/flash attention) for 20 steps on one GPU, through the real pipeline path
 # (point.json -> scalestudy.run.runner -> torchrun -> scalestudy.train), with activation
 # checkpointing off and on, and torch.compile. Writes tokens/s, MFU vs the spec peak (H200-SXM:

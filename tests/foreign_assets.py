@@ -55,11 +55,22 @@ def write_assets(root: str | Path, vocab: int = 512) -> tuple[Path, Path]:
     return tdir, data
 
 
-def titan_command(tokenizer: Path, dataset: Path, python: str = "{python}") -> list[str]:
+#: Where torchtitan's own profiler writes a rank's trace under its dump folder
+#: (``--profiling.save_traces_folder``, one folder per profiled iteration), relative to the
+#: run folder: a command workload's ``traces``.
+TITAN_TRACES = "torchtitan/profile_traces/iteration_*/rank*_trace.json"
+
+
+def titan_command(tokenizer: Path, dataset: Path, python: str = "{python}",
+                  profile: bool = False) -> list[str]:
     """The argv template of torchtitan 0.2.2 on CPU processes: the point's steps, batch,
     sequence length and FSDP degree; fp32 parameters (bf16 matmul is slow on CPUs without
-    AVX512-BF16); one log line per step; no checkpoint."""
-    return [python, str(TITAN_CPU),
+    AVX512-BF16); one log line per step; no checkpoint. ``profile``: torchtitan's own
+    profiler traces its last step (``--profiling.*``: written under :data:`TITAN_TRACES`)."""
+    traced = (["--profiling.enable_profiling", "--profiling.profile_freq", "{steps}",
+               "--profiling.profiler_warmup", "1", "--profiling.profiler_active", "1"]
+              if profile else [])
+    return [python, str(TITAN_CPU), *traced,
             "--model.name", "llama3", "--model.flavor", "debugmodel",
             "--model.hf_assets_path", str(tokenizer),
             "--training.dataset", "c4_test", "--training.dataset_path", str(dataset),

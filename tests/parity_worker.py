@@ -23,7 +23,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from scalestudy.config.point import Model, Point
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model
 from scalestudy.distributed.engine import Engine
 from scalestudy.distributed.mesh import is_dtensor
 from scalestudy.models import build_model

@@ -5,7 +5,8 @@ aggregate, plot, export and trust tests."""
 import json
 from pathlib import Path
 
-from scalestudy.config.point import Model, Platform, Point, Train
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model, Platform, Train
 from scalestudy.config.vocab import FlopsConvention
 from scalestudy.perf import flops
 from scalestudy.plan.planner import write_plan

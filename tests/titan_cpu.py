@@ -20,7 +20,12 @@ module as ``__main__`` with the command line unchanged (every other argument is 
    so torchtitan prints ``memory: -0.00GiB(-100.00%)``: unmeasured, which the ``torchtitan``
    metrics preset reads as such (no number).
 
-Nothing else changes: model, data loader, optimizer, FSDP2, logging are torchtitan's.
+5. ``--profiling.enable_profiling``: torchtitan lists the profiler's activities as ``[CPU,
+   <the accelerator's>]``, which is ``None`` on a host without one, and ``torch.profiler``
+   refuses ``None``: the profiler is given the list without it (the CPU activity alone).
+
+Nothing else changes: model, data loader, optimizer, FSDP2, logging, the profiler's schedule
+and trace files are torchtitan's.
 """
 
 from __future__ import annotations
@@ -59,6 +64,18 @@ if not hasattr(torch.cpu, "memory_stats"):
     torch.cpu.memory_stats = lambda device=None: {}
     torch.cpu.reset_peak_memory_stats = lambda device=None: None
     torch.cpu.empty_cache = lambda: None
+
+# 5. the profiler's activities without the missing accelerator's (None)
+_profile_init = torch.profiler.profile.__init__
+
+
+def _profile_without_none(self, *args, activities=None, **kwargs):
+    if activities is not None:
+        activities = [a for a in activities if a is not None]
+    _profile_init(self, *args, activities=activities, **kwargs)
+
+
+torch.profiler.profile.__init__ = _profile_without_none
 
 if __name__ == "__main__":
     sys.argv[0] = "torchtitan.train"

@@ -17,9 +17,9 @@ import textwrap
 from pathlib import Path
 
 from scalestudy import paths
-from scalestudy.config.point import PointError
-from scalestudy.config.study import StudyError
-from scalestudy.run.snakemake import launch, run_snakemake, snakemake_argv
+from scalestudy.config.checks import PointError
+from scalestudy.config.study_yaml import StudyError
+from scalestudy.run.snakemake import launch, report_env, run_snakemake, snakemake_argv
 
 # subcommands implemented by other modules' main(argv) (delegated_main)
 DELEGATED = ("predict", "tune", "run-point", "status", "compare")
@@ -89,12 +89,13 @@ def cmd_run(args) -> int:
     if rc == 0 and not args.no_report and not {"-n", "--dry-run", "--dryrun"} & set(extra):
         report = Path(args.results).resolve() / study.name / "report.html"
         rc = run_snakemake(snakemake_argv(args.study, args.results, args.profile, [],
-                                          args.trust_site) + ["--report", str(report)])
+                                          args.trust_site) + ["--report", str(report)],
+                           env=report_env())
     return rc
 
 
 def cmd_aggregate(args) -> int:
-    from scalestudy.report.summary import aggregate_study
+    from scalestudy.report.aggregate import aggregate_study
 
     aggregate_study(Path(args.study_dir))
     return 0
@@ -186,15 +187,15 @@ def delegated_main(name: str):
     other subcommands' modules are: pandas, matplotlib and torch take seconds to import
     (``scalestudy plan`` starts in well under one)."""
     if name == "predict":
-        from scalestudy.report.predict import main
+        from scalestudy.commands.predict import main
     elif name == "tune":
-        from scalestudy.tune.main import main
+        from scalestudy.commands.tune import main
     elif name == "run-point":
         from scalestudy.run.runner import main
     elif name == "status":
-        from scalestudy.report.status import main
+        from scalestudy.commands.status import main
     else:
-        from scalestudy.report.compare import main
+        from scalestudy.commands.compare import main
     return main
 
 
@@ -217,7 +218,7 @@ def _main(argv: list[str]) -> int:
     extra = argv[argv.index("--") + 1:] if "--" in argv else []  # run: for snakemake
     args = build_parser().parse_args(argv[:len(argv) - len(extra) - bool(extra or "--" in argv)])
     args.snakemake_args = extra
-    from scalestudy.record.read import RecordError, printable
+    from scalestudy.record.reading import RecordError, printable
     from scalestudy.run.guard import StudyLocked
 
     try:

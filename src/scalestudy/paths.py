@@ -29,6 +29,12 @@ def snakefile() -> Path:
 
 
 def schema_file() -> Path:
+    """The study schema studies are validated against (generated: config.schema_gen)."""
+    return workflow_dir() / "schemas" / "study.schema.json"
+
+
+def schema_frame() -> Path:
+    """The hand-written frame the schema is generated from (config.schema_gen)."""
     return workflow_dir() / "schemas" / "study.schema.yaml"
 
 

@@ -230,7 +230,9 @@ def test_a_real_run_records_energy_per_step_per_rank(tmp_path, monkeypatch):
     to ``counter_uj(i)``, so step i's energy is exactly (i + 1) mJ (the last step's 0: no hook
     follows the meter's read after the loop) on any host, loaded or not. steps.jsonl,
     summary.json and runs.csv carry it, counted once per host."""
-    from scalestudy.config.point import Model, Point, identify
+    from scalestudy.config.point import Point
+    from scalestudy.config.parts import Model
+    from scalestudy.config.identity import identify
     from scalestudy.run import runner
 
     root = powercap(tmp_path / "powercap", {"intel-rapl:0": ("package-0", 0, 2**40)})

@@ -25,7 +25,8 @@ import yaml
 import fault_injection
 from conftest import as_from_a_terminal
 from scalestudy.cli import snakemake_argv
-from scalestudy.config.point import Model, Point
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model
 from scalestudy.config.study import validate
 from scalestudy.paths import profile
 from scalestudy.plan.planner import plan_points

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from scalestudy.config.point import Model, Platform, Point
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model, Platform
 from scalestudy.config.site import Site
 from scalestudy.run import launch, nodes, slurm
+from scalestudy.commands import calibrate as calibrate_command
 
 
 def make_point(nodes=1, procs=2, device="cpu", timeout_s=600, pid="weak-dp_n4_x_r0",
@@ -270,7 +272,6 @@ def test_the_calibration_times_one_devices_share_of_the_host(tmp_path, monkeypat
     ``OMP_NUM_THREADS`` when set, else ``threads_per_process`` (4 cores, 2 devices: 2)."""
     import torch
 
-    from scalestudy.measure import calibrate
     from scalestudy.record.io import read_json
 
     out, before = tmp_path / "calibration.json", torch.get_num_threads()
@@ -280,9 +281,9 @@ def test_the_calibration_times_one_devices_share_of_the_host(tmp_path, monkeypat
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
         monkeypatch.delenv("SLURM_JOB_ID", raising=False)
         monkeypatch.setenv("SLURM_CPUS_PER_TASK", "4")
-        assert calibrate.main(args) == 0 and read_json(out)["threads"] == 2
+        assert calibrate_command.main(args) == 0 and read_json(out)["threads"] == 2
         monkeypatch.setenv("OMP_NUM_THREADS", "1")
-        assert calibrate.main(args) == 0 and read_json(out)["threads"] == 1
+        assert calibrate_command.main(args) == 0 and read_json(out)["threads"] == 1
     finally:
         torch.set_num_threads(before)
 

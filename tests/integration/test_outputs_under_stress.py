@@ -21,16 +21,21 @@ from conftest import small_tmpfs, snakemake
 from scalestudy import cli
 from scalestudy.plan.planner import write_plan
 from scalestudy.record import io
-from scalestudy.record.read import RecordError
+from scalestudy.record.reading import RecordError
 from scalestudy.record.source import SOURCE_KEY
-from scalestudy.report import status, summary
+from scalestudy.report.plots import FIGURES
 from scalestudy.run import guard
 from scalestudy.run.workflow import workflow_setup
+from scalestudy.commands import status as status_command
+from scalestudy.commands import aggregate as aggregate_command
+from scalestudy.report import aggregate as report_aggregate
+from scalestudy.report.aggregate import aggregate_study
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from synthetic_study import make_study  # noqa: E402
 
-TABLES = ("runs.csv", "runs.parquet", "efficiency.csv", "summary.md", "summary.tex")
+TABLES = ("runs.csv", "runs.parquet", "efficiency.csv", "breakdown.csv", "efficiency_loss.csv",
+          "summary.md", "summary.tex")
 FIX = "; free space there and run again"
 
 
@@ -38,7 +43,7 @@ FIX = "; free space there and run again"
 def aggregated(tmp_path_factory) -> Path:
     """A synthetic study folder with its tables written (copy it before changing it)."""
     d = make_study(tmp_path_factory.mktemp("stress"))
-    summary.aggregate_study(d)
+    aggregate_study(d)
     return d
 
 
@@ -82,8 +87,8 @@ def test_aggregate_on_a_full_disk_is_one_line_and_the_next_run_finishes(aggregat
     d = _copy(aggregated, tmp_path)
     before = _tables(d)
     (d / "runs" / "weak-dp_n2_dp2-tp1-pp1_gb8_abcd0002_r1" / "steps.jsonl").unlink()
-    monkeypatch.setattr(summary, "summary_latex", _full)
-    for main in (lambda: cli.main(["aggregate", str(d)]), lambda: summary.main([str(d)])):
+    monkeypatch.setattr(report_aggregate, "summary_latex", _full)
+    for main in (lambda: cli.main(["aggregate", str(d)]), lambda: aggregate_command.main([str(d)])):
         assert main() == 2  # scalestudy aggregate, and the workflow rule's module
         err = capsys.readouterr().err
         assert err == f"scalestudy: error: {d}: no space left on device{FIX}\n"
@@ -103,7 +108,7 @@ def test_plot_into_an_unwritable_figures_folder_is_one_line(aggregated, tmp_path
     assert out.out == ""
     (d / "figures").unlink()
     assert cli.main(["plot", str(d)]) == 0
-    assert len(list((d / "figures").glob("*.png"))) == 4
+    assert len(list((d / "figures").glob("*.png"))) == len(FIGURES)
 
 
 def test_plan_and_compare_into_an_unwritable_folder_are_one_line(aggregated, tmp_path, capsys):
@@ -156,7 +161,7 @@ def test_a_real_full_disk_fails_aggregate_and_plot_with_one_line_then_they_finis
         assert not [p for p in (d / "figures").iterdir() if p.name.startswith(".")]
         filler.unlink()
         assert cli.main(["aggregate", str(d)]) == 0 and cli.main(["plot", str(d)]) == 0
-        assert _temps(d) == [] and len(list((d / "figures").glob("*.pdf"))) == 4
+        assert _temps(d) == [] and len(list((d / "figures").glob("*.pdf"))) == len(FIGURES)
 
 
 @pytest.mark.workflow
@@ -214,14 +219,15 @@ def test_a_writer_held_past_the_wait_is_one_line_naming_the_lock(aggregated, cap
 # B stops inside its atomic write (its temp files exist) until the test says go.
 PAUSED_AGGREGATE = """
 import sys
-from scalestudy.report import summary
-real = summary.summary_latex
+from scalestudy.commands import aggregate as aggregate_command
+from scalestudy.report import aggregate
+real = aggregate.summary_latex
 def paused(*a, **k):
     print("writing", flush=True)
     sys.stdin.readline()
     return real(*a, **k)
-summary.summary_latex = paused
-sys.exit(summary.main([sys.argv[1]]))
+aggregate.summary_latex = paused
+sys.exit(aggregate_command.main([sys.argv[1]]))
 """
 
 
@@ -295,10 +301,10 @@ def test_two_study_files_with_one_name_do_not_share_a_results_folder(tmp_path, c
     assert sorted(p.name for p in folder.iterdir()) == before  # nothing taken or written
     assert json.loads((folder / "study.json").read_text()) == recorded
     # scalestudy status of the other file: the same line, not the first study's points
-    assert status.main([str(y), "--results", str(results)]) == 2
+    assert status_command.main([str(y), "--results", str(results)]) == 2
     out = capsys.readouterr()
     assert out.out == "" and out.err == f"scalestudy: error: {e.value}\n"
-    assert status.main([str(x), "--results", str(results)]) == 0
+    assert status_command.main([str(x), "--results", str(results)]) == 0
     capsys.readouterr()
     # scalestudy run of the other file: the same line, before Snakemake starts
     assert cli.main(["run", str(y), "--results", str(results)]) == 2
@@ -313,3 +319,30 @@ def test_two_study_files_with_one_name_do_not_share_a_results_folder(tmp_path, c
     (folder / "study.json").unlink()
     _launch(y, results)
     assert json.loads((folder / "study.json").read_text())[SOURCE_KEY] == str(y.resolve())
+
+
+def test_a_read_only_results_folder_is_one_line_before_any_job(tmp_path, capsys):
+    """``scalestudy run`` and Snakemake run directly (the rules' setup) into a read-only file
+    system: the one ``scalestudy: error:`` line naming the path, no stack trace."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here ({r.stderr.strip() or r.returncode})")
+    try:
+        study = tmp_path / "ro-study.yaml"
+        study.write_text(yaml.safe_dump({
+            "name": "rostudy", "models": {"m": {"layers": 1, "hidden": 16, "heads": 2,
+                                                "seq_len": 8, "vocab": 32}},
+            "series": [{"name": "w", "mode": "weak", "model": "m", "gpus": [1],
+                        "micro_batch": 1}]}))
+        want = (f"scalestudy: error: {ro / 'rostudy'}: read-only file system; write the "
+                "results elsewhere and run again")
+        assert cli.main(["run", str(study), "--results", str(ro)]) == 2
+        assert capsys.readouterr().err.strip() == want
+        direct = snakemake(study, ro, "-n")
+        assert direct.returncode != 0 and want in direct.stderr
+        assert "Traceback" not in direct.stderr and "common.smk" not in direct.stderr
+    finally:
+        subprocess.run(["umount", str(ro)], check=False)

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -25,11 +26,13 @@ import pandas as pd
 import pytest
 
 from scalestudy.analysis import aggregate
-from scalestudy.report.summary import aggregate_study
-from scalestudy.report import summary as report_summary
-from scalestudy.record.read import RecordError
+from scalestudy.report.aggregate import aggregate_study
+from scalestudy.record.reading import RecordError
 from scalestudy.record.states import RunState
 from scalestudy.report import status as st
+from scalestudy.commands import status as status_command
+from scalestudy.commands import plots as plots_command
+from scalestudy.commands import aggregate as aggregate_command
 
 CORPUS = Path(__file__).parents[1] / "damaged_records"
 CASES = sorted(p.name for p in CORPUS.iterdir() if (p / "verdict.json").is_file())
@@ -115,8 +118,8 @@ def test_damaged_record_gives_its_verdict(study, case, capsys):
         with pytest.raises(RecordError, match=None) as e:
             aggregate.collect(study)
         assert verdict["error"] in str(e.value) and "\n" not in str(e.value)
-        assert report_summary.main([str(study)]) == 2
-        assert st.main([str(study)]) == 2
+        assert aggregate_command.main([str(study)]) == 2
+        assert status_command.main([str(study)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 2 and verdict["error"] in err, err
         return
@@ -234,13 +237,14 @@ def test_compare_and_plot_of_a_damaged_study_and_hostile_host_names(study, tmp_p
     env = json.loads((runs[3] / "env.json").read_text())
     (runs[3] / "env.json").write_text(json.dumps(dict(env, hosts=["a|b<script>x</script>"])))
     # compare's tables (its figures are drawn by test_compare.py: not again here)
-    studies = [compare.load(p, i) for i, p in enumerate([pristine, study])]
+    studies = [compare.load_results(p, i) for i, p in enumerate([pristine, study])]
     differing = compare.label(studies)
     table = compare.ratios(studies, compare.check_definitions(studies))
     md = compare.markdown(studies, table, differing, {})
-    assert "<script>" not in md and "&lt;script&gt;" in md and "a\\|b" in md
+    # every < that could open a tag is escaped (CommonMark shows \< as <)
+    assert re.search(r"(?<!\\)<script>", md) is None and "a\\|b\\<script>" in md
     header = next(ln for ln in md.splitlines() if ln.startswith("| study | folder"))
-    row = next(ln for ln in md.splitlines() if "&lt;script&gt;" in ln)
+    row = next(ln for ln in md.splitlines() if "\\<script>" in ln)
     assert row.replace("\\|", "").count("|") == header.count("|")
     ok = table.dropna(subset=["throughput_ratio"])
     assert (ok["throughput_ratio"] > 0).all()
@@ -256,7 +260,7 @@ def test_compare_and_plot_of_a_damaged_study_and_hostile_host_names(study, tmp_p
     # plot reads study.json through the one reader: a damaged one is one line, exit 2
     shutil.copyfile(CORPUS / "study_wrong_types" / "study" / "study.json", study / "study.json")
     capsys.readouterr()
-    assert plots.main([str(study)]) == 2
+    assert plots_command.main([str(study)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "study.json: series" in err
     summary = (study / "summary.md").read_text()
@@ -270,7 +274,9 @@ def test_a_diverged_training_writes_json_and_is_invalid(tmp_path, monkeypatch):
     aggregate and status call the run ``invalid``, the loss diverged at step 1."""
     import torch.distributed as dist
 
-    from scalestudy.config.point import Model, Point, identify
+    from scalestudy.config.point import Point
+    from scalestudy.config.parts import Model
+    from scalestudy.config.identity import identify
     from scalestudy.train import loop
 
     model = Model(name="m", layers=2, hidden=32, heads=2, seq_len=16, vocab=64)
@@ -304,3 +310,33 @@ def test_a_diverged_training_writes_json_and_is_invalid(tmp_path, monkeypatch):
     assert (run["status"], run["reason"], times) == ("invalid", why, [])
     (ps,), *_ = st.read_points(run_dir.parents[1], [row], timeout_s=60, now=0)
     assert ps.state == "invalid" and ps.reason == f"status ok but {why}"
+
+
+def test_a_damaged_trace_or_breakdown_leaves_the_breakdown_empty_with_its_reason(study):
+    """A run's cut trace (re-read as the runner reads it) or a damaged breakdown.json: that
+    point's measured terms are empty and its rows say why; the other points keep theirs, and
+    no table holds a number out of range."""
+    from scalestudy.analysis.breakdown import breakdown_tables
+    from scalestudy.record import breakdown as rbreakdown
+
+    target, other = ok_runs(study)[:2]
+    trace = target / "traces" / "rank0.json.gz"
+    trace.write_bytes(trace.read_bytes()[:100])
+    point = json.loads((target / "point.json").read_text())
+    rec = rbreakdown.write_breakdown(target, point)
+    assert rec["state"] == "empty" and "rank0.json.gz: cut" in rec["reason"], rec
+    runs, eff, ctx = aggregate.collect(study)
+    brk, loss, _ = breakdown_tables(study, runs, eff, ctx["study"])
+    mine = brk[(brk["series"] == point["series"]) & (brk["n"] == point["n"])]
+    assert mine["measured_s"].isna().all() and mine["note"].str.contains("cut").all()
+    assert brk["measured_s"].notna().any()  # the other points' breakdowns stand
+    rng = random.Random(7)
+    pristine = (other / "breakdown.json").read_bytes()
+    for _ in range(30):
+        (other / "breakdown.json").write_bytes(pristine)
+        data = json.loads(pristine)
+        (other / "breakdown.json").write_text(json.dumps(_mutate_value(data, rng)))
+        brk, loss, _ = breakdown_tables(study, runs, eff, ctx["study"])
+        for c in ("measured_s", "measured_share", "profiler_dilation"):
+            v = pd.to_numeric(brk[c], errors="raise").dropna()
+            assert (v.map(math.isfinite) & (v >= -1e-9)).all(), (c, v.tolist())

@@ -1,4 +1,4 @@
-"""The rendezvous does not listen beyond where it must (issue 12).
+"""The rendezvous does not listen beyond where it must.
 
 torch's TCPStore server listens on every interface (``*:port``) whatever host it is given;
 ``scalestudy.run.torchrun`` binds torchrun's two stores to the rendezvous address. Here real
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from scalestudy.config.point import Model, Point
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model
 from scalestudy.run import launch, nodes, torchrun
 
 pytestmark = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux /proc")

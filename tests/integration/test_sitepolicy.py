@@ -1,4 +1,4 @@
-"""Site settings (issue 12): the ``site.env`` allow-list, the options torchrun/srun/sbatch may
+"""Site settings: the ``site.env`` allow-list, the options torchrun/srun/sbatch may
 get, ``--trust-site``, and secrets that reach the ranks but no record
 (``scalestudy.config.sitepolicy``)."""
 
@@ -15,7 +15,9 @@ import pytest
 from scalestudy import cli
 from scalestudy.run import snakemake
 from scalestudy.config import sitepolicy as sp
-from scalestudy.config.point import Model, Point, identify
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model
+from scalestudy.config.identity import identify
 from scalestudy.config.site import Site
 from scalestudy.config.sitepolicy import REDACTED, SECRETS_ENV, SiteError
 from scalestudy.run import launch
@@ -40,16 +42,16 @@ REPO = Path(__file__).resolve().parents[2]
 def test_env_allow_list(name, ok):
     assert sp.env_allowed(name) is ok
     if ok:
-        sp.check_env({name: "1"})
+        sp.check_site_env({name: "1"})
     else:
         with pytest.raises(SiteError, match=f"site.env.{name}: not allowed without --trust-site"):
-            sp.check_env({name: "1"})
-        sp.check_env({name: "1"}, trusted=True)
+            sp.check_site_env({name: "1"})
+        sp.check_site_env({name: "1"}, trusted=True)
 
 
 def test_env_values_without_nul():
     with pytest.raises(SiteError, match="the value is not allowed"):
-        sp.check_env({"NCCL_DEBUG": "a\0b"}, trusted=True)
+        sp.check_site_env({"NCCL_DEBUG": "a\0b"}, trusted=True)
 
 
 @pytest.mark.parametrize("key, text, trusted, error", [

@@ -120,7 +120,8 @@ def _wait_job(job_id: str, env: dict, limit_s: float) -> str:
 # The probe's point: a GPU point on the fake GPUs (the probe itself only uses gloo), 2 nodes
 # x 2 processes. Shared by the driver (inside the Slurm job) and the rendering test below.
 PROBE_POINT = """
-from scalestudy.config.point import Model, Point
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model
 point = Point.for_layout(Model(), dp=4, device="cuda", devices_per_node=2, timeout_s=200,
                          site={"gpus_per_node": 2, "cpus_per_proc": 1}, point_id="probe-2x2")
 """
@@ -297,7 +298,9 @@ def test_study_through_slurm_gives_the_local_points_and_tables(slurm, tmp_path):
 # its retry is spent (scalestudy.run.health; docs/failures.md "Stragglers and node health").
 STRAGGLER_POINT = """
 import sys
-from scalestudy.config.point import Model, Point, identify
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model
+from scalestudy.config.identity import identify
 from scalestudy.record.io import write_text
 point = identify(Point.for_layout(
     Model(layers=1, hidden=16, heads=2, seq_len=8, vocab=32), dp=2, device="cpu",

@@ -1,7 +1,9 @@
 """A real 2-process run with a slow rank (``tests/fault_injection.py``'s ``slow`` fault through
 the trainer's step hook): the run stays ok, is flagged in ``runs.csv``, ``scalestudy status``
 and ``summary.md``, names the late rank and its host, and spends its retry (both attempts in
-``status.json``). One tiny point, run by the runner itself (no Snakemake)."""
+``status.json``); its profiler traces show the delay as the other rank's waiting for the
+slowest rank, and name the slow rank as the one that waited least. One tiny point, run by the
+runner itself (no Snakemake)."""
 
 from __future__ import annotations
 
@@ -17,8 +19,9 @@ import fault_injection
 from scalestudy.config.study import validate
 from scalestudy.plan.planner import plan_points, write_plan
 from scalestudy.record.io import write_text
-from scalestudy.report import front, status, summary
+from scalestudy.report import front, status
 from scalestudy.run import runner
+from scalestudy.report.aggregate import aggregate_study
 
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
@@ -30,10 +33,12 @@ LAGGY = {
     "platform": {"device": "cpu", "devices_per_node": 2, "timeout_s": 300,
                  "collective_timeout_s": 60},
     "retries": 1,
+    "profile": {"enabled": True, "steps": 2, "warmup": 1},
     "series": [{"name": "weak", "mode": "weak", "model": "m", "gpus": [2], "micro_batch": 1}],
 }
 # rank 1 reaches every step 300 ms late: far beyond any scheduling noise of a tiny step
-SLOW = "slow:rank=1:ms=300"
+DELAY_S = 0.3
+SLOW = f"slow:rank=1:ms={DELAY_S * 1000:g}"
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +73,7 @@ def test_a_slow_rank_flags_the_run_everywhere_and_uses_the_retry(laggy):
     assert rec["straggler_rank"] == 1 and rec["rank_spread"] > 1.2
     assert rec["straggler_host"] == socket.gethostname() and rec["steps"] == 3
 
-    summary.aggregate_study(study_dir)  # runs.csv, summary.md, ... as `scalestudy aggregate`
+    aggregate_study(study_dir)  # runs.csv, summary.md, ... as `scalestudy aggregate`
     [row] = pd.read_csv(study_dir / "runs.csv").to_dict("records")
     assert row["status"] == "ok" and row["straggler"] is True and row["rank_spread"] > 1.2
     assert (row["straggler_rank"], row["straggler_host"]) == (1, socket.gethostname())
@@ -83,3 +88,24 @@ def test_a_slow_rank_flags_the_run_everywhere_and_uses_the_retry(laggy):
     assert f"`{row['point_id']}`: straggler: rank 1 on" in md
     page = front.front_html(study_dir)
     assert "Points shaped by a straggler (1)" in page and "straggler: rank 1 on" in page
+
+
+def test_the_slow_ranks_delay_is_the_other_ranks_wait_in_its_trace(laggy):
+    study_dir, run_dir, _ = laggy
+    rec = json.loads((run_dir / "breakdown.json").read_text())
+    assert rec["state"] == "ok" and rec["ranks"] == [0, 1], rec.get("reason")
+    waited = rec["per_rank"]["0"]["terms"]["sync_wait_s"]
+    slow = rec["per_rank"]["1"]["terms"]["sync_wait_s"]
+    # rank 0 waits for rank 1's delay inside its step (less what rank 1's own step takes
+    # longer, a few ms of a tiny model); rank 1 arrives last and waits for nobody
+    assert 0.8 * DELAY_S < waited < 1.2 * DELAY_S and slow < 0.1 * DELAY_S, rec["per_rank"]
+    assert rec["per_rank"]["0"]["terms"]["dp_comm_exposed_s"] < 0.1 * DELAY_S
+    stragglers = json.loads((run_dir / "summary.json").read_text())["stragglers"]
+    assert rec["rank_waited_least"] == stragglers["straggler_rank"] == 1
+
+    aggregate_study(study_dir)
+    brk = pd.read_csv(study_dir / "breakdown.csv")
+    shares = brk[brk["in_step"]].set_index("term")["measured_share"]
+    assert shares.idxmax() == "sync_wait_s" and abs(shares.sum() - 1) < 1e-5  # (6 digits)
+    [row] = brk[brk["term"] == "sync_wait_s"].to_dict("records")
+    assert row["rank_waited_least"] == row["straggler_rank"] == 1

@@ -20,15 +20,18 @@ import yaml
 
 from conftest import as_from_a_terminal, small_tmpfs
 from scalestudy import cli
-from scalestudy.report.summary import aggregate_study
-from scalestudy.config.point import Model, Platform, Point, config_hash
+from scalestudy.report.aggregate import aggregate_study
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model, Platform
+from scalestudy.config.identity import config_hash
 from scalestudy.record import io
-from scalestudy.record.read import RecordError
+from scalestudy.record.reading import RecordError
 from scalestudy.run import guard, runner
+from scalestudy.commands import plots as plots_command
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from synthetic_study import make_study
+from synthetic_study import make_study  # noqa: E402
 from test_faults import fake_launch  # noqa: E402,F401 - the fixture: torchrun replaced by python -c
 
 
@@ -50,7 +53,7 @@ def test_files_are_created_with_the_users_umask(tmp_path):
 # --- all tables or none, stale temps ---------------------------------------------------------
 
 def test_aggregate_writes_all_tables_or_none_and_cleans_stale_temps(tmp_path, monkeypatch):
-    from scalestudy.report import summary
+    from scalestudy.report import aggregate
 
     d = make_study(tmp_path)
     aggregate_study(d)
@@ -62,7 +65,7 @@ def test_aggregate_writes_all_tables_or_none_and_cleans_stale_temps(tmp_path, mo
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device", str(d / "summary.tex"))
-    monkeypatch.setattr(summary, "summary_latex", full)
+    monkeypatch.setattr(aggregate, "summary_latex", full)
     with pytest.raises(OSError):
         aggregate_study(d)
     assert {n: (d / n).read_bytes() for n in before} == before  # none of the new tables
@@ -103,14 +106,13 @@ def test_a_symlinked_run_folder_is_refused_and_left_untouched(tmp_path, capsys):
 
 
 def test_a_symlinked_figures_folder_is_refused_by_plot_and_run(tmp_path, capsys):
-    from scalestudy.report import plots
 
     d = make_study(tmp_path)
     aggregate_study(d)
     outside = tmp_path / "paper"
     outside.mkdir()
     (d / "figures").symlink_to(outside)
-    assert plots.main([str(d)]) == 2
+    assert plots_command.main([str(d)]) == 2
     assert "figures is a symlink to" in capsys.readouterr().err
     assert not list(outside.iterdir())
 

@@ -18,7 +18,7 @@ from scalestudy.config.point import SCHEMA_VERSION, Point
 
 pytestmark = pytest.mark.workflow
 
-FIGURES = ["efficiency_weak", "efficiency_strong", "throughput", "mfu"]
+FIGURES = ["efficiency_weak", "efficiency_strong", "throughput", "mfu", "breakdown"]
 
 
 def test_every_output_exists_and_is_consistent(tiny_study_run):
@@ -74,6 +74,44 @@ def test_every_output_exists_and_is_consistent(tiny_study_run):
     # paper and report exports (tests/unit/test_exports.py, test_report_browser.py check them)
     assert "\\toprule" in (out / "summary.tex").read_text()
     assert 'id="scalestudy-front"' in (out / "report" / "front.html").read_text()
+
+
+def test_every_profiled_point_is_explained_term_by_term(tiny_study_run):
+    """Each run's traces are read into its terms; each point's measured terms add up to its
+    step time, with at most 10% the trace cannot attribute beyond the time its ranks waited
+    for a core (a busy host's scheduler stalls between operators: runqueue_wait_s); the
+    efficiency lost term by term adds up to 1 − E; summary.md and the front page say where
+    it went."""
+    _, results, _ = tiny_study_run
+    out = results / "tiny"
+    runs = pd.read_csv(out / "runs.csv")
+    for pid in runs.loc[runs["status"] == "ok", "point_id"]:
+        rec = json.loads((out / "runs" / pid / "breakdown.json").read_text())
+        assert rec["state"] == "ok", (pid, rec.get("reason"))
+        n = int(runs.set_index("point_id").loc[pid, "n"])
+        assert rec["ranks"] == list(range(n)) and rec["profiled_steps"] == 2
+        assert (out / "runs" / pid / "traces" / "rank0.json.gz").stat().st_size > 0
+        wait = rec["runqueue_wait_s"]  # (Linux: every rank says)
+        assert wait is not None and 0 <= wait < rec["step_s"], rec
+        assert rec["terms"]["unattributed_s"] - wait < 0.10 * rec["step_s"], (pid, rec["terms"],
+                                                                          wait)
+    brk = pd.read_csv(out / "breakdown.csv")
+    step = brk[brk["in_step"] & brk["measured_s"].notna()]
+    assert set(zip(step["series"], step["n"])) == {("weak", 1), ("weak", 2), ("strong", 1),
+                                                   ("strong", 2)}
+    for (series, n), g in step.groupby(["series", "n"]):
+        # (the tables hold 6 significant digits)
+        assert abs(g["measured_s"].sum() - g["step_time_s"].iloc[0]) < 1e-5 * g["step_time_s"].iloc[0]
+        unattributed = g.set_index("term").loc["unattributed_s", "measured_share"]
+        assert 0 <= unattributed < 1, (series, n, unattributed)  # a column, not hidden
+        assert g["predicted_s"].notna().all() and (g["profiler_dilation"] > 0).all()
+    eff = pd.read_csv(out / "efficiency.csv").set_index(["series", "n"])
+    loss = pd.read_csv(out / "efficiency_loss.csv")
+    for (series, n), g in loss[loss["measured_loss"].notna()].groupby(["series", "n"]):
+        assert abs(g["measured_loss"].sum() - (1 - eff.loc[(series, n), "efficiency"])) < 1e-4
+    md = (out / "summary.md").read_text()
+    assert "## Where the efficiency went" in md and "- weak at N=2 (vs N₀=1):" in md
+    assert "Where the efficiency went" in (out / "report" / "front.html").read_text()
 
 
 def test_rerun_is_a_noop(tiny_study_run):

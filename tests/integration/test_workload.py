@@ -14,8 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from scalestudy.config.point import Model, Point, PointError, Workload, config_hash
-from scalestudy.config.study import StudyError, validate
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model, Workload
+from scalestudy.config.checks import PointError
+from scalestudy.config.identity import config_hash
+from scalestudy.config.study import validate
+from scalestudy.config.study_yaml import StudyError
 from scalestudy.plan.planner import plan_points
 from scalestudy.config import template as tmpl
 from scalestudy.config.template import TemplateError, expand
@@ -170,7 +174,8 @@ def test_series_workload_overrides_the_studys():
 
 
 def test_cwd_is_the_study_files_folder(tmp_path):
-    from scalestudy.config.study import dump_study, load_study
+    from scalestudy.config.study import load_study
+    from scalestudy.config.study_yaml import dump_study
 
     s = study()
     s["series"].append(dict(s["series"][0], name="w2", micro_batch=1,

@@ -10,11 +10,11 @@ from conftest import run_row
 from synthetic_study import CEILING, MODEL, POINTS, make_study
 
 from scalestudy.analysis import aggregate
-from scalestudy.report.summary import aggregate_study
-from scalestudy.report import summary as report_summary
+from scalestudy.report.aggregate import aggregate_study
 from scalestudy.perf import flops
 from scalestudy.record.read import read_steps
 from scalestudy.record.io import write_json
+from scalestudy.commands import aggregate as aggregate_command
 
 
 @pytest.fixture(scope="module")
@@ -101,11 +101,11 @@ def test_broken_invariant_gets_no_curve(tmp_path, capsys):
 
 
 def test_missing_plan_is_a_clear_error(tmp_path, capsys):
-    from scalestudy.record.read import RecordError
+    from scalestudy.record.reading import RecordError
 
     with pytest.raises(RecordError, match="plan.tsv"):
         aggregate_study(tmp_path)
-    assert report_summary.main([str(tmp_path / "nonexistent")]) == 2
+    assert aggregate_command.main([str(tmp_path / "nonexistent")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no such study folder" in err
 

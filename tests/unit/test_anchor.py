@@ -5,7 +5,8 @@ central curve. Pure: no torch.distributed."""
 
 import pytest
 
-from scalestudy.config.point import Model, Parallel, Point
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model, Parallel
 from scalestudy.perf import anchor, series, validation as v
 from scalestudy.perf.hardware import HardwareSpec
 

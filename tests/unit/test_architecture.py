@@ -17,21 +17,24 @@ PACKAGE = Path(scalestudy.__file__).parent
 # over config and record, under plan, analysis and report; the CLI over all of them.
 STAGES: dict[str, set[str]] = {
     "paths": set(),
+    "numbers": set(),
     "reference_data": set(),
-    "config": {"paths"},
-    "record": {"config", "paths"},
-    "perf": {"config", "record", "reference_data"},
-    "plan": {"config", "perf", "record", "reference_data"},
-    "models": {"config"},
-    "distributed": {"config", "models", "perf", "plan"},
-    "train": {"config", "distributed", "models", "perf", "plan", "record"},
-    "run": {"config", "paths", "perf", "plan", "record"},
-    "measure": {"config", "distributed", "models", "perf", "plan", "record", "run", "train"},
-    "analysis": {"config", "perf", "record"},
-    "report": {"analysis", "config", "paths", "perf", "plan", "record", "reference_data"},
+    "config": {"numbers", "paths"},
+    "record": {"config", "numbers", "paths"},
+    "perf": {"config", "numbers", "record", "reference_data"},
+    "plan": {"config", "numbers", "perf", "record", "reference_data"},
+    "models": {"config", "numbers"},
+    "distributed": {"config", "models", "numbers", "perf", "plan"},
+    "train": {"config", "distributed", "models", "numbers", "perf", "plan", "record"},
+    "run": {"config", "numbers", "paths", "perf", "plan", "record"},
+    "measure": {"config", "distributed", "models", "numbers", "perf", "plan", "record", "run", "train"},
+    "analysis": {"config", "numbers", "perf", "record"},
+    "report": {"analysis", "config", "numbers", "paths", "perf", "plan", "record", "reference_data"},
     # the layout search: plans layouts, runs them as points, reads their records, reports
-    "tune": {"analysis", "config", "paths", "perf", "plan", "record", "report", "run"},
+    "tune": {"analysis", "config", "numbers", "paths", "perf", "plan", "record", "report", "run"},
 }
+# the command lines (argument parsing, exit codes) of every stage
+STAGES["commands"] = set(STAGES)
 STAGES["cli"] = set(STAGES) - {"distributed", "models", "train", "measure"}
 
 
@@ -115,3 +118,20 @@ def test_no_import_circle():
         if m not in state:
             visit(m, [])
     assert not circles, "import circles:\n" + "\n".join(circles)
+
+
+def test_no_stage_parses_arguments():
+    """Argument parsing and ``main(argv)`` live in ``scalestudy/commands/`` (and the CLI);
+    the stages that compute and report hold none."""
+    for path in PACKAGE.rglob("*.py"):
+        stage_name = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+        if stage_name not in ("report", "perf", "tune", "measure", "analysis", "record",
+                              "config", "plan"):
+            continue
+        tree = ast.parse(path.read_text())
+        names = {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                 for a in n.names} | {n.module for n in ast.walk(tree)
+                                      if isinstance(n, ast.ImportFrom)}
+        assert "argparse" not in names, f"{path}: argument parsing belongs in commands/"
+        assert not any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), \
+            f"{path}: a main(argv) belongs in commands/"

@@ -20,7 +20,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scalestudy.config.point import Model, Point  # noqa: E402
+from scalestudy.config.point import Point  # noqa: E402
+from scalestudy.config.parts import Model  # noqa: E402
 from scalestudy.measure.memory import memory_point  # noqa: E402
 from scalestudy.perf import flops, partition  # noqa: E402
 from scalestudy.perf import rates, stepmodel, terms_comm as comm  # noqa: E402

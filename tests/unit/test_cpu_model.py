@@ -1,4 +1,4 @@
-"""The performance model on a CPU host (issue 18, items 5-6): blocks of the study's own model
+"""The performance model on a CPU host: blocks of the study's own model
 measured by the calibrate job, composed into each point's step; the measured cost of sharing
 the cores; the larger points predicted before they run from the model calibrated on the
 smaller ones. Every check is arithmetic done by hand: no timing is asserted here (the
@@ -12,7 +12,8 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from scalestudy.config.study import StudyError, load_study, validate
+from scalestudy.config.study import load_study, validate
+from scalestudy.config.study_yaml import StudyError
 from scalestudy.perf import hardware, host, memory, rates, stepmodel, terms_comm as comm
 from scalestudy.report import before_run, predict
 from scalestudy.perf.host import (composed_optimizer_seconds, composed_stage_seconds,
@@ -21,6 +22,7 @@ from scalestudy.perf.host import (composed_optimizer_seconds, composed_stage_sec
 from scalestudy.perf.rates import (Measured, block_key, block_layout, block_layout_tp,
                                    blocks_from_rows, core_sharing_from_rows)
 from scalestudy.plan.planner import plan_points
+from scalestudy.commands import host_slices as host_slices_command
 
 DEFAULT = "workflow/config/default.yaml"
 
@@ -516,7 +518,7 @@ def test_the_study_option_is_typed_and_checked():
 
 
 def test_block_specs_bench_blocks_and_core_sharing_rows(points):
-    from scalestudy.config.point import Model
+    from scalestudy.config.parts import Model
     from scalestudy.measure.blocks import BLOCKS, DDP_BLOCKS, bench_blocks, block_spec, block_specs
     from scalestudy.measure.host_sharing import bench_core_sharing, bench_sync_wait
 
@@ -594,14 +596,13 @@ def test_collectives_slices_pool_into_one_table_whose_median_the_model_takes(tmp
 
 
 def test_a_host_slice_times_the_blocks_and_the_core_sharing_in_its_own_process(tmp_path):
-    from scalestudy.config.point import Model
-    from scalestudy.measure import host_slices
+    from scalestudy.config.parts import Model
     from scalestudy.measure.blocks import BLOCKS, block_spec
     from scalestudy.record.io import read_json
 
     tiny = Model(name="t", layers=2, hidden=16, heads=2, seq_len=8, vocab=32)
     out = tmp_path / "slice_0.json"
-    assert host_slices.main(["--device", "cpu", "--out", str(out), "--block-rounds", "2",
+    assert host_slices_command.main(["--device", "cpu", "--out", str(out), "--block-rounds", "2",
                              "--sharing-rounds", "1",
                              "--blocks-json", json.dumps([block_spec(tiny, 2, "plain")]),
                              "--core-sharing", "2"]) == 0
@@ -631,7 +632,8 @@ def test_core_sharing_after_torch_ran_with_several_threads():
 def test_calibration_times_blocks_only_of_models_it_can_afford():
     """A point whose one micro-batch exceeds MAX_BLOCK_FLOPS (a fault test's 16k-token
     math-attention model) keeps the product-rate model: its blocks are not timed."""
-    from scalestudy.config.point import Model, Point
+    from scalestudy.config.point import Point
+    from scalestudy.config.parts import Model
     from scalestudy.measure.blocks import MAX_BLOCK_FLOPS, block_flops, block_specs
     from scalestudy.perf import flops
 
@@ -647,7 +649,7 @@ def test_calibration_times_blocks_only_of_models_it_can_afford():
 
 def test_blocks_of_a_llama_model_are_timed():
     """Llama's blocks take the rotary table: the calibration times them like GPT's."""
-    from scalestudy.config.point import Model
+    from scalestudy.config.parts import Model
     from scalestudy.measure.blocks import bench_blocks, block_spec
 
     m = Model(arch="llama", layers=2, hidden=32, heads=2, seq_len=16, vocab=64)

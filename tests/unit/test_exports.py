@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from scalestudy.report.summary import aggregate_study
-from scalestudy.config.study import StudyError, validate
+from scalestudy.report.aggregate import aggregate_study
+from scalestudy.config.study import validate
+from scalestudy.config.study_yaml import StudyError
 from scalestudy.config.vocab import FigureStyle
 from scalestudy.report import plots, style, summary
 from synthetic_study import make_study
@@ -174,3 +175,14 @@ def test_schema_takes_the_figure_style(repo):
     with pytest.raises(StudyError, match="report.figure_style: 'a4' is not allowed; expected one "
                                          "of default, single-column, double-column"):
         validate({**raw, "report": {"figure_style": "a4"}})
+
+
+def test_markdown_text_escapes_markup_and_keeps_plain_signs_as_they_are():
+    """A straggler note's ``>`` stays ``>`` (Markdown, not HTML entities); what could open a
+    tag, a link, emphasis, code or a table cell is backslash-escaped."""
+    from scalestudy.report.summary import md_text
+
+    note = "slowest/fastest 2.00 > platform.straggler_ratio 1.2 on tp_node\nnext"
+    assert md_text(note) == "slowest/fastest 2.00 > platform.straggler_ratio 1.2 on tp_node next"
+    assert md_text("a|b<script>[x](y) *e* `c` &amp; R&D") == \
+        "a\\|b\\<script>\\[x\\](y) \\*e\\* \\`c\\` \\&amp; R\\&D"

@@ -6,7 +6,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 from torch.utils.flop_counter import FlopCounterMode
 
-from scalestudy.config.point import Model
+from scalestudy.config.parts import Model
 from scalestudy.config.vocab import FlopsConvention
 from scalestudy.models import build_model, num_params
 from scalestudy.config.presets import LLAMA3

@@ -1,4 +1,4 @@
-"""Random mutations of the default study thrown at ``scalestudy plan`` (issue 12).
+"""Random mutations of the default study thrown at ``scalestudy plan``.
 
 Seeded and bounded: ``CASES`` mutants of ``workflow/config/default.yaml``, made by editing its
 text (bytes flipped, inserted, deleted, duplicated; YAML syntax such as anchors, aliases,

@@ -1,7 +1,8 @@
 import pytest
 
 from scalestudy.config import devices
-from scalestudy.perf import hardware
+from scalestudy.perf import framework, hardware
+from scalestudy.commands import calibrate as calibrate_command
 
 
 @pytest.mark.parametrize(
@@ -71,36 +72,36 @@ def test_a_framework_inherits_what_it_does_not_state(monkeypatch):
     table = {"base": {"fused_qkv": True, "dropout": True, "grad_accumulation": "autograd"},
              "child": {"inherits": "base", "grad_accumulation": "hp_grad_copy"},
              "self": {"inherits": "self"}, "orphan": {"inherits": "none"}}
-    monkeypatch.setattr(hardware, "frameworks", lambda: table)
-    fw, _ = hardware.load_framework("child")
+    monkeypatch.setattr(framework, "frameworks", lambda: table)
+    fw, _ = framework.load_framework("child")
     assert (fw.name, fw.fused_qkv, fw.dropout, fw.grad_accumulation) == (
         "child", True, True, "hp_grad_copy")
     for bad in ("self", "orphan"):
         with pytest.raises(ValueError, match="inherits"):
-            hardware.load_framework(bad)
+            framework.load_framework(bad)
 
 
 def test_dp_alternatives_name_other_entries(monkeypatch):
     """A framework's data-parallel alternatives are other entries; Megatron-LM v1's torch
     DDP differs from its local DDP only in the reduction's overlap and buckets."""
-    local, _ = hardware.load_framework("megatron-lm-2019")
-    torch_ddp, _ = hardware.load_framework("megatron-lm-2019-torch-ddp")
+    local, _ = framework.load_framework("megatron-lm-2019")
+    torch_ddp, _ = framework.load_framework("megatron-lm-2019-torch-ddp")
     assert local.dp_alternatives == ("megatron-lm-2019-torch-ddp",)
     differ = {f for f in vars(local) if getattr(local, f) != getattr(torch_ddp, f)}
     assert differ == {"name", "dp_alternatives", "dp_overlap", "dp_bucket_params"}
     assert (local.dp_overlap, torch_ddp.dp_overlap, torch_ddp.dp_alternatives) == (0.0, 1.0, ())
     table = {"a": {"dp_alternatives": ["b"]}, "b": {}, "bad": {"dp_alternatives": ["nope"]}}
-    monkeypatch.setattr(hardware, "frameworks", lambda: table)
-    assert hardware.load_framework("a")[0].dp_alternatives == ("b",)
+    monkeypatch.setattr(framework, "frameworks", lambda: table)
+    assert framework.load_framework("a")[0].dp_alternatives == ("b",)
     with pytest.raises(ValueError, match="dp_alternatives"):
-        hardware.load_framework("bad")
+        framework.load_framework("bad")
 
 
 def test_deepspeed_precisions_are_two_descriptions():
     """The shipped bf16 description differs from the fp16 one only where DeepSpeed's code
     does (BF16_Optimizer: fp32 accumulation, an all-reduce of the gradients)."""
-    fp16, _ = hardware.load_framework("megatron-deepspeed")
-    bf16, _ = hardware.load_framework("megatron-deepspeed-bf16")
+    fp16, _ = framework.load_framework("megatron-deepspeed")
+    bf16, _ = framework.load_framework("megatron-deepspeed-bf16")
     differ = {f for f in vars(fp16) if getattr(fp16, f) != getattr(bf16, f)}
     assert differ == {"name", "grad_accumulation", "zero1_all_reduce"}
     assert (bf16.grad_accumulation, bf16.zero1_all_reduce) == ("hp_grad_copy", True)
@@ -116,11 +117,10 @@ def test_detect_cpu():
 
 
 def test_calibrate_writes_record(tmp_path):
-    from scalestudy.measure import calibrate
     from scalestudy.record.io import read_json
 
     out = tmp_path / "calibration.json"
-    assert calibrate.main(["--device", "cpu", "--dtype", "fp32", "--out", str(out), "--size", "64",
+    assert calibrate_command.main(["--device", "cpu", "--dtype", "fp32", "--out", str(out), "--size", "64",
                            "--samples", "3", "--max-seconds", "0.5"]) == 0
     rec = read_json(out)
     for key in ("device_name", "device_type", "host", "dtype", "m", "n", "k", "flops_per_s",
@@ -134,14 +134,13 @@ def test_calibrate_writes_record(tmp_path):
 def test_calibrate_times_the_studys_own_shapes(tmp_path):
     import argparse
 
-    from scalestudy.measure import calibrate
     from scalestudy.record.io import read_json
 
     out = tmp_path / "calibration.json"
-    assert calibrate.main(["--device", "cpu", "--out", str(out), "--size", "64", "--samples", "3",
+    assert calibrate_command.main(["--device", "cpu", "--out", str(out), "--size", "64", "--samples", "3",
                            "--max-seconds", "0.5", "--shapes", "32x16x8", "64x64x64"]) == 0
     shapes = read_json(out)["shapes"]
     assert [(r["m"], r["n"], r["k"]) for r in shapes] == [(32, 16, 8), (64, 64, 64)]
     assert all(r["flops_per_s"] > 0 for r in shapes)
     with pytest.raises(argparse.ArgumentTypeError, match="use MxNxK"):
-        calibrate.parse_shape("64x64")
+        calibrate_command.parse_shape("64x64")

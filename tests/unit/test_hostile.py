@@ -1,4 +1,4 @@
-"""Hostile and malformed study files (issue 12): the loader's limits, JSON's integers and
+"""Hostile and malformed study files: the loader's limits, JSON's integers and
 patterns, finite numbers, the typed point's own checks, the size of a study after expansion,
 and the memory check on CPU. The one-line messages of whole files are in
 ``tests/bad_studies/`` (``test_bad_input.py``); these are the unit checks behind them."""
@@ -14,8 +14,13 @@ import yaml
 
 from scalestudy.config import limits
 from scalestudy.config import study as study_mod
-from scalestudy.config.point import Model, Parallel, Platform, Point, PointError, Train, identify
-from scalestudy.config.study import StudyError, load_study, parse, read_text, schema, validate
+from scalestudy.config import study_yaml
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model, Parallel, Platform, Train
+from scalestudy.config.checks import PointError
+from scalestudy.config.identity import identify
+from scalestudy.config.study import load_study, schema, validate
+from scalestudy.config.study_yaml import StudyError, parse, read_text
 from scalestudy.plan import constraints
 from scalestudy.plan.planner import grid_size, plan_points
 
@@ -48,7 +53,7 @@ def refused(path_or_raw) -> str:
 
 def test_libyaml_is_used_when_available():
     if getattr(yaml, "__with_libyaml__", False):
-        assert issubclass(study_mod._UniqueKeyLoader, yaml.CSafeLoader)
+        assert issubclass(study_yaml._UniqueKeyLoader, yaml.CSafeLoader)
 
 
 def test_file_size_limit(tmp_path):
@@ -72,7 +77,7 @@ def test_not_a_regular_file(tmp_path):
 def test_study_file_and_records_share_the_capped_reader(tmp_path):
     """config.files.read_capped: one core, each caller words the problem its own way."""
     from scalestudy.config.files import ReadProblem, read_capped
-    from scalestudy.record.read import RecordError, read_bytes
+    from scalestudy.record.reading import RecordError, read_bytes
 
     fifo = tmp_path / "status.json"
     os.mkfifo(fifo)
@@ -128,7 +133,7 @@ def test_duplicate_keys_still_refused_with_libyaml(tmp_path):
 
 def test_aliases_anchors_and_tags_are_refused_before_anything_is_built(tmp_path, monkeypatch):
     built = []
-    monkeypatch.setattr(study_mod._UniqueKeyLoader, "construct_document",
+    monkeypatch.setattr(study_yaml._UniqueKeyLoader, "construct_document",
                         lambda self, node: built.append(node))
     bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 9) + "]\n"
@@ -236,7 +241,7 @@ def test_schema_maxima_are_the_limits():
     (lambda: Model(hidden=True), "model.hidden: True is not allowed (an integer)"),
     (lambda: Model(name="a/b"), "model.name: 'a/b' is not allowed"),
     (lambda: Train(lr=math.nan), "train.lr: nan is not allowed (a finite number)"),
-    (lambda: Train(steps=0), "train.steps: 0 is not allowed (an integer >= 1)"),
+    (lambda: Train(steps=0), "train.steps: 0 is not allowed (an integer from 2 to 1000000)"),
     (lambda: Platform(timeout_s=math.inf), "platform.timeout_s: inf is not allowed"),
     (lambda: Platform(timeout_s=0), "platform.timeout_s: 0 is not allowed (a number > 0)"),
     (lambda: Platform(devices_per_node=10**12), "platform.devices_per_node: 1000000000000"),
@@ -372,7 +377,7 @@ def test_studies_written_from_python_have_no_aliases(tmp_path):
     doc = {**GOOD, "series": [{**GOOD["series"][0], "name": n, "gpus": shared}
                               for n in ("a", "b")]}
     assert "&id001" in yaml.safe_dump(doc)  # PyYAML's default: refused by the loader
-    from scalestudy.config.study import dump_study
+    from scalestudy.config.study_yaml import dump_study
     path = write(tmp_path, dump_study(doc))
     assert "&" not in path.read_text()
     assert [s.gpus for s in load_study(path).series] == [(1, 2), (1, 2)]

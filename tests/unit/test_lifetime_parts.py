@@ -90,7 +90,8 @@ def test_the_point_lock_is_one_training_at_a_time(tmp_path):
 
 
 def test_a_runner_finding_its_point_busy_says_so_in_one_line(tmp_path, capsys, monkeypatch):
-    from scalestudy.config.point import Model, Point
+    from scalestudy.config.point import Point
+    from scalestudy.config.parts import Model
     from scalestudy.run import runner
 
     run_dir = tmp_path / "s" / "runs" / "p"

@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from scalestudy.config.point import Model, Point, PointError, swiglu_width
-from scalestudy.config.study import StudyError, load_study, validate
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model, swiglu_width
+from scalestudy.config.checks import PointError
+from scalestudy.config.study import load_study, validate
+from scalestudy.config.study_yaml import StudyError
 from scalestudy.models import build_model, num_params
 from scalestudy.models.llama import Llama, apply_rope, rope_table
 from scalestudy.config.presets import LLAMA3, LLAMA3_PARAMS
@@ -60,7 +63,7 @@ def test_swiglu_width_rule():
 
 
 def test_the_new_model_fields_are_hashed():
-    from scalestudy.config.point import config_hash
+    from scalestudy.config.identity import config_hash
 
     a = Point.for_layout(Model(arch="llama"))
     b = Point.for_layout(Model(arch="llama", kv_heads=2))

@@ -76,14 +76,14 @@ def test_megatron_log_interval_and_the_batch_check():
     interval holds the warm-up steps. The logged global batch must be the point's."""
     lines = [MEGATRON_2304.replace("iteration      100/    5000", f"iteration {it:8d}/      30")
              for it in (10, 20, 30)]
-    steps, problem = lp.parse(lines, lp.MEGATRON, n=64, seq_len=4096,
+    steps, problem = lp.parse_log(lines, lp.MEGATRON, n=64, seq_len=4096,
                               tokens_per_step=1024 * 4096, warmup_steps=5, steps=30,
                               name="megatron")
     assert problem is None
     assert [(s["step"], s.get("interval"), s["warmup"]) for s in steps] == [
         (10, 10, True), (20, 10, False), (30, 10, False)]
     assert steps[1]["step_time_s"] == pytest.approx(1.2345) and steps[1]["tokens"] == 1024 * 4096
-    _, problem = lp.parse([MEGATRON_EPFL.replace("/  250000", "/     201")], lp.MEGATRON, n=8,
+    _, problem = lp.parse_log([MEGATRON_EPFL.replace("/  250000", "/     201")], lp.MEGATRON, n=8,
                           seq_len=2048, tokens_per_step=8 * 2048, warmup_steps=0, steps=201,
                           name="megatron")
     assert "1024 sequences (2097152 tokens) per step at step 201" in problem
@@ -140,7 +140,7 @@ def test_torchtitan_tps_becomes_a_step_time_and_ranks_collapse():
     n, tokens = 8, 8 * 8192
     lines = [TITAN_2389.replace("step:  4", f"step:  {s}").replace("tps: 10,050", f"tps: {tps:,}")
              for s, tps in ((1, 4096), (2, 8192), (2, 8000), (3, 8192))]
-    steps, problem = lp.parse(lines, lp.TORCHTITAN, n=n, seq_len=8192, tokens_per_step=tokens,
+    steps, problem = lp.parse_log(lines, lp.TORCHTITAN, n=n, seq_len=8192, tokens_per_step=tokens,
                               warmup_steps=1, steps=3, name="torchtitan")
     assert problem is None
     assert [s["step"] for s in steps] == [1, 2, 3] and [s["warmup"] for s in steps] == [True, False, False]
@@ -157,13 +157,13 @@ CUSTOM = {"step": r"it (\d+)", "step_time_s": r"([\d.]+) s/it", "loss": r"loss=(
 def test_custom_expressions():
     lines = ["epoch 0", "it 1 | 0.50 s/it | loss=3.0 | bs=4", "it 2 | 0.25 s/it | loss=2.5 | bs=4",
              "it 3 | 0.20 s/it | loss=2.0 | bs=4", "done"]
-    steps, problem = lp.parse(lines, CUSTOM, n=2, seq_len=16, tokens_per_step=64,
+    steps, problem = lp.parse_log(lines, CUSTOM, n=2, seq_len=16, tokens_per_step=64,
                               warmup_steps=1, steps=3)
     assert problem is None
     assert [(s["step"], s["step_time_s"], s["loss"], s["warmup"]) for s in steps] == [
         (1, 0.5, 3.0, True), (2, 0.25, 2.5, False), (3, 0.2, 2.0, False)]
     # throughput of all ranks, no step numbers: lines are numbered, tokens are the point's
-    steps, problem = lp.parse(["12,800 tok/s", "25,600 tok/s"], {"tokens_per_s": r"([\d,]+) tok/s"},
+    steps, problem = lp.parse_log(["12,800 tok/s", "25,600 tok/s"], {"tokens_per_s": r"([\d,]+) tok/s"},
                               n=2, seq_len=16, tokens_per_step=256, warmup_steps=1, steps=2)
     assert problem is None and steps[1] == {"step": 2, "step_time_s": 0.01, "loss": None,
                                             "tokens": 256, "warmup": False}
@@ -175,7 +175,7 @@ def test_custom_expressions():
     (["it 1 | 0 s/it", "it 2 | 0 s/it"], "step 1: step time 0.0 s is not a positive number"),
 ])
 def test_missing_or_unusable_metrics_are_a_problem(lines, message):
-    _, problem = lp.parse(lines, CUSTOM, n=1, seq_len=16, tokens_per_step=64, warmup_steps=1,
+    _, problem = lp.parse_log(lines, CUSTOM, n=1, seq_len=16, tokens_per_step=64, warmup_steps=1,
                           steps=len(lines) or 1)
     assert problem and problem.startswith(message), problem
 
@@ -208,7 +208,7 @@ MEGATRON_ARGS = ["  " + k + " " + "." * (48 - len(k)) + " " + v
 def titan_facts(**kw):
     base = dict(n=2, seq_len=64, tokens_per_step=4 * 64, warmup_steps=1, steps=4,
                 name="torchtitan")
-    return lp.parse(TITAN_022, lp.TORCHTITAN, **{**base, **kw})
+    return lp.parse_log(TITAN_022, lp.TORCHTITAN, **{**base, **kw})
 
 
 def test_torchtitan_022_recorded_lines_and_unmeasured_memory():
@@ -236,7 +236,7 @@ def test_torchtitan_log_that_is_not_the_point(kw, says):
 def test_a_log_that_stops_early_is_not_the_point():
     """8 of 10 steps logged (no start-up line to say 10): the last step is not the point's."""
     lines = [TITAN_022_STEP.format(step=s) for s in range(1, 9)]
-    _, problem = lp.parse(lines, lp.TORCHTITAN, n=2, seq_len=64, tokens_per_step=256,
+    _, problem = lp.parse_log(lines, lp.TORCHTITAN, n=2, seq_len=64, tokens_per_step=256,
                           warmup_steps=2, steps=10, name="torchtitan")
     assert problem.startswith("the torchtitan log's last step is 8, the point trains 10 steps")
 
@@ -247,16 +247,16 @@ def test_megatron_arguments_and_the_iteration_total_are_checked():
                              for i in (1, 2)]
     ok = dict(n=8, seq_len=2048, tokens_per_step=8 * 2048, warmup_steps=1, steps=2,
               name="megatron")
-    steps, problem = lp.parse(lines, lp.MEGATRON, **ok)
+    steps, problem = lp.parse_log(lines, lp.MEGATRON, **ok)
     assert problem is None and len(steps) == 2
     _, facts = lp.read_log(lines, lp.MEGATRON)
     assert sorted((f["name"], f["value"]) for f in facts) == [
         ("global_batch", 8), ("seq_len", 2048), ("total_steps", 2), ("total_steps", 2),
         ("total_steps", 2)]  # decoder_seq_length is not seq_length
-    _, problem = lp.parse(lines, lp.MEGATRON, **{**ok, "seq_len": 4096,
+    _, problem = lp.parse_log(lines, lp.MEGATRON, **{**ok, "seq_len": 4096,
                                                   "tokens_per_step": 8 * 4096})
     assert "says sequence length 2048" in problem
-    _, problem = lp.parse(lines, lp.MEGATRON, **{**ok, "steps": 3})
+    _, problem = lp.parse_log(lines, lp.MEGATRON, **{**ok, "steps": 3})
     assert "says step count 2" in problem and "(pass {steps})" in problem
 
 
@@ -265,7 +265,7 @@ def test_the_studys_own_expressions_may_name_the_facts():
     lines = ["config: batch=4 seqs seq=16", "it 1 | 0.50 s/it | loss=3.0",
              "it 2 | 0.25 s/it | loss=2.5"]
     ok = dict(n=1, seq_len=16, tokens_per_step=64, warmup_steps=1, steps=2)
-    assert lp.parse(lines, patterns, **ok)[1] is None
-    _, problem = lp.parse(lines, patterns, **{**ok, "tokens_per_step": 128})
+    assert lp.parse_log(lines, patterns, **ok)[1] is None
+    _, problem = lp.parse_log(lines, patterns, **{**ok, "tokens_per_step": 128})
     assert problem.startswith("the log says global batch 4 ('config: batch=4 seqs seq=16'), "
                               "the point's is 8 sequences")

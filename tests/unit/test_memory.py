@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from scalestudy.config.point import Model
+from scalestudy.config.parts import Model
 from scalestudy.measure.memory import memory_point
 from scalestudy.perf import flops, memory
 
@@ -289,7 +289,8 @@ def test_published_layouts_fit_and_the_reported_oom_does_not():
 def test_megatron_sc21_table1_layouts_fit_an_a100_80gb():
     """Narayanan et al. SC21 Table 1 (A100 80GB, sequence 2048, vocabulary 51,200, full
     recomputation, mixed precision): every row ran."""
-    from scalestudy.config.point import Parallel, Platform, Point, Train
+    from scalestudy.config.point import Point
+    from scalestudy.config.parts import Parallel, Platform, Train
     from scalestudy.perf.frontier import reference
 
     for r in reference("megatron_sc21").itertuples(index=False):

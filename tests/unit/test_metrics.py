@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from scalestudy.config.point import Model, Point, Workload
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model, Workload
 from scalestudy.perf import flops
 from scalestudy.record import steps as contract
 from scalestudy.record.read import parse_steps

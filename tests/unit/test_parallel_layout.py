@@ -22,7 +22,9 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scalestudy.config.point import Model, Parallel, Point, PointError  # noqa: E402
+from scalestudy.config.point import Point  # noqa: E402
+from scalestudy.config.parts import Model, Parallel  # noqa: E402
+from scalestudy.config.checks import PointError  # noqa: E402
 from scalestudy.config.study import validate  # noqa: E402
 from scalestudy.config.vocab import DPMode, PPSchedule  # noqa: E402
 from scalestudy.distributed.engine import Engine  # noqa: E402
@@ -179,7 +181,7 @@ def test_planner_verdict_equals_what_the_engine_accepts(layout, fake_world):
 def plan_points_or_none(study: dict) -> list[Point]:
     """The planner's points; a study with no feasible point is refused as a whole, so plan it
     with the verdict of that one point instead (the same rule sentence)."""
-    from scalestudy.config.study import StudyError
+    from scalestudy.config.study_yaml import StudyError
 
     try:
         return plan_points(study)
@@ -229,3 +231,14 @@ def test_math_attention_kernel_trains_the_same_model():
     losses, _ = reference(CFG)
     math_losses, _ = reference(dataclasses.replace(CFG, attention="math"))
     assert max(abs(a - b) for a, b in zip(losses, math_losses)) < 1e-4
+
+
+def test_the_ddp_bucket_setting_reaches_distributed_data_parallel(single_process_group):
+    from scalestudy.distributed.data_parallel import distributed_data_parallel
+
+    group = dist.group.WORLD
+    sized = distributed_data_parallel(torch.nn.Linear(8, 8), group, torch.device("cpu"),
+                                      bucket_cap_mb=1.5)
+    default = distributed_data_parallel(torch.nn.Linear(8, 8), group, torch.device("cpu"))
+    assert sized.bucket_bytes_cap == int(1.5 * 1024 * 1024)
+    assert default.bucket_bytes_cap == 25 * 1024 * 1024  # torch's own

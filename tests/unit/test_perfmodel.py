@@ -2,7 +2,7 @@
 
 import pytest
 
-from scalestudy.config.point import Model
+from scalestudy.config.parts import Model
 from scalestudy.measure.memory import memory_point
 from scalestudy.perf import flops
 from scalestudy.perf import hardware, terms_compute as compute

@@ -5,8 +5,9 @@ import re
 
 import pytest
 
-from scalestudy.config.point import ID_HASH_CHARS, config_hash
-from scalestudy.config.study import StudyError, validate
+from scalestudy.config.identity import ID_HASH_CHARS, config_hash
+from scalestudy.config.study import validate
+from scalestudy.config.study_yaml import StudyError
 from scalestudy.config.studyspec import Series
 from scalestudy.plan.planner import expand_series, plan_points, plan_table
 
@@ -155,9 +156,10 @@ def test_hash_changes_with_measured_settings_only():
 
 def test_sweeping_axes_expands_series():
     subs = expand_series(Series(name="x", mode="weak", model="m", gpus=[2], micro_batch=1,
-                                tp=[1, 2], pp=1, cp=1, grad_accum=1, dp_mode=["ddp", "fsdp"]))
+                                tp=[1, 2], pp=1, cp=1, grad_accum=1,
+                                settings={"dp_mode": ["ddp", "fsdp"]}))
     assert [s.name for s in subs] == ["x-tp1-ddp", "x-tp1-fsdp", "x-tp2-ddp", "x-tp2-fsdp"]
-    assert [(s.tp, s.dp_mode) for s in subs[1:3]] == [(1, "fsdp"), (2, "ddp")]
+    assert [(s.tp, s.settings["dp_mode"]) for s in subs[1:3]] == [(1, "fsdp"), (2, "ddp")]
     pts = plan_points(study({"name": "x", "mode": "weak", "model": "m", "gpus": [2],
                              "tp": [1, 2], "micro_batch": 1}))
     assert {(p.series, p.tp, p.dp) for p in pts} == {("x-tp1", 1, 2), ("x-tp2", 2, 1)}

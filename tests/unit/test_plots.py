@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from scalestudy.report.summary import aggregate_study
+from scalestudy.report.aggregate import aggregate_study
 from scalestudy.report import plots
 from synthetic_study import make_study
 

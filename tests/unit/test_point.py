@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from scalestudy.config import vocab
-from scalestudy.config.point import SCHEMA_VERSION, DPWrapper, Point, PointError, config_hash
+from scalestudy.config.point import SCHEMA_VERSION, DPWrapper, Point
+from scalestudy.config.checks import PointError
+from scalestudy.config.identity import config_hash
 from scalestudy.config.study import load_study, schema, validate
 from scalestudy.plan.planner import plan_points
 
@@ -189,7 +191,7 @@ def test_point_json_file_is_refused_naming_the_file(tmp_path, doc, change, named
     ({"dp": 1, "cp": 2}, "ddp", "ddp"),
 ])
 def test_the_data_parallel_wrapper_of_a_layout(layout, mode, wrapper):
-    from scalestudy.config.point import Model
+    from scalestudy.config.parts import Model
 
     model = Model(name="t", layers=2, hidden=16, heads=2, seq_len=8, vocab=32)
     p = Point.for_layout(model, dp_mode=mode, **layout)

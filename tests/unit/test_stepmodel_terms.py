@@ -8,11 +8,13 @@ import math
 
 import pytest
 
-from scalestudy.config.point import Model
+from scalestudy.config.parts import Model
 from scalestudy.measure.memory import memory_point
 from scalestudy.perf import host, rates, stepmodel
 from scalestudy.perf import terms_comm as comm, terms_compute as compute
-from scalestudy.perf.hardware import Assumption, Framework, HardwareSpec, Link
+from scalestudy.perf.hardware import HardwareSpec, Link
+from scalestudy.perf.assumption import Assumption
+from scalestudy.perf.framework import Framework
 
 MODEL = dict(vocab=1000, seq_len=128, layers=8, hidden=256, heads=8)
 

@@ -10,9 +10,13 @@ import subprocess
 import pytest
 
 import fault_injection
-from scalestudy.config.point import Model, Point, PointError, identify
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model
+from scalestudy.config.checks import PointError
+from scalestudy.config.identity import identify
 from scalestudy.record import stragglers
-from scalestudy.record.read import RecordError, check_summary, read_summary
+from scalestudy.record.read import check_summary, read_summary
+from scalestudy.record.reading import RecordError
 from scalestudy.run import health
 
 HOSTS = ["node-a", "node-a", "node-b", "node-b"]
@@ -152,7 +156,7 @@ def test_the_check_runs_on_slurm_only_and_its_exclusion_reaches_srun(tmp_path):
 
     entry = health.before_attempt(point, tmp_path, slurm, run=fake_srun)
     assert calls[0][:3] == ["srun", "--ntasks-per-node", "1"]
-    assert calls[0][-2:] == ["-m", "scalestudy.measure.nodecheck"]
+    assert calls[0][-2:] == ["-m", "scalestudy.commands.nodecheck"]
     assert entry["node_check"]["slow"] == ["n3"] and entry["node_check"]["exclude"] == ["n3"]
     assert json.loads((tmp_path / "health.json").read_text()) == entry["node_check"]
     argv = launch.launch_argv(point, tmp_path, environ=slurm)

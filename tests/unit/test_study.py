@@ -3,7 +3,8 @@
 import pytest
 import yaml
 
-from scalestudy.config.study import StudyError, load_study
+from scalestudy.config.study import load_study
+from scalestudy.config.study_yaml import StudyError
 
 GOOD = """
 name: s1

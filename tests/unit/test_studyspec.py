@@ -9,7 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from scalestudy.config.point import Model, Platform, Point, PointError, Workload, identify
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model, Platform, Workload
+from scalestudy.config.checks import PointError
+from scalestudy.config.identity import identify
 from scalestudy.config.site import SITE_KEYS, Site
 from scalestudy.config.sitepolicy import SiteError
 from scalestudy.config.study import load_study, validate
@@ -37,7 +40,7 @@ def test_the_json_form_has_the_validated_documents_keys():
     doc = validate(MINIMAL).to_json()
     assert set(doc) == {"name", "description", "models", "series", "repeats", "retries",
                         "flops_convention", "workload", "references", "train", "parallel",
-                        "platform", "report", "microbench", "predict"}
+                        "platform", "report", "microbench", "predict", "profile"}
     assert "name" not in doc["models"]["m"] and doc["models"]["m"]["mlp"] == "gelu"
     assert doc["series"] == [{"name": "w", "mode": "weak", "model": "m", "gpus": [1, 2],
                               "micro_batch": 2, "tp": 1, "pp": 1, "cp": 1, "grad_accum": 1}]
@@ -59,7 +62,7 @@ def test_defaults_are_the_schemas():
     assert s.platform == Platform() and s.platform.site == Site()
     (series,) = s.series
     assert (series.gpus, series.tp, series.grad_accum, series.global_batch) == ((1, 2), 1, 1, None)
-    assert series.dp_mode is None and series.workload is None  # not given: the study's
+    assert series.settings == {} and series.workload is None  # not given: the study's
 
 
 def test_a_series_sweeps_tuples_and_overrides_the_studys_parallel_settings():
@@ -67,9 +70,9 @@ def test_a_series_sweeps_tuples_and_overrides_the_studys_parallel_settings():
                   "series": [{**MINIMAL["series"][0], "tp": [1, 2],
                               "dp_mode": ["ddp", "zero1"], "pp_partition": [1, 1]}]})
     (series,) = s.series
-    assert series.tp == (1, 2) and series.dp_mode == (DPMode.DDP, DPMode.ZERO1)
-    assert series.pp_partition == (1, 1)  # a stated partition, not a sweep
-    one = replace(series, tp=2, dp_mode="zero1")
+    assert series.tp == (1, 2) and series.settings["dp_mode"] == (DPMode.DDP, DPMode.ZERO1)
+    assert series.settings["pp_partition"] == (1, 1)  # a stated partition, not a sweep
+    one = replace(series, tp=2, settings={**series.settings, "dp_mode": "zero1"})
     par = one.parallel(s.parallel)
     assert (par.dp_mode, par.virtual_stages, par.pp_partition) == ("zero1", 2, (1, 1))
     assert Series.from_validated(json.loads(json.dumps(series.to_json()))) == series

@@ -4,7 +4,7 @@ import yaml
 
 from scalestudy.perf import hardware
 from scalestudy.plan import constraints, tune
-from scalestudy.tune import main as tune_cli
+from scalestudy.commands import tune as tune_cli
 
 
 def test_tune_tiny_writes_study(tmp_path):

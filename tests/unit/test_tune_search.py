@@ -11,7 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from scalestudy.config.study import StudyError, load_study, parse, validate
+from scalestudy.config.study import load_study, validate
+from scalestudy.config.study_yaml import StudyError, parse
 from scalestudy.config.vocab import Checkpointing, DPMode, PPSchedule
 from scalestudy.record.states import RunState
 from scalestudy.record.trials import TRIAL_COLUMNS, check_trials
@@ -62,7 +63,7 @@ def test_space_defaults_and_rungs(study):
 
 
 def test_rung_study_is_a_study_of_the_layouts(study):
-    from scalestudy.config.study import dump_study
+    from scalestudy.config.study_yaml import dump_study
 
     lays = layouts(study.tune)[:3]
     rung = rung_study(study, lays, 4)

@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from scalestudy.config.point import Model
+from scalestudy.config.parts import Model
 from scalestudy.perf import fit, flops, hardware, kernels, rates, series, stepmodel as sm
 from scalestudy.perf import validation as v
 from scalestudy.perf import terms_compute as compute

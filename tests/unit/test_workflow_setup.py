@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from scalestudy.config.sitepolicy import REDACTED, SECRETS_ENV, SiteError
-from scalestudy.config.study import StudyError
+from scalestudy.config.study_yaml import StudyError
 from scalestudy.run.workflow import workflow_setup
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,18 +7,25 @@ localrules: aggregate, predict, predict_before_run
 
 
 rule aggregate:
-    """Tidy tables over every run (failed and infeasible ones included) and the headline
-    (summary.md, and summary.tex for a paper)."""
+    """Tidy tables over every run (failed and infeasible ones included), where each point's
+    step went (measured from its traces, beside the model) and the headline (summary.md, and
+    summary.tex for a paper)."""
     input:
         rules.plan.output.plan,
         rules.plan.output.study,
         rules.calibration.output,
+        # the model's terms beside the measured ones price on this host's building blocks
+        MICROBENCH_OUTPUTS,
         expand(rules.train.output[0], pid=FEASIBLE),
     output:
         runs=report(f"{OUT}/runs.csv", caption="../report/runs.rst", category="3. Tables"),
         parquet=f"{OUT}/runs.parquet",
         efficiency=report(f"{OUT}/efficiency.csv", caption="../report/efficiency.rst",
                           category="3. Tables"),
+        breakdown=report(f"{OUT}/breakdown.csv", caption="../report/breakdown_table.rst",
+                         category="3. Tables"),
+        loss=report(f"{OUT}/efficiency_loss.csv", caption="../report/efficiency_loss.rst",
+                    category="3. Tables"),
         summary=report(f"{OUT}/summary.md", caption="../report/summary.rst", category="1. Answer"),
         summary_tex=report(f"{OUT}/summary.tex", caption="../report/summary_tex.rst",
                            category="1. Answer"),
@@ -30,7 +37,7 @@ rule aggregate:
         py=PY,
         study_dir=lambda w, output: os.path.dirname(output.runs),
     shell:
-        "{params.py:q} -m scalestudy.report.summary {params.study_dir:q} > {log:q} 2>&1"
+        "{params.py:q} -m scalestudy.commands.aggregate {params.study_dir:q} > {log:q} 2>&1"
 
 
 rule predict_before_run:

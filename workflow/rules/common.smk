@@ -24,4 +24,4 @@ BEFORE_RUN_MAX_N = SETUP.before_run_max_n
 CONDA = DeploymentMethod.CONDA in (workflow.deployment_settings.deployment_method or ())
 PY = "python" if CONDA else sys.executable
 ENV = "../envs/scalestudy.yaml"  # relative to the rule files (rules/)
-FIGURES = ["efficiency_weak", "efficiency_strong", "throughput", "mfu"]
+FIGURES = ["efficiency_weak", "efficiency_strong", "throughput", "mfu", "breakdown"]

@@ -4,17 +4,14 @@ import os
 
 localrules: plots, front_page
 
-#: The front page's command: report.front with one line for a failed write (it has no own).
-FRONT_PAGE = ("import sys; from scalestudy.record.io import exit_on_os_error; "
-              "from scalestudy.report.front import main; "
-              "sys.exit(exit_on_os_error(lambda: main(sys.argv[1:])))")
-
-
 rule plots:
-    """Efficiency, throughput and MFU figures, each with the CSV it was drawn from."""
+    """Efficiency, throughput, MFU and breakdown figures, each with the CSV it was drawn
+    from."""
     input:
         rules.aggregate.output.runs,
         rules.aggregate.output.efficiency,
+        rules.aggregate.output.breakdown,
+        rules.aggregate.output.loss,
     output:
         png=[report(f"{OUT}/figures/{fig}.png", caption=f"../report/{fig}.rst",
                     category="2. Figures") for fig in FIGURES],
@@ -28,16 +25,18 @@ rule plots:
         study_dir=lambda w, input: os.path.dirname(input[0]),
         style=str(STUDY.report.figure_style),  # a changed style redraws the figures
     shell:
-        "{params.py:q} -m scalestudy.report.plots {params.study_dir:q} --style {params.style}"
+        "{params.py:q} -m scalestudy.commands.plots {params.study_dir:q} --style {params.style}"
         " > {log:q} 2>&1"
 
 
 rule front_page:
-    """The report's front page: the answer per series, the efficiency figures, the headline
-    table and the points that did not run (workflow/report/workflow.rst shows it first)."""
+    """The report's front page: the answer per series, where its efficiency went, the
+    efficiency figures, the headline table and the points that did not run
+    (workflow/report/workflow.rst shows it first)."""
     input:
         rules.aggregate.output.runs,
         rules.aggregate.output.efficiency,
+        rules.aggregate.output.loss,
         rules.plots.output.png,
     output:
         report(f"{OUT}/report/front.html", caption="../report/front.rst", category="1. Answer"),
@@ -48,6 +47,5 @@ rule front_page:
     params:
         py=PY,
         study_dir=lambda w, input: os.path.dirname(input[0]),
-        code=FRONT_PAGE,
     shell:
-        "{params.py:q} -c {params.code:q} {params.study_dir:q} > {log:q} 2>&1"
+        "{params.py:q} -m scalestudy.commands.front {params.study_dir:q} > {log:q} 2>&1"

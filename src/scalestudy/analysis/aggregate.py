@@ -26,12 +26,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from scalestudy.numbers import finite_or_nan
 from scalestudy.analysis import efficiency as eff
 from scalestudy.analysis import stats
-from scalestudy.config.point import Point, PointError
+from scalestudy.config.point import Point
+from scalestudy.config.checks import PointError
 from scalestudy.config.vocab import FlopsConvention
 from scalestudy.perf import flops, hardware
 from scalestudy.record import read as rread
+from scalestudy.record.reading import RecordError, read_text
 from scalestudy.record import stragglers
 from scalestudy.record.states import RunState
 
@@ -69,14 +72,6 @@ EFFICIENCY_COLUMNS = [
 def steady_times(steps: rread.Steps | None, detect: bool = False) -> np.ndarray:
     """Steady-state step times (s): steps flagged ``warmup`` dropped (+ optional detection)."""
     return stats.steady_state(steps.steady() if steps else [], 0, detect=detect)
-
-
-def _num(x) -> float:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return float("nan")
-    return v
 
 
 def _flops_from_point(point: dict | None, key: str, convention: str) -> float:
@@ -131,8 +126,8 @@ def _add_rate_columns(row: dict, plan_row: dict, point: dict, summary: dict,
                       calibration: dict | None, conv: str, state: RunState) -> tuple:
     """Add a run's FLOPs per step, peak and measured ceiling (TFLOP/s per device), memory
     (GB), loss and energy columns to ``row``; return its ``_CONSTANTS``."""
-    mf = _num((summary.get("model_flops_per_step") or {}).get(conv))
-    hf = _num((summary.get("hardware_flops_per_step") or {}).get(conv))
+    mf = finite_or_nan((summary.get("model_flops_per_step") or {}).get(conv))
+    hf = finite_or_nan((summary.get("hardware_flops_per_step") or {}).get(conv))
     if not math.isfinite(mf):
         mf = _flops_from_point(point, "model", conv)
     if not math.isfinite(hf):
@@ -143,7 +138,7 @@ def _add_rate_columns(row: dict, plan_row: dict, point: dict, summary: dict,
     peak, source, key = summary.get("peak_flops_per_device"), summary.get("peak_source"), summary.get("hardware")
     if not summary and point.get("platform", {}).get("hardware") and precision:
         key, peak, source = _resolve_peak(point["platform"]["hardware"], precision)
-    peak = _num(peak)
+    peak = finite_or_nan(peak)
     row.update(device_type=summary.get("device_type") or point.get("platform", {}).get("device"),
                device_name=summary.get("device_name"), hardware=key,
                peak_tflops=peak / 1e12, peak_source=source)
@@ -151,10 +146,10 @@ def _add_rate_columns(row: dict, plan_row: dict, point: dict, summary: dict,
     ceiling = float("nan")
     if calibration and calibration.get("dtype") == precision and (
             row["device_type"] in (None, calibration.get("device_type"))):
-        ceiling = _num(calibration.get("flops_per_s"))
+        ceiling = finite_or_nan(calibration.get("flops_per_s"))
     row["measured_ceiling_tflops"] = ceiling / 1e12
 
-    mem = _num(summary.get("peak_memory_bytes"))
+    mem = finite_or_nan(summary.get("peak_memory_bytes"))
     row.update(peak_memory_gb=mem / 1e9, memory_kind=summary.get("memory_kind"),
                memory_note=summary.get("memory_note"),
                loss_first=summary.get("loss_first"), loss_last=summary.get("loss_last"),
@@ -163,7 +158,7 @@ def _add_rate_columns(row: dict, plan_row: dict, point: dict, summary: dict,
     if state == RunState.OK:
         row.update(stragglers.columns(summary.get(stragglers.SUMMARY_KEY),
                                       stragglers.threshold(point)))
-    return (_num(plan_row.get("tokens_per_step")), _num(plan_row.get("n")), mf, hf, peak,
+    return (finite_or_nan(plan_row.get("tokens_per_step")), finite_or_nan(plan_row.get("n")), mf, hf, peak,
                  ceiling)
 
 
@@ -222,7 +217,7 @@ def energy_columns(summary: dict) -> dict:
     if not isinstance(e, dict):
         return {**empty, "energy_note": "summary.json has no energy record (a workload that "
                                         "does not record energy)"}
-    jpt, power = _num(e.get("joules_per_token")), _num(e.get("avg_power_w"))
+    jpt, power = finite_or_nan(e.get("joules_per_token")), finite_or_nan(e.get("avg_power_w"))
     if not (math.isfinite(jpt) and e.get("source")):
         return {**empty, "energy_note": str(e.get("reason") or "no energy counter")}
     return {"joules_per_token": jpt, "avg_power_w": power, "energy_source": e.get("source"),
@@ -443,11 +438,11 @@ def load_plan(study_dir: Path) -> pd.DataFrame:
 
     path = study_dir / "plan.tsv"
     if not study_dir.is_dir():
-        raise rread.RecordError(f"{study_dir}: no such study folder (the results of "
+        raise RecordError(f"{study_dir}: no such study folder (the results of "
                                 "`scalestudy run STUDY.yaml`)")
     if rread.read_plan(study_dir) is None:
-        raise rread.RecordError(f"{path} not found: run `scalestudy plan STUDY --write` first")
-    return pd.read_csv(io.StringIO(rread.read_text(path)), sep="\t", keep_default_na=False,
+        raise RecordError(f"{path} not found: run `scalestudy plan STUDY --write` first")
+    return pd.read_csv(io.StringIO(read_text(path)), sep="\t", keep_default_na=False,
                        na_values=[""])
 
 

@@ -151,3 +151,15 @@ def efficiency_table(
     out["tokens_per_step"] = d["tokens_per_step"].to_numpy()
     out["note"] = note
     return out
+
+
+def efficiency_loss(mode: str, terms: dict[str, float], terms0: dict[str, float], n: int,
+                    n0: int) -> dict[str, float]:
+    """The efficiency lost at ``n`` devices term by term, against the baseline ``n0``: with
+    T(N) = Σᵢ tᵢ(N) (``terms``: seconds per step at N, ``terms0`` at N₀, the same names),
+    weak scaling loses ``(tᵢ(N) − tᵢ(N₀)) / T(N)`` to term i and strong scaling
+    ``(tᵢ(N) − tᵢ(N₀)·N₀/N) / T(N)``. The losses add up to 1 − E(N) exactly, E the
+    efficiency of these step times (a term that shrank is a negative loss, a gain)."""
+    scale = 1.0 if _mode(mode) == ScalingMode.WEAK else n0 / n
+    total = sum(terms.values())
+    return {k: (terms[k] - terms0.get(k, 0.0) * scale) / total for k in terms}

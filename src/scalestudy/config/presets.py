@@ -14,7 +14,7 @@ model      dim     layers  heads  kv_heads  vocab   ffn_dim_multiplier  multiple
 =========  ======  ======  =====  ========  ======  ==================  ===========
 
 ``rope_theta`` 500000, ``norm_eps`` 1e-5, untied embeddings, no biases, SwiGLU of width
-14336 / 28672 / 53248 (Llama's rule, ``config.point.swiglu_width``); sequence length 8192
+14336 / 28672 / 53248 (Llama's rule, ``config.parts.swiglu_width``); sequence length 8192
 (Llama 3's training length; Llama 3.1 extends it to 128k with scaled RoPE, not modelled
 here). Parameters: 8,030,261,248 (published "8.03B"), 70,553,706,496 ("70.6B"),
 405,853,388,800 (405B).
@@ -22,7 +22,7 @@ here). Parameters: 8,030,261,248 (published "8.03B"), 70,553,706,496 ("70.6B"),
 
 from __future__ import annotations
 
-from scalestudy.config.point import Model
+from scalestudy.config.parts import Model
 
 _LLAMA3 = dict(arch="llama", vocab=128256, seq_len=8192, rope_theta=500000.0, norm_eps=1e-5)
 

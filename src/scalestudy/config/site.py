@@ -9,7 +9,7 @@ True, ``""`` / ``"null"`` None; an unknown key or a value that is not a number i
 one-line ``ValueError``. What the settings may do (allowed environment variables and options,
 secrets) is :mod:`scalestudy.config.sitepolicy`'s (:meth:`Site.check`, :meth:`Site.redacted`).
 Each point carries its site as ``platform.site`` (``point.json`` holds :meth:`Site.to_json`);
-only :data:`scalestudy.config.point.HASHED_SITE` of it enters the point's config hash.
+only :data:`scalestudy.config.parts.HASHED_SITE` of it enters the point's config hash.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class Site:
     def check(self, *, trusted: bool = False, where: str = "site") -> None:
         """The site policy on these settings (:mod:`~scalestudy.config.sitepolicy`):
         :class:`~scalestudy.config.sitepolicy.SiteError` (one line) for one not allowed."""
-        sitepolicy.check_env(self.env, trusted=trusted, where=where)
+        sitepolicy.check_site_env(self.env, trusted=trusted, where=where)
         for key in sitepolicy.OPTION_KEYS:
             if getattr(self, key):
                 sitepolicy.check_options(getattr(self, key), key, trusted=trusted, where=where)

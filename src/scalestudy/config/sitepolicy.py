@@ -143,7 +143,7 @@ def env_allowed(name: str) -> bool:
     return name.startswith(ENV_PREFIXES) and not ENV_CODE_OR_FILE.search(name)
 
 
-def check_env(env: Mapping, *, trusted: bool = False, where: str = "site") -> None:
+def check_site_env(env: Mapping, *, trusted: bool = False, where: str = "site") -> None:
     """Raise :class:`SiteError` for a ``site.env`` entry that is not allowed."""
     for name, value in (env or {}).items():
         field = f"{where}.env.{name}"

@@ -12,78 +12,57 @@ not one) and of ``pattern`` (``$`` is the end of the string, not a final newline
 from __future__ import annotations
 
 import copy
-from enum import StrEnum
 import datetime
-import errno
+import json
 import math
-import os
 import re
+import sys
 from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
-import jsonschema
-import yaml
-
 from scalestudy.config import devices, limits
-from scalestudy.config.files import ReadProblem, read_capped
-from scalestudy.config.point import Model, PointError, Workload
+from scalestudy.config.parts import Model, Workload
+from scalestudy.config.checks import PointError, short
 from scalestudy.config.sitepolicy import SiteError
 from scalestudy.config.studyspec import Study
 from scalestudy.config.template import TemplateError, check_template
-from scalestudy.config.vocab import SCHEMA_ENUMS, Device, did_you_mean
+from scalestudy.config.vocab import Device, did_you_mean
 from scalestudy.paths import schema_file
-
-#: libyaml's parser when PyYAML was built with it (the pure-Python one is ~10x slower).
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+from scalestudy.config.study_yaml import StudyError, parse, place, read_text
 
 
-class StudyError(ValueError):
-    """A study file that cannot be run; ``str()`` is one line naming the field and the fix."""
+def _import_jsonschema():
+    """jsonschema without its optional ``iri`` format checker. jsonschema imports every
+    format checker it finds, and rfc3987_syntax (which ``jsonschema[format-nongpl]`` brings,
+    e.g. through Jupyter with the ``hta`` extra) builds 38 Earley parsers as it is imported:
+    about 1.4 s of CPU in every process that loads a study, each Snakemake job's included
+    (python-jsonschema/jsonschema#1428). The study schema checks no format; a process that
+    imported either module before keeps it as it was."""
+    if "jsonschema" in sys.modules or "rfc3987_syntax" in sys.modules:
+        import jsonschema
+        return jsonschema
+    sys.modules["rfc3987_syntax"] = None  # its import fails; jsonschema goes on without it
+    try:
+        import jsonschema
+        return jsonschema
+    finally:
+        del sys.modules["rfc3987_syntax"]
+
+
+jsonschema = _import_jsonschema()
 
 
 def schema() -> dict:
-    """The study schema (``workflow/schemas/study.schema.yaml``) with the ``enum`` lists of its
-    vocabulary filled from :mod:`scalestudy.config.vocab` (a fresh copy: callers may edit)."""
+    """The study schema (``workflow/schemas/study.schema.json``, generated from its frame and
+    the declared settings by :mod:`scalestudy.config.schema_gen`; a fresh copy: callers may
+    edit)."""
     return copy.deepcopy(_schema())
 
 
 @lru_cache(maxsize=1)
 def _schema() -> dict:
-    root = yaml.safe_load(schema_file().read_text())
-    for name, values in SCHEMA_ENUMS.items():
-        if name in root["$defs"]:
-            root["$defs"][name]["enum"] = [str(v) for v in values]
-    return root
-
-
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-
-
-def _where(path) -> str:
-    out = ""
-    for p in path:
-        if isinstance(p, int) and not isinstance(p, bool):
-            out += f"[{p}]"
-        elif isinstance(p, str) and _PLAIN_KEY.fullmatch(p):
-            out += f".{p}" if out else p
-        else:  # a key with odd characters: quoted, escaped, cut
-            out += f"[{_short(p, 40)}]"
-    return out or "(top level)"
-
-
-def _short(value, limit: int = 60) -> str:
-    """``repr(value)``, cut to ``limit`` characters (a message stays one short line)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
-        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def _cut(text: str, limit: int = 120) -> str:
-    """Plain text cut to ``limit`` characters, on one line."""
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return json.loads(schema_file().read_text())
 
 
 def _enum_words(sch: dict, root: dict) -> list:
@@ -128,19 +107,19 @@ def _allowed(sch: dict, root: dict) -> str:
 
 
 def _message(err: jsonschema.ValidationError, root: dict) -> str:
-    where = _where(err.absolute_path)
+    where = place(err.absolute_path)
     v = err.validator
     if v == "additionalProperties":
         allowed = sorted(err.schema.get("properties", {}))
         extra = sorted(set(map(str, err.instance)) - set(allowed))
         hint = f"allowed keys: {', '.join(allowed)}" if allowed else "see the schema"
-        shown = ", ".join(_short(k) for k in extra[:3]) + (" ..." if len(extra) > 3 else "")
+        shown = ", ".join(short(k) for k in extra[:3]) + (" ..." if len(extra) > 3 else "")
         near = did_you_mean(extra[0], allowed) if len(extra) == 1 else ""
         return f"{where}: unknown key {shown}{near}{' ' if near else '; '}{hint}"
     if v == "required":
         return f"{where}: {err.message}; add it"
     if v == "propertyNames":
-        return f"{where}: name {_short(err.instance)} is not allowed; use letters, digits, '_', '.', '-' (max 64)"
+        return f"{where}: name {short(err.instance)} is not allowed; use letters, digits, '_', '.', '-' (max 64)"
     if v in ("maxItems", "maxProperties", "maxLength"):
         what = {"maxItems": "entries", "maxProperties": "keys", "maxLength": "characters"}[v]
         return (f"{where}: has {len(err.instance)} {what} (at most "
@@ -152,7 +131,7 @@ def _message(err: jsonschema.ValidationError, root: dict) -> str:
         if detail:
             return f"{where}: {detail}"
         near = did_you_mean(err.instance, _enum_words(err.schema, root))
-        return (f"{where}: {_short(err.instance)} is not allowed; expected "
+        return (f"{where}: {short(err.instance)} is not allowed; expected "
                 f"{_allowed(err.schema, root)}{near}")
     return f"{where}: {err.message[:200]}"
 
@@ -220,7 +199,7 @@ def _unique_items(validator, unique, instance, schema):
     if unique and validator.is_type(instance, "array"):
         ids = [_identity(v) for v in instance]
         if len(set(ids)) < len(ids):
-            yield jsonschema.ValidationError(f"{_short(instance)} has non-unique elements")
+            yield jsonschema.ValidationError(f"{short(instance)} has non-unique elements")
 
 
 _Validator = jsonschema.validators.extend(
@@ -245,14 +224,14 @@ def _check_values(raw, source: str) -> None:
         obj, path, depth = stack.pop()
         nodes += 1
         if depth > limits.MAX_DEPTH:
-            raise StudyError(f"{source}: {_where(path)}: nested deeper than "
+            raise StudyError(f"{source}: {place(path)}: nested deeper than "
                              f"{limits.MAX_DEPTH} levels (at most {limits.MAX_DEPTH})")
         if nodes > limits.MAX_NODES:
             raise StudyError(f"{source}: (file): more than {limits.MAX_NODES} values "
                              f"(at most {limits.MAX_NODES})")
         if isinstance(obj, dict):
             if len(obj) > limits.MAX_ITEMS:
-                raise StudyError(f"{source}: {_where(path)}: has {len(obj)} keys "
+                raise StudyError(f"{source}: {place(path)}: has {len(obj)} keys "
                                  f"(at most {limits.MAX_ITEMS})")
             for key, value in obj.items():
                 if not isinstance(key, str):
@@ -260,27 +239,27 @@ def _check_values(raw, source: str) -> None:
                             if isinstance(key, bool) else "null" if key is None else
                             "a number" if isinstance(key, (int, float)) else
                             f"a {type(key).__name__}")
-                    raise StudyError(f"{source}: {_where(path)}: key {_short(key)} is {kind}, "
+                    raise StudyError(f"{source}: {place(path)}: key {short(key)} is {kind}, "
                                      "not a name (keys are text: quote it)")
                 stack.append((value, path + (key,), depth + 1))
         elif isinstance(obj, list):
             if len(obj) > limits.MAX_ITEMS:
-                raise StudyError(f"{source}: {_where(path)}: has {len(obj)} entries "
+                raise StudyError(f"{source}: {place(path)}: has {len(obj)} entries "
                                  f"(at most {limits.MAX_ITEMS})")
             stack.extend((v, path + (i,), depth + 1) for i, v in enumerate(obj))
         elif isinstance(obj, float):
             if not math.isfinite(obj):
-                raise StudyError(f"{source}: {_where(path)}: {_number_word(obj)} is not "
+                raise StudyError(f"{source}: {place(path)}: {_number_word(obj)} is not "
                                  "allowed (a finite number)")
         elif isinstance(obj, int) and not isinstance(obj, bool):
             if abs(obj) > limits.MAX_INT:
-                raise StudyError(f"{source}: {_where(path)}: {_short(obj)} is too large "
+                raise StudyError(f"{source}: {place(path)}: {short(obj)} is too large "
                                  f"(at most 2**53 = {limits.MAX_INT})")
         elif not (obj is None or isinstance(obj, (str, bool))):
             kind = ("a date (YAML reads YYYY-MM-DD as one)"
                     if isinstance(obj, (datetime.date, datetime.datetime)) else
                     f"a {type(obj).__name__}")
-            raise StudyError(f"{source}: {_where(path)}: {_short(obj)} is {kind} (text, "
+            raise StudyError(f"{source}: {place(path)}: {short(obj)} is {kind} (text, "
                              "numbers, true/false, null, lists and mappings: quote it)")
 
 
@@ -389,7 +368,7 @@ def _check_study(study: Study, source: str) -> None:
 
 
 def _check_model(name: str, m: dict, source: str) -> None:
-    """The model block's own rules (``config.point.Model``: kv_heads, the arch's options)."""
+    """The model block's own rules (``config.parts.Model``: kv_heads, the arch's options)."""
     try:
         Model(name=name, **m)
     except PointError as e:
@@ -431,174 +410,6 @@ def _resolve_cwd(doc: dict, folder: Path) -> None:
         spec = holder.get("workload")
         if isinstance(spec, dict):
             spec["cwd"] = str((folder / spec.get("cwd", ".")).resolve())
-
-
-class _PlainDumper(yaml.SafeDumper):
-    """Writes every value out: no ``&id001`` / ``*id001`` for a list or mapping that appears
-    twice in the document (PyYAML's default, which :func:`load_study` refuses)."""
-
-    def ignore_aliases(self, data):
-        return True
-
-
-# a vocabulary word (a StrEnum member, as a typed study's JSON form holds it) as plain text
-_PlainDumper.add_multi_representer(
-    StrEnum, lambda dumper, v: dumper.represent_str(str(v)))
-
-
-def dump_study(doc, **options) -> str:
-    """YAML text of a study built in Python, loadable by :func:`load_study`."""
-    return yaml.dump(doc, Dumper=_PlainDumper, **options)
-
-
-class _DuplicateKey(ValueError):
-    pass
-
-
-class _UniqueKeyLoader(_YAML_LOADER):
-    """libyaml's safe loader that refuses a key given twice in one mapping (plain YAML keeps the
-    last one silently, so a repeated ``steps:`` would hide a typo)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str) and key in seen:
-                mark = key_node.start_mark
-                raise _DuplicateKey(f"duplicate key {_short(key)} at line {mark.line + 1}")
-            if isinstance(key, str):
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-#: A plain scalar YAML would read as a number (int, float, hex, octal, sexagesimal).
-_LONG_NUMBER = re.compile(r"[-+]?[0-9][0-9_.:eExXa-fA-FoO+-]*")
-
-
-def _scan(text: str, source: str) -> None:
-    """Walk the file's YAML events once (libyaml; no values built yet) and refuse what a study
-    never needs before anything is built from it: anchors and aliases (an alias bomb expands a
-    few lines into gigabytes), explicit tags, lists or mappings as keys, nesting deeper than
-    :data:`limits.MAX_DEPTH`, more than :data:`limits.MAX_NODES` nodes or
-    :data:`limits.MAX_ITEMS` entries in one list or mapping."""
-    frames: list[list] = []  # per open collection: [is_mapping, children so far, last key]
-    nodes = 0
-    loader = _YAML_LOADER(text)
-    node_events = (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent,
-                   yaml.AliasEvent)
-
-    def where(is_key: bool = False) -> str:
-        # a key's own field is the mapping that holds it; a value's, its key or index
-        path = [f[2] if f[0] else f[1] - 1 for f in (frames[:-1] if is_key else frames)]
-        text = _where(path)
-        return text if len(text) <= 160 else "..." + text[-157:]
-
-    try:
-        while loader.check_event():
-            ev = loader.get_event()
-            if isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                frames.pop()
-                continue
-            if not isinstance(ev, node_events):
-                continue
-            line = ev.start_mark.line + 1
-            nodes += 1
-            if nodes > limits.MAX_NODES:
-                raise StudyError(f"{source}: (file): more than {limits.MAX_NODES} values, line "
-                                 f"{line} (at most {limits.MAX_NODES})")
-            is_key = False
-            if frames:
-                parent = frames[-1]
-                is_key = parent[0] and parent[1] % 2 == 0
-                parent[1] += 1
-                entries = (parent[1] + 1) // 2 if parent[0] else parent[1]
-                if entries > limits.MAX_ITEMS:
-                    raise StudyError(f"{source}: {where(True)}: more than {limits.MAX_ITEMS} "
-                                     f"entries, line {line} (at most {limits.MAX_ITEMS})")
-                if is_key and isinstance(ev, yaml.ScalarEvent):
-                    parent[2] = ev.value if len(ev.value) <= 64 else ev.value[:61] + "..."
-            if isinstance(ev, yaml.AliasEvent) or ev.anchor is not None:
-                raise StudyError(f"{source}: {where(is_key)}: YAML anchors and aliases (&name, "
-                                 f"*name) are not allowed, line {line} (write the value out; "
-                                 "from Python: scalestudy.config.study.dump_study)")
-            if ev.tag is not None:
-                raise StudyError(f"{source}: {where(is_key)}: YAML tag {_short(ev.tag)} is not "
-                                 f"allowed, line {line} (plain values only: quote text)")
-            if (isinstance(ev, yaml.ScalarEvent) and ev.implicit[0] and len(ev.value) > 30
-                    and _LONG_NUMBER.fullmatch(ev.value)):
-                raise StudyError(f"{source}: {where(is_key)}: a number of {len(ev.value)} "
-                                 f"characters, line {line} (at most 2**53 = {limits.MAX_INT})")
-            if is_key and not isinstance(ev, yaml.ScalarEvent):
-                kind = "mapping" if isinstance(ev, yaml.MappingStartEvent) else "list"
-                raise StudyError(f"{source}: {where(True)}: a {kind} as a mapping key, line "
-                                 f"{line} (keys are names)")
-            if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                if len(frames) >= limits.MAX_DEPTH:
-                    raise StudyError(f"{source}: {where()}: nested deeper than "
-                                     f"{limits.MAX_DEPTH} levels, line {line} "
-                                     f"(at most {limits.MAX_DEPTH})")
-                frames.append([isinstance(ev, yaml.MappingStartEvent), 0, "?"])
-    finally:
-        loader.dispose()
-
-
-def _syntax_error(source: str, e: yaml.YAMLError) -> StudyError:
-    mark = getattr(e, "problem_mark", None)
-    at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-    problem = getattr(e, "problem", None) or (str(e).splitlines() or ["?"])[0]
-    return StudyError(f"{source}: YAML syntax error{at}: {_cut(problem)}; "
-                      "fix the file's syntax")
-
-
-def read_text(path: str | Path) -> str:
-    """The text of a study file: a regular file of at most :data:`limits.MAX_FILE_BYTES`
-    bytes of UTF-8. Raises :class:`StudyError`."""
-    path = Path(path)
-    cap = limits.MAX_FILE_BYTES
-    try:
-        data = read_capped(path, cap)
-    except ReadProblem as e:
-        raise StudyError(f"{path}: " + {
-            "os": f"cannot read the study file ({e.detail}); check the path",
-            "folder": "(file): a folder (a YAML study file)",
-            "special": "(file): not a regular file (a YAML study file)",
-            "swapped": "(file): not a regular file (a YAML study file)",
-            "size": f"(file): {e.detail} bytes is too large (at most {cap} bytes)",
-            "grew": f"(file): more than {cap} bytes (at most {cap} bytes)"}[e.kind]) from None
-    if data is None:
-        raise StudyError(f"{path}: cannot read the study file ({os.strerror(errno.ENOENT)}); "
-                         "check the path")
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        raise StudyError(f"{path}: (file): UTF-16 text (save the file as UTF-8 text)")
-    nul = data.find(b"\0")
-    if nul >= 0:
-        raise StudyError(f"{path}: (file): a binary file (NUL byte at offset {nul}) "
-                         "(a YAML text file, UTF-8)")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise StudyError(f"{path}: (file): byte 0x{data[e.start]:02x} at line {line} is not "
-                         "UTF-8 (save the file as UTF-8 text)") from None
-
-
-def parse(text: str, source: str = "study"):
-    """The YAML value of a study file's text, within :mod:`~scalestudy.config.limits`, with
-    duplicate keys refused. Raises :class:`StudyError`."""
-    try:
-        _scan(text, source)
-        return yaml.load(text, Loader=_UniqueKeyLoader)
-    except StudyError:
-        raise
-    except _DuplicateKey as e:
-        raise StudyError(f"{source}: {e}; keep one of them") from None
-    except yaml.YAMLError as e:
-        raise _syntax_error(source, e) from None
-    except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:
-        # what libyaml accepts but Python cannot build, e.g. an integer of 5000 digits
-        text = str(e)
-        raise StudyError(f"{source}: (file): a value could not be read ({type(e).__name__}: "
-                         f"{_cut(text)}) (plain YAML values)") from None
 
 
 def load_study(path: str | Path, trust_site: bool = False) -> Study:

@@ -12,12 +12,14 @@ is the JSON form (:meth:`Study.to_json`: the keys of the validated document).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Mapping
 
-from scalestudy.config.point import Model, Parallel, Platform, Train, Workload, json_value
+from scalestudy.config.parts import Model, Parallel, Platform, Profile, Train, Workload, json_value
+from scalestudy.config import settings
+from scalestudy.config.settings import coerce_value, series_settable
 from scalestudy.config.vocab import (
-    Checkpointing, DPMode, DType, FigureStyle, FlopsConvention, PPPartition, PPSchedule,
+    Checkpointing, DPMode, DType, FigureStyle, FlopsConvention, PPSchedule,
     Reference, Sampler, ScalingMode,
 )
 
@@ -52,12 +54,9 @@ class Series:
     grad_accum: int  # weak: micro-batches per optimizer step per data-parallel rank
     global_batch: int | None = None  # strong: sequences per optimizer step (fixed)
     baseline: int | None = None  # N0 of the efficiency curve (devices); None: smallest feasible
-    dp_mode: DPMode | tuple[DPMode, ...] | None = None  # None: the study's parallel setting
-    pp_schedule: PPSchedule | tuple[PPSchedule, ...] | None = None  # None: the study's
-    activation_checkpointing: Checkpointing | tuple[Checkpointing, ...] | None = None  # ditto
-    virtual_stages: int | None = None  # pipeline stages per pp rank (count); None: the study's
-    pp_partition: PPPartition | tuple[int, ...] | None = None  # layers per stage; None: study's
-    sequence_parallel: bool | None = None  # None: the study's parallel setting
+    # the parallel settings this series gives over the study's (settings.series_settable:
+    # name -> value; a tuple of values of a swept setting is a sweep)
+    settings: Mapping[str, object] = field(default_factory=dict)
     workload: Workload | None = None  # what this series runs; None: the study's workload
 
     def __post_init__(self):
@@ -66,32 +65,32 @@ class Series:
         set_(self, "gpus", tuple(self.gpus))
         for name in ("micro_batch", "tp", "pp", "cp"):
             set_(self, name, _counts(getattr(self, name)))
-        for name, enum in (("dp_mode", DPMode), ("pp_schedule", PPSchedule),
-                           ("activation_checkpointing", Checkpointing)):
-            set_(self, name, _typed(getattr(self, name), enum))
-        part = self.pp_partition
-        set_(self, "pp_partition", tuple(part) if isinstance(part, (list, tuple))
-             else _typed(part, PPPartition))
+        unknown = set(self.settings) - set(series_settable(Parallel))
+        if unknown:
+            raise ValueError(f"series {self.name}: not a series setting: {sorted(unknown)}")
+        set_(self, "settings", {k: coerce_value(Parallel, k, v) for k, v in self.settings.items()})
 
     def parallel(self, base: Parallel) -> Parallel:
         """``base`` (the study's parallel settings) with this series' own over it."""
-        return replace(base, **{f.name: getattr(self, f.name) for f in fields(Parallel)
-                                if getattr(self, f.name) is not None})
+        return replace(base, **self.settings)
 
     @classmethod
     def from_validated(cls, doc: Mapping) -> "Series":
         """The series of a validated ``series:`` entry."""
-        kw = {k: v for k, v in doc.items() if k != "workload"}
+        own = series_settable(Parallel)
+        kw = {k: v for k, v in doc.items() if k != "workload" and k not in own}
         if "workload" in doc:
             kw["workload"] = Workload.from_study(doc["workload"])
-        return cls(**kw)
+        return cls(**kw, settings={k: doc[k] for k in own if k in doc})
 
     def to_json(self) -> dict:
         """The ``series:`` entry (the keys given or defaulted; no None)."""
         out = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is not None:
+            if f.name == "settings":
+                out.update({k: json_value(v) for k, v in value.items()})
+            elif value is not None:
                 out[f.name] = (value.to_study() if isinstance(value, Workload)
                                else json_value(value))
         return out
@@ -135,7 +134,8 @@ class Report:
 @dataclass(frozen=True)
 class TuneSpace:
     """The values each layout axis of a tuning search may take; ``None``: every value the
-    trainer has (``scalestudy.tune.space.axis_values``)."""
+    trainer has (``scalestudy.tune.space.axis_values``). Besides the shape, one field per
+    tuned setting (``settings.tuned(Parallel)``; a test holds them equal)."""
 
     tp: tuple[int, ...] | None  # tensor-parallel ranks (count)
     pp: tuple[int, ...] | None  # pipeline-parallel ranks (count)
@@ -148,11 +148,11 @@ class TuneSpace:
 
     @classmethod
     def from_validated(cls, doc: Mapping) -> "TuneSpace":
-        kw = {f.name: doc.get(f.name) for f in fields(cls)}
-        for name, enum in (("pp_schedule", PPSchedule), ("dp_mode", DPMode),
-                           ("activation_checkpointing", Checkpointing)):
-            kw[name] = _typed(kw[name], enum)
-        return cls(**{k: (tuple(v) if v is not None else None) for k, v in kw.items()})
+        tuned = settings.tuned(Parallel)
+        return cls(**{f.name: (None if doc.get(f.name) is None else
+                               tuple(coerce_value(Parallel, f.name, doc[f.name]))
+                               if f.name in tuned else tuple(doc[f.name]))
+                      for f in fields(cls)})
 
 
 @dataclass(frozen=True)
@@ -199,6 +199,7 @@ class Study:
     report: Report  # figure style
     microbench: Microbench  # building-block measurements
     predict: Predict  # the performance model's prediction before the run
+    profile: Profile = Profile()  # profiler traces of every point after its timed window
     tune: Tune | None = None  # a layout search by measurement (None: none)
 
     @classmethod
@@ -218,6 +219,7 @@ class Study:
             platform=Platform(**doc["platform"]), report=Report(**doc["report"]),
             microbench=Microbench(**doc["microbench"]),
             predict=Predict(before_run_max_n=before["calibrate_on_max_n"] if before else None),
+            profile=Profile(**doc.get("profile", {})),
             tune=Tune.from_validated(doc["tune"]) if doc.get("tune") else None)
 
     def to_json(self) -> dict:

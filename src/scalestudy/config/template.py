@@ -25,7 +25,14 @@ import re
 import sys
 from pathlib import Path
 
-from scalestudy.config.point import Point, PointError
+from scalestudy.config import settings
+from scalestudy.config.parts import SETTING_SECTIONS
+from scalestudy.config.point import Point
+from scalestudy.config.checks import PointError
+
+#: The declared settings a template may use (``Setting.placeholder``), by section.
+SETTING_PLACEHOLDERS = {key: settings.names(cls, placeholder=True)
+                        for key, cls in SETTING_SECTIONS.items()}
 
 #: The point's values a template may use, with what each is.
 PLACEHOLDERS: dict[str, str] = {
@@ -36,23 +43,14 @@ PLACEHOLDERS: dict[str, str] = {
     "dp": "data-parallel degree",
     "tp": "tensor-parallel degree",
     "pp": "pipeline-parallel degree",
-    "virtual_stages": "pipeline stages per pp rank",
     "micro_batch": "sequences per micro-batch per data-parallel rank",
     "grad_accum": "micro-batches per optimizer step per data-parallel rank",
     "global_batch": "sequences per optimizer step",
     "seq_len": "tokens per sequence",
     "tokens_per_step": "tokens per optimizer step (global_batch x seq_len)",
-    # training
-    "steps": "optimizer steps, warm-up included",
-    "warmup_steps": "warm-up steps (excluded from timing)",
-    "seed": "random seed",
-    "lr": "learning rate",
-    "weight_decay": "AdamW weight decay",
-    "precision": "fp32 | bf16",
-    "dp_mode": "ddp | zero1 | fsdp_grad_op | fsdp",
-    "pp_schedule": "gpipe | 1f1b | interleaved1f1b",
-    "activation_checkpointing": "none | full | selective | selective_attention",
-    "sequence_parallel": "true | false",
+    # the declared settings: parallel, training
+    **{f.name: s.doc for key, cls in SETTING_SECTIONS.items() for f, s in settings.declared(cls)
+       if f.name in SETTING_PLACEHOLDERS[key]},
     # the model block
     "model": "the model's name (its key in models:)",
     "arch": "gpt | llama",
@@ -131,18 +129,15 @@ def _text(value) -> str:
 
 def values(point: Point, point_dir: str | Path, python: str = sys.executable) -> dict[str, object]:
     """Every placeholder's value for ``point`` run in ``point_dir`` (None: no value)."""
-    m, par, tr = point.model, point.parallel, point.train
+    m = point.model
     return {
         "n": point.n, "nodes": point.nodes, "procs_per_node": point.procs_per_node,
-        "dp": point.dp, "tp": point.tp, "pp": point.pp, "virtual_stages": par.virtual_stages,
+        "dp": point.dp, "tp": point.tp, "pp": point.pp,
         "micro_batch": point.micro_batch, "grad_accum": point.grad_accum,
         "global_batch": point.global_batch, "seq_len": m.seq_len,
         "tokens_per_step": point.tokens_per_step,
-        "steps": tr.steps, "warmup_steps": tr.warmup_steps, "seed": tr.seed, "lr": tr.lr,
-        "weight_decay": tr.weight_decay, "precision": tr.precision,
-        "dp_mode": par.dp_mode, "pp_schedule": par.pp_schedule,
-        "activation_checkpointing": par.activation_checkpointing,
-        "sequence_parallel": par.sequence_parallel,
+        **{k: getattr(getattr(point, key), k)
+           for key, names in SETTING_PLACEHOLDERS.items() for k in names},
         "model": m.name, "arch": m.arch, "layers": m.layers, "hidden": m.hidden,
         "heads": m.heads, "kv_heads": m.n_kv_heads, "head_dim": m.head_dim, "ffn": m.ffn,
         "vocab": m.vocab, "mlp": m.mlp, "multiple_of": m.multiple_of,

@@ -145,6 +145,13 @@ class Sampler(StrEnum):
     RANDOM = "random"  # uniform over the space (optuna.samplers.RandomSampler)
 
 
+class ProfileRanks(StrEnum):
+    """Which ranks of a profiled point write a trace (``profile.ranks``)."""
+
+    ALL = "all"  # every rank
+    GROUPS = "groups"  # one per pipeline stage and one per data-parallel rank (tp, cp rank 0)
+
+
 def allowed(enum: type[StrEnum]) -> str:
     """``'a, b, c'``: the values of an enum, for error messages."""
     return ", ".join(m.value for m in enum)
@@ -187,4 +194,5 @@ SCHEMA_ENUMS: dict[str, tuple[str, ...]] = {
     "gpu_request": tuple(GPURequest),
     "figure_style": tuple(FigureStyle),
     "sampler": tuple(Sampler),
+    "profile_ranks": tuple(ProfileRanks),
 }

@@ -53,13 +53,16 @@ def apply_data_parallel(model: nn.Module, point: Point, dp_mesh: DeviceMesh,
         from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
         _pre_dp_module_transform(model)
     return distributed_data_parallel(model, dp_mesh.get_group(), device,
-                                     find_unused=point.pp > 1)
+                                     find_unused=point.pp > 1,
+                                     bucket_cap_mb=point.parallel.ddp_bucket_cap_mb)
 
 
 def distributed_data_parallel(model: nn.Module, group, device: torch.device,
-                              find_unused: bool = False) -> nn.Module:
+                              find_unused: bool = False,
+                              bucket_cap_mb: float | None = None) -> nn.Module:
     """``model`` under ``DistributedDataParallel`` over the process ``group`` as the trainer
-    runs it (the calibration times its cost on a one-rank group the same way).
+    runs it (the calibration times its cost on a one-rank group the same way);
+    ``bucket_cap_mb``: its gradient bucket size (MiB; None: torch's default).
 
     ``find_unused`` under PP: PipelineStage drives DDP's reducer per micro-batch and DDP's
     bucket rebuild after the first step then asserts (torch 2.13); finding unused parameters
@@ -71,9 +74,10 @@ def distributed_data_parallel(model: nn.Module, group, device: torch.device,
     from torch.nn.parallel import DistributedDataParallel as DDP
     sync = ("forward_sync_buffers" if "forward_sync_buffers" in
             inspect.signature(DDP.__init__).parameters else "broadcast_buffers")
+    bucket = {} if bucket_cap_mb is None else {"bucket_cap_mb": bucket_cap_mb}  # (MiB)
     return DDP(model, process_group=group,
                device_ids=[device.index] if device.type == "cuda" else None,
-               find_unused_parameters=find_unused, **{sync: False})
+               find_unused_parameters=find_unused, **{sync: False}, **bucket)
 
 
 def make_optimizer(params: list, point: Point, dp_mesh: DeviceMesh, device: torch.device,

@@ -17,7 +17,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.profiler import record_function
 
+from scalestudy.config import trace_scopes
 from scalestudy.config.point import Point
 from scalestudy.config.vocab import DPMode, DType
 from scalestudy.distributed import pipeline
@@ -28,6 +30,7 @@ from scalestudy.distributed.mesh import build_mesh, grad_mesh
 from scalestudy.distributed.tensor_parallel import tensor_parallelize
 from scalestudy.models import build_model
 from scalestudy.perf import partition
+from scalestudy.perf.flops import param_count
 from scalestudy.plan import constraints
 
 # Models up to this many parameters are built on CPU with the seed (bitwise identical start
@@ -101,12 +104,11 @@ class Engine:
 
     # ---------------------------------------------------------------- construction
     def _build_full_model(self) -> nn.Module:
-        with torch.device("meta"):
-            probe = build_model(self.point.model)
-        big = sum(p.numel() for p in probe.parameters()) > CPU_INIT_MAX_PARAMS
+        big = param_count(self.point.model) > CPU_INIT_MAX_PARAMS
         self._meta_init = big and self.device.type != "cpu"
         if self._meta_init:
-            return probe
+            with torch.device("meta"):
+                return build_model(self.point.model)
         torch.manual_seed(self.point.train.seed)
         return build_model(self.point.model)
 
@@ -144,9 +146,10 @@ class Engine:
         if tokens.shape[0] != rows:
             raise ValueError(f"train_step got {tokens.shape[0]} rows, the point needs "
                              f"micro_batch*grad_accum={rows}")
-        tokens = tokens.to(self.device, non_blocking=True)
-        inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-        with self._context_parallel(inputs, targets):
+        with record_function(trace_scopes.DATA):
+            tokens = tokens.to(self.device, non_blocking=True)
+            inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        with self._context_parallel(inputs, targets), record_function(trace_scopes.FORWARD_BACKWARD):
             if self.schedule is not None:
                 loss = self._pp_step(inputs, targets)
             else:
@@ -155,8 +158,9 @@ class Engine:
             dist.all_reduce(loss, group=self.cp_mesh.get_group())
             loss = loss / self.point.cp
         if self.point.train.grad_clip is not None:
-            clip_grad_norm_(self.params, self.point.train.grad_clip, self.device,
-                            self.pp_mesh.get_group() if self.point.pp > 1 else None)
+            with record_function(trace_scopes.CLIP):
+                clip_grad_norm_(self.params, self.point.train.grad_clip, self.device,
+                                self.pp_mesh.get_group() if self.point.pp > 1 else None)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss

@@ -14,10 +14,8 @@ import sys
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from scalestudy.config.layout import MESH_DIMS, MESH_DIMS_CP
 from scalestudy.config.point import Point
-
-MESH_DIMS = ("pp", "dp", "tp")
-MESH_DIMS_CP = ("pp", "dp", "cp", "tp")
 
 
 def build_mesh(point: Point, device_type: str) -> DeviceMesh:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 import json
 
-from scalestudy.config.point import DPWrapper, Model
+from scalestudy.config.point import DPWrapper
+from scalestudy.config.parts import Model
 from scalestudy.measure.common import timed_samples
 from scalestudy.perf.flops import head_forward_flops, layer_forward_flops
 

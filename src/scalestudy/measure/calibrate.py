@@ -1,7 +1,7 @@
 """Measured matmul ceiling of one device: the denominator of "utilisation vs measured ceiling",
 which gives a CPU run (no spec peak) a meaningful percentage.
 
-    python -m scalestudy.measure.calibrate --device cpu|cuda --dtype fp32|bf16 --out FILE [--size N]
+    python -m scalestudy.commands.calibrate --device cpu|cuda --dtype fp32|bf16 --out FILE [--size N]
 
 Times square ``N×N @ N×N`` matmuls (2·N³ FLOPs each): the device is synchronised before every
 clock read, warm-up matmuls are excluded, each sample runs enough matmuls to last ≳ 20 ms,
@@ -23,21 +23,18 @@ reach a fraction of the ceiling, and the performance model needs their rate.
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import os
 import socket
 import statistics
-import sys
 import time
 
 import torch
 
-from scalestudy.config.vocab import DType, TRAIN_PRECISIONS
+from scalestudy.config.vocab import DType
 from scalestudy.measure.common import timed_samples
-from scalestudy.record.io import write_json
 from scalestudy.run.launch import threads_per_process
-from scalestudy.train.device import TORCH_DTYPES, detect_device, resolve_device_type, sync
+from scalestudy.train.device import TORCH_DTYPES, detect_device, sync
 
 _DEFAULT_SIZE = {"cpu": 512, "cuda": 8192}
 
@@ -111,17 +108,6 @@ def measure_shapes(device_type: str, dtype: str, shapes: list[tuple[int, int, in
     return out
 
 
-def parse_shape(text: str) -> tuple[int, int, int]:
-    """``"MxNxK"`` -> ``(M, N, K)``."""
-    try:
-        m, n, k = (int(x) for x in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"shape {text!r}: use MxNxK, e.g. 256x64x64") from None
-    if min(m, n, k) < 1:
-        raise argparse.ArgumentTypeError(f"shape {text!r}: sizes must be >= 1")
-    return m, n, k
-
-
 def process_threads(devices_per_node: int, environ=os.environ) -> int:
     """CPU threads of one training process of the study, as its points get them:
     ``OMP_NUM_THREADS`` when set, else one device's share of the host
@@ -130,46 +116,3 @@ def process_threads(devices_per_node: int, environ=os.environ) -> int:
     if omp.isdigit() and int(omp) > 0:
         return int(omp)
     return threads_per_process(1, devices_per_node, environ)
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m scalestudy.measure.calibrate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
-                   help="auto: cuda when a GPU is visible, else cpu (as the trainer decides)")
-    p.add_argument("--dtype", choices=[d.value for d in TRAIN_PRECISIONS], default="fp32")
-    p.add_argument("--out", required=True, help="calibration.json to write (atomically)")
-    p.add_argument("--size", type=int, default=None, help="matrix size N (default: 512 cpu, 8192 cuda)")
-    p.add_argument("--samples", type=int, default=15)
-    p.add_argument("--max-seconds", type=float, default=5.0)
-    p.add_argument("--threads", type=int, default=None,
-                   help="CPU threads (default: one training process's, OMP_NUM_THREADS when "
-                        "set, else its share of this host: run.launch.threads_per_process)")
-    p.add_argument("--devices-per-node", type=int, default=1,
-                   help="the study's devices per node: a CPU host's cores are shared among "
-                        "that many processes (default 1)")
-    p.add_argument("--shapes", nargs="*", type=parse_shape, default=[],
-                   help="also time these MxNxK products (the study's own)")
-    p.add_argument("--overhead", nargs="*", choices=["plain", "tp"], default=[],
-                   help="on a CPU, also measure the framework's per-step overhead of these "
-                        "layouts (microbench overhead: plain tensors, DTensor for tp) and the "
-                        "copy bandwidth")
-    args = p.parse_args(argv)
-    device = resolve_device_type(args.device)
-    threads = args.threads or process_threads(args.devices_per_node)
-    rec = measure(device, args.dtype, args.size, args.samples, max_seconds=args.max_seconds,
-                  threads=threads)
-    rec["shapes"] = measure_shapes(device, args.dtype, args.shapes)
-    if args.overhead and device == "cpu":  # (a GPU's asynchronous launches hide it)
-        from scalestudy.measure.bandwidth import bench_bandwidth
-        from scalestudy.measure.overhead import bench_overhead
-
-        rec["overhead"] = bench_overhead(layouts=tuple(args.overhead))
-        rec["bandwidth"] = bench_bandwidth(device="cpu")
-    write_json(args.out, rec)
-    print(f"{rec['device_name']} {args.dtype} {rec['m']}^3 matmul: {rec['flops_per_s'] / 1e12:.4g} TFLOP/s "
-          f"(median of {len(rec['samples_flops_per_s'])}) -> {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

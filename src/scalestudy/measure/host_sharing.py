@@ -8,7 +8,7 @@ import os
 import statistics
 import time
 
-from scalestudy.config.point import Model
+from scalestudy.config.parts import Model
 
 
 def forked(ctx, target, args: list[tuple], timeout_s: float = 600) -> list:

@@ -3,7 +3,7 @@ piece, the cost of sharing the cores and the wait at a synchronisation, a few ro
 slice, each slice a job of its own that the workflow runs between the training runs (rule
 ``calibrate_slice``), pooled into ``calibration.json`` (rule ``calibration``).
 
-    python -m scalestudy.measure.host_slices --blocks-json JSON --core-sharing K ... --out FILE
+    python -m scalestudy.commands.host_slices --blocks-json JSON --core-sharing K ... --out FILE
 
 On a shared host the same blocks run up to ~1.7x faster or slower from one minute to the next
 (the 4-sequence micro-batch's forward + backward: 4.7-7.8 ms in 30 calibrations of one day),
@@ -16,12 +16,9 @@ sample it as the runs do; the model takes the median over all their rounds
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
-import json
 import os
 import socket
-import sys
 
 #: Slices of a sweep's host calibration, and rounds in each: 5 x 9 rounds of the blocks, 5 x 2
 #: of the core sharing and of the synchronisation wait. On this project's 2-core host one round
@@ -88,42 +85,3 @@ def write_calibration(calibration_path: str, slice_paths: list[str], out: str,
     if log:
         write_text(log, f"{out}: {len(slice_paths)} host slices pooled\n")
     return rec
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m scalestudy.measure.host_slices",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True, help="the slice's JSON record (written atomically)")
-    p.add_argument("--blocks-json", default="[]",
-                   help="a JSON list of blocks.block_spec entries: the study's model "
-                        "pieces at each micro-batch and layout")
-    p.add_argument("--core-sharing", nargs="*", type=int, default=[],
-                   help="the study's process counts on the host (core sharing and "
-                        "synchronisation wait)")
-    p.add_argument("--block-rounds", type=int, default=BLOCK_ROUNDS)
-    p.add_argument("--sharing-rounds", type=int, default=SHARING_ROUNDS)
-    p.add_argument("--devices-per-node", type=int, default=1,
-                   help="the study's devices per node: the slice runs with one device's share "
-                        "of the host's threads, as each point's process does")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
-                   help="a GPU study's host model is the preset's: nothing is timed there")
-    args = p.parse_args(argv)
-    import torch
-
-    from scalestudy.measure.calibrate import process_threads
-    from scalestudy.record.io import write_json
-    from scalestudy.train.device import resolve_device_type
-
-    specs, procs = json.loads(args.blocks_json), args.core_sharing
-    if resolve_device_type(args.device) != "cpu":
-        specs, procs = [], []
-    torch.set_num_threads(process_threads(args.devices_per_node))
-    rec = measure_slice(specs, procs, args.block_rounds, args.sharing_rounds)
-    write_json(args.out, rec)
-    print(f"host slice: {len(rec['blocks'])} block rows, {len(rec['core_sharing'])} core-sharing "
-          f"rows (load {rec['load_1m']:.2f}) -> {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,7 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scalestudy.config.point import Model, Point, identify
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model
+from scalestudy.config.identity import identify
 
 MEMORY_CASES = {
     # name: (model, micro_batch, activation_checkpointing) — fp32, one process
@@ -91,7 +93,7 @@ def bench_memory(cases: dict | None = None, timeout_s: float = 120) -> list[dict
     for name, (model, mb, ckpt) in (cases or MEMORY_CASES).items():
         spec = {"model": model, "micro_batch": mb, "ckpt": ckpt, "steps": 3}
         out = subprocess.run(
-            [sys.executable, "-m", "scalestudy.measure.microbench", "_memory_child", json.dumps(spec)],
+            [sys.executable, "-m", "scalestudy.commands.microbench", "_memory_child", json.dumps(spec)],
             env=env, capture_output=True, text=True, timeout=timeout_s, check=True,
         )
         meas = json.loads(out.stdout.strip().splitlines()[-1])

@@ -1,6 +1,6 @@
 """The node check's probe: one task per node times a matrix product on its own node.
 
-    srun --ntasks-per-node 1 python -m scalestudy.measure.nodecheck [--size 512]
+    srun --ntasks-per-node 1 python -m scalestudy.commands.nodecheck [--size 512]
 
 Prints one JSON line, ``{"node": NAME, "flops_per_s": X}``: the node's Slurm name
 (``SLURMD_NODENAME``, what ``srun --exclude`` takes; else the host name) and the median rate
@@ -12,11 +12,8 @@ waits for the slowest). ``scalestudy.run.health`` runs it and judges the rows.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import socket
-import sys
 from statistics import median
 
 from scalestudy.measure.matmul import bench_matmul
@@ -28,16 +25,3 @@ def probe(size: int = 512, samples: int = 3) -> dict:
                         samples=samples, min_time_s=0.05, budget_s=5.0)
     return {"node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
             "flops_per_s": median(r["flops_per_s"] for r in rows)}
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m scalestudy.measure.nodecheck",
-                                 description="Time a matrix product on this node (one JSON line).")
-    ap.add_argument("--size", type=int, default=512, help="m = n = k of the product (default 512)")
-    args = ap.parse_args(argv)
-    print(json.dumps(probe(args.size)), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from scalestudy.config.point import Model
+from scalestudy.config.parts import Model
 
 
 def bench_overhead(layers=(1, 4), samples: int = 15, warmup: int = 3,

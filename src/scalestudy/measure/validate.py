@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from scalestudy.config.point import Model
+from scalestudy.config.parts import Model
 from scalestudy.measure.attention import bench_attention
 from scalestudy.measure.bandwidth import bench_bandwidth
 from scalestudy.measure.matmul import bench_matmul

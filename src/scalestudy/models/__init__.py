@@ -1,13 +1,13 @@
 """The models the built-in trainer trains, each readable in one sitting: ``gpt`` (GPT-2 /
 Megatron style) and ``llama`` (RMSNorm, RoPE, grouped-query attention, SwiGLU). ``build_model``
-turns a :class:`scalestudy.config.point.Model` into its ``nn.Module`` by ``model.arch``
+turns a :class:`scalestudy.config.parts.Model` into its ``nn.Module`` by ``model.arch``
 (published shapes: ``scalestudy.config.presets``)."""
 
 from __future__ import annotations
 
 from torch import nn
 
-from scalestudy.config.point import Model
+from scalestudy.config.parts import Model
 
 
 def build_model(spec: Model) -> nn.Module:

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from scalestudy.config.point import Model
+from scalestudy.config.parts import Model
 from scalestudy.config.vocab import AttentionKernel
 
 __all__ = ["GPT"]

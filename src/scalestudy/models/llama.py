@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from scalestudy.config.point import Model
+from scalestudy.config.parts import Model
 from scalestudy.models.gpt import MLP, attention_core, init_gpt2_
 
 __all__ = ["Llama", "RMSNorm", "rope_table", "apply_rope"]

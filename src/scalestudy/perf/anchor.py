@@ -116,3 +116,43 @@ def predict_series(points: list[Point], anchors: list[tuple[Point, float]], hw: 
                         efficiency_high=max(e[i] for e in effs), rate=rate,
                         anchored=any(p is a for a, _ in anchors))
             for i, p in enumerate(pts)]
+
+
+#: The groups of step terms a measured breakdown anchors the model on, one factor each
+#: (``term_factors``): the compute rate, the framework's overhead, each kind of exposed
+#: communication (the achieved bandwidth and overlap), the bubble, the optimizer, the waits.
+TERM_GROUPS = {
+    "compute": ("gemm_s", "attention_s", "elementwise_s", "grad_accum_s"),
+    "overhead": ("overhead_s",), "tp": ("tp_comm_s",), "pp_p2p": ("pp_p2p_s",),
+    "bubble": ("pp_bubble_s",), "dp": ("dp_comm_exposed_s",), "cp": ("cp_comm_s",),
+    "optimizer": ("optimizer_s",), "sync_wait": ("sync_wait_s",),
+}
+#: Measured terms the model has no counterpart of: carried as their share of the anchors'
+#: steps.
+CARRIED = ("data_s", "unattributed_s")
+
+
+def term_factors(anchors: list[tuple[dict, dict]]) -> dict[str, float]:
+    """Per term group, measured over predicted seconds, the geometric mean over the
+    ``(predicted terms, measured terms)`` anchors where both are > 0 (groups no anchor
+    measures keep the model's own: 1)."""
+    out = {}
+    for group, terms in TERM_GROUPS.items():
+        logs = [math.log(sum(m[t] for t in terms) / sum(p[t] for t in terms))
+                for p, m in anchors
+                if sum(p[t] for t in terms) > 0 and sum(m[t] for t in terms) > 0]
+        out[group] = math.exp(sum(logs) / len(logs)) if logs else 1.0
+    return out
+
+
+def carried_share(anchors: list[tuple[dict, dict]]) -> float:
+    """The anchors' mean share of their steps in the terms only a trace has (``CARRIED``)."""
+    shares = [sum(m[t] for t in CARRIED) / sum(m.values()) for _, m in anchors if sum(m.values()) > 0]
+    return sum(shares) / len(shares) if shares else 0.0
+
+
+def step_on_terms(predicted: dict, factors: dict[str, float], carried: float) -> float:
+    """A point's step (s) from the model's terms ``predicted`` anchored on the measured terms:
+    each group scaled by its factor, the carried share added back."""
+    core = sum(factors[g] * predicted[t] for g, terms in TERM_GROUPS.items() for t in terms)
+    return core / (1.0 - carried)

@@ -6,17 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
+from scalestudy.record.terms import STEP_TERMS
+
 
 @dataclass(frozen=True)
 class StepBreakdown:
     """One optimizer step of a point on a system: the time terms (seconds per step, on the
     bottleneck stage's timeline; they add up to ``step_time_s``) and what follows from them."""
 
-    #: the terms, in the order a stacked bar shows them
-    TERMS: ClassVar[tuple[str, ...]] = (
-        "gemm_s", "attention_s", "elementwise_s", "grad_accum_s", "overhead_s", "tp_comm_s",
-        "pp_p2p_s", "pp_bubble_s", "dp_comm_exposed_s", "optimizer_s", "cp_comm_s",
-        "sync_wait_s")
+    #: the terms, in the order a stacked bar shows them (the vocabulary a trace reads too)
+    TERMS: ClassVar[tuple[str, ...]] = STEP_TERMS
 
     step_time_s: float
     gemm_s: float

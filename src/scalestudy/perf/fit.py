@@ -1,7 +1,7 @@
 """Fit the step model's one fitted constant on a declared subset of the published tables, and
 measure every table out of sample.
 
-    python -m scalestudy.perf.fit [--write]
+    python -m scalestudy.commands.fit [--write]
 
 The constant is ``sustained`` (``hardware.yaml`` ``gpu:``): the fraction of each GPU's
 best-shape single-device GEMM ceiling and attention-kernel rate that a training run sustains.
@@ -23,10 +23,8 @@ model's version); without it the result is only printed.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import math
-import sys
 from importlib import resources
 
 import yaml
@@ -95,7 +93,7 @@ def fit(fit_tables=FIT_TABLES, errors: dict | None = None) -> dict:
                         "loto_bias": round(float(out["bias"]), 4)}
     lo, hi = min(loto_values + [value]), max(loto_values + [value])
     return {"constants": {CONSTANT: {"value": value, "low": lo, "high": hi, "source": (
-                "fitted by python -m scalestudy.perf.fit on " + ", ".join(fit_tables)
+                "fitted by python -m scalestudy.commands.fit on " + ", ".join(fit_tables)
                 + "; range: the leave-one-table-out fits")}},
             "fit": {"tables": list(fit_tables), "fitted_constants": 1,
                     "objective": "mean over tables of mean |log(predicted/published)|",
@@ -106,31 +104,8 @@ def fit(fit_tables=FIT_TABLES, errors: dict | None = None) -> dict:
 def write(result: dict) -> str:
     """Store ``result`` as ``data/perf_fit.yaml`` (in the source tree the package runs from)."""
     path = str(resources.files("scalestudy").joinpath("data", "perf_fit.yaml"))
-    head = ("# Written by `python -m scalestudy.perf.fit --write` (scalestudy/perf/fit.py): the\n"
+    head = ("# Written by `python -m scalestudy.commands.fit --write` (scalestudy/perf/fit.py): the\n"
             "# fitted constants of the step model, the subset they were fitted on and every\n"
             "# table's in-sample and leave-one-table-out error. Do not edit by hand.\n")
     write_text(path, head + yaml.safe_dump(result, sort_keys=False))
     return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m scalestudy.perf.fit",
-                                 description=__doc__.splitlines()[0])
-    ap.add_argument("--write", action="store_true", help="store the result in data/perf_fit.yaml")
-    a = ap.parse_args(argv)
-    result = fit()
-    c = result["constants"][CONSTANT]
-    print(f"{CONSTANT} = {c['value']} (leave-one-table-out range {c['low']} - {c['high']}), "
-          f"fitted on {', '.join(result['fit']['tables'])}; 1 fitted constant")
-    print(f"{'table':32} {'in fit':>6} {'rows':>5} {'MAPE':>7} {'bias':>7} {'LOTO MAPE':>10} "
-          f"{'LOTO bias':>10}")
-    for t, r in result["fit"]["per_table"].items():
-        print(f"{t:32} {'yes' if r['in_fit'] else 'no':>6} {r['rows']:>5} {r['mape']:>7.1%} "
-              f"{r['bias']:>+7.1%} {r['loto_mape']:>10.1%} {r['loto_bias']:>+10.1%}")
-    if a.write:
-        print(f"-> {write(result)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -48,7 +48,7 @@ Hardware FLOPs add what activation checkpointing recomputes:
 
 from __future__ import annotations
 
-from scalestudy.config.point import Model
+from scalestudy.config.parts import Model
 from scalestudy.config.vocab import Arch, Checkpointing, FlopsConvention, member
 
 

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import math
 
-from scalestudy.config.point import Model, Parallel, Platform, Point, Train
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model, Parallel, Platform, Train
 from scalestudy.perf import flops, stepmodel
 from scalestudy.perf.flops import per_device_throughput
 from scalestudy.perf.hardware import HardwareSpec
@@ -280,7 +281,7 @@ def anchored(hw: HardwareSpec) -> list[dict]:
     return out
 
 
-def interval(pub, col: str, scale: float = 1.0) -> tuple[float, float]:
+def published_range(pub, col: str, scale: float = 1.0) -> tuple[float, float]:
     """The published value's interval from its printed resolution (``<col>_resolution``)."""
     import pandas as pd
 
@@ -309,7 +310,7 @@ def comparison(df, published):
             key = "pct_of_peak_logged" + ("" if mean == "time-weighted" else "_per_line")
             rng = (m[f"{key}_low"], m[f"{key}_high"])
             comp.append(_cmp(model, f"% of peak (logged, HFU, {mean} mean)", m["n"], m[key], rng,
-                             float(pub["pct_of_peak"]), interval(pub, "pct_of_peak")))
+                             float(pub["pct_of_peak"]), published_range(pub, "pct_of_peak")))
         # the strong series' batch is not published: one row whose range spans both readings
         for label, kinds, col in (("weak", ("weak",), "weak_scaling_efficiency"),
                                   ("strong", ("strong", "strong_alt"), "strong_scaling_efficiency")):
@@ -322,7 +323,7 @@ def comparison(df, published):
                        100 * last["efficiency"],
                        (100 * min(e[1]["efficiency_low"] for e in ends),
                         100 * max(e[1]["efficiency_high"] for e in ends)),
-                       100 * float(pub[col]), interval(pub, col, 100))
+                       100 * float(pub[col]), published_range(pub, col, 100))
             if label == "strong":
                 batches = sorted({int(e[1]["global_batch"]) for e in ends})
                 rec["metric"] += (f", global batch {batches[0]}–{batches[-1]} (not published; "

@@ -14,13 +14,15 @@ from __future__ import annotations
 import math
 import os
 import platform as pyplatform
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
 from scalestudy.config.devices import device_key, devices, table
 from scalestudy.config.vocab import DType, member
+from scalestudy.perf.assumption import Assumption
+from scalestudy.perf.framework import FRAMEWORK_ASSUMPTIONS, Framework, load_framework
 
 def resolve_peak(device_name_or_key: str | None,
                  dtype: str) -> tuple[str | None, float | None, str | None]:
@@ -70,7 +72,7 @@ FIT = "perf_fit.yaml"
 @lru_cache(maxsize=1)
 def fitted() -> dict:
     """The fitted constants of ``data/perf_fit.yaml`` (written by ``python -m
-    scalestudy.perf.fit``): ``{"constants": {name: {value, low, high, source}}, "fit": {...}}``;
+    scalestudy.commands.fit``): ``{"constants": {name: {value, low, high, source}}, "fit": {...}}``;
     empty when the file is absent."""
     import yaml
 
@@ -105,48 +107,6 @@ def gpu_constants() -> dict:
     for k in HOST_LATENCIES:
         out.setdefault(k, Assumption(0.0, 0.0, 0.0, slow="high"))
     return out
-
-
-@dataclass(frozen=True)
-class Assumption:
-    """A model input that is not known exactly: ``value`` (the central estimate, what a
-    prediction uses), the stated range ``[low, high]`` in the same unit, and its source.
-    ``slow`` says which end makes a step slower (``"low"`` for rates, bandwidths and overlaps;
-    ``"high"`` for a cost)."""
-
-    value: float
-    low: float
-    high: float
-    source: str = ""
-    slow: str = "low"
-
-    def __post_init__(self):
-        if not self.low <= self.value <= self.high:
-            raise ValueError(f"assumption {self.value} is outside its range [{self.low}, "
-                             f"{self.high}] ({self.source})")
-        if self.slow not in ("low", "high"):
-            raise ValueError(f"slow={self.slow!r}: use 'low' or 'high'")
-
-    @property
-    def fast(self) -> str:
-        return "high" if self.slow == "low" else "low"
-
-    def end(self, which: str) -> float:
-        """The value at ``"value"``, ``"low"``, ``"high"``, ``"slow"`` or ``"fast"``."""
-        which = {"slow": self.slow, "fast": self.fast}.get(which, which)
-        return float(getattr(self, which))
-
-    @classmethod
-    def parse(cls, x, slow: str = "low", source: str = "") -> "Assumption":
-        """A YAML entry: a number (exact: low = high = value) or ``{value, low, high, source}``."""
-        if isinstance(x, Assumption):
-            return x
-        if isinstance(x, dict):
-            v = float(x["value"])
-            return cls(v, float(x.get("low", v)), float(x.get("high", v)),
-                       str(x.get("source", source)).strip(), str(x.get("slow", slow)))
-        v = float(x)
-        return cls(v, v, v, source, slow)
 
 
 #: The collectives a ring runs (``ring_steps``); any other call (send/recv) is one transfer.
@@ -234,164 +194,10 @@ class Link:
                     None if self.bandwidth_pair is None else self.bandwidth_pair * f, self.library)
 
 
-@dataclass(frozen=True)
-class Framework:
-    """How a training framework schedules its communication (``frameworks:`` of
-    ``hardware.yaml``; each field's source is there). Overlaps are fractions in [0, 1] of a
-    collective's time hidden behind compute.
-
-    ``fused_qkv``: q, k, v (and SwiGLU's gate and up) are one product (Megatron) rather than
-    separate ones (scalestudy's model). ``dp_overlap`` / ``dp_overlap_pp``: the gradient
-    reduction hides behind the backward of the last micro-batch, without / with pipeline
-    parallelism; ``dp_exposes_one_chunk``: even when hidden, one chunk stays exposed (a layer;
-    with PP, a virtual stage); ``dp_gather_overlap``: the distributed optimizer's parameter
-    all-gather runs under the next step's first forward (with the same overlap). ``tp_overlap``: hidden fraction of the TP collectives (only
-    with sequence parallelism when ``tp_overlap_needs_sp``). ``pp_transfers_per_neighbour``:
-    serial transfers one micro-batch costs a stage per neighbouring stage (activation out +
-    gradient back: 2 when each is a blocking call, 1 when the two directions go together).
-    ``pp_overlap``: hidden fraction of those transfers in the steady state (only with
-    interleaving when ``pp_overlap_needs_interleaving``). ``pp_partitioned``: each TP rank
-    sends 1/tp of the activation and the receiver all-gathers it over TP.
-    ``vocab_parallel_loss``: the loss runs on the vocabulary-sharded logits (three all-reduces
-    of ``b·s`` values, Megatron) instead of gathering them (scalestudy's trainer).
-    ``fusion``: how its memory-bound kernels are fused (``scalestudy.perf.kernels``: eager,
-    fused, compiled); ``dropout``: its models run dropout (attention probabilities and hidden
-    states, p > 0: Megatron-LM's defaults until 2022).
-
-    ``grad_accumulation``: how a stage adds each micro-batch's gradients to the step's
-    (``scalestudy.perf.kernels.GRAD_ACCUMULATION``: ``autograd``, ``hp_grad_copy``,
-    ``fsdp2``, ``fused``); ``grad_bytes``: the width of the gradients the backward
-    produces (None: the training precision's, i.e. 16-bit parameters; 4 where the parameters
-    stay fp32 under autocast). ``zero1_all_reduce``: its ZeRO-1 reduces the whole gradient with
-    an all-reduce (then all-gathers the updated parameters) instead of reduce-scattering it.
-    ``tied_grad_all_reduce``: with pipeline stages, the first and the last stage all-reduce
-    the gradient of the word embedding they share (tied embeddings) after the flush.
-    ``fsdp_sync_every_micro_batch``: its FSDP reduce-scatters every micro-batch's gradients
-    (FSDP2's default) instead of disabling the sync until the last one.
-    ``grad_reduce_bytes``: bytes per element of its data-parallel gradient reduction (None:
-    the training precision's width; 4 where it reduces in fp32); the parameters are gathered
-    at the training precision's width. ``dp_bucket_params`` / ``dp_bucket_params_per_rank``:
-    gradients per data-parallel collective, ``max(dp_bucket_params, per_rank · dp)``, each
-    bucket one collective (None: one collective for the stage).
-    ``bias_add``: its linear layers add their bias in a kernel of their own, outside the
-    product (``scalestudy.perf.kernels.layer_kernels``). ``tensor_syncs``: round trips to the
-    host per parameter tensor per step (a value read back with ``.item()`` or ``float()``,
-    each costing the system's ``host_sync_s``), ``tensor_sync_launches``: the kernels those
-    checks launch per tensor (each a ``kernel_gap_s``). ``rng_state_bytes``: the size of the
-    CUDA generator's state its PyTorch copies between device and host, synchronously, on every
-    read or write of it (0: a state held on the host); ``rng_state_copies``: such copies per
-    layer per micro-batch (a model-parallel RNG fork around the attention dropout), and
-    ``rng_state_copies_checkpointed`` more per recomputed layer (the checkpoint's saves and
-    restores, and the fork again in the recomputation).
-    ``dp_alternatives``: other entries a run of it may have used for its data parallelism
-    (its own options, e.g. Megatron-LM v1's ``--DDP-impl``): where a table does not say, a
-    data-parallel row is read under each as well (``scalestudy.perf.validation``).
-    ``software_rate``: the rate of its computing kernels relative to the software the shared
-    constants were set on (dimensionless; 1 for that software): the framework's release, fused
-    kernels and attention kernel, a stated range per framework; anchoring a series on measured
-    points solves for it (``scalestudy.perf.anchor``).
-    An entry of ``hardware.yaml`` may name another as ``inherits`` and state only what
-    differs."""
-
-    name: str = "torch"
-    fused_qkv: bool = False
-    dp_overlap: float = 1.0
-    dp_overlap_pp: float = 0.0
-    dp_exposes_one_chunk: bool = False
-    dp_gather_overlap: bool = False
-    tp_overlap: float = 0.0
-    tp_overlap_needs_sp: bool = True
-    pp_transfers_per_neighbour: int = 2
-    pp_overlap: float = 0.0
-    pp_overlap_needs_interleaving: bool = True
-    pp_partitioned: bool = False
-    vocab_parallel_loss: bool = False
-    fusion: str = "eager"
-    dropout: bool = False
-    grad_accumulation: str = "autograd"
-    grad_bytes: int | None = None
-    zero1_all_reduce: bool = False
-    tied_grad_all_reduce: bool = False
-    fsdp_sync_every_micro_batch: bool = False
-    grad_reduce_bytes: int | None = None
-    dp_bucket_params: float | None = None
-    dp_bucket_params_per_rank: float = 0.0
-    bias_add: bool = False
-    tensor_syncs: int = 0
-    tensor_sync_launches: int = 0
-    rng_state_bytes: int = 0
-    rng_state_copies: int = 0
-    rng_state_copies_checkpointed: int = 0
-    dp_alternatives: tuple[str, ...] = ()
-    software_rate: float = 1.0
-    source: str = ""
-
-    @classmethod
-    def from_dict(cls, d: dict, name: str) -> tuple["Framework", dict]:
-        """``(framework, {name: Assumption})`` from a ``frameworks:`` entry."""
-        kw, assume = {"name": name, "source": str(d.get("source", "")).strip()}, {}
-        for f in FRAMEWORK_ASSUMPTIONS:
-            if f in d:
-                a = Assumption.parse(d[f])
-                kw[f], assume[f] = a.value, a
-        for f in ("fused_qkv", "dp_exposes_one_chunk", "dp_gather_overlap", "tp_overlap_needs_sp",
-                  "pp_overlap_needs_interleaving", "pp_partitioned", "vocab_parallel_loss",
-                  "dropout", "zero1_all_reduce", "tied_grad_all_reduce",
-                  "fsdp_sync_every_micro_batch", "bias_add"):
-            if f in d:
-                kw[f] = bool(d[f])
-        for f in ("pp_transfers_per_neighbour", "grad_bytes", "grad_reduce_bytes",
-                  "tensor_syncs", "tensor_sync_launches", "rng_state_bytes",
-                  "rng_state_copies", "rng_state_copies_checkpointed"):
-            if d.get(f) is not None:
-                kw[f] = int(d[f])
-        for f in ("dp_bucket_params", "dp_bucket_params_per_rank"):
-            if d.get(f) is not None:
-                kw[f] = float(d[f])
-        for f in ("fusion", "grad_accumulation"):
-            if f in d:
-                kw[f] = str(d[f])
-        if d.get("dp_alternatives") is not None:
-            kw["dp_alternatives"] = tuple(str(x) for x in d["dp_alternatives"])
-        unknown = set(d) - {"description", "source", "inherits"} - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"framework {name!r}: unknown keys {sorted(unknown)}")
-        return cls(**kw), assume
-
-
-def frameworks() -> dict[str, dict]:
-    """The ``frameworks:`` entries of ``hardware.yaml``."""
-    return table().get("frameworks", {})
-
-
-def load_framework(name: str) -> tuple[Framework, dict]:
-    """A framework of ``hardware.yaml`` by name and its assumptions."""
-    if name not in frameworks():
-        raise ValueError(f"framework {name!r}: no such entry; use one of "
-                         f"{', '.join(sorted(frameworks()))}")
-    return Framework.from_dict(framework_entry(name), name)
-
-
-def framework_entry(name: str) -> dict:
-    """The ``frameworks:`` entry ``name`` with what it ``inherits`` filled in (its own keys
-    win)."""
-    d = dict(frameworks()[name])
-    bad = [x for x in d.get("dp_alternatives") or () if x == name or x not in frameworks()]
-    if bad:
-        raise ValueError(f"framework {name!r}: dp_alternatives {bad} are not other entries")
-    base = d.pop("inherits", None)
-    if base is None:
-        return d
-    if base == name or base not in frameworks():
-        raise ValueError(f"framework {name!r}: inherits {base!r}, which is not another entry")
-    return {**framework_entry(base), **d}
-
-
 #: The assumptions a system may declare, and which field of HardwareSpec each sets.
 SPEC_ASSUMPTIONS = ("gemm_efficiency", "gemm_quantisation", "attention_efficiency",
                     "mem_bw_efficiency", "intra_bandwidth", "inter_bandwidth", "sustained",
                     "kernel_gap_s", "host_sync_s")
-FRAMEWORK_ASSUMPTIONS = ("dp_overlap", "dp_overlap_pp", "tp_overlap", "pp_overlap", "software_rate")
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ Fusion levels (``Framework.fusion``, read from each framework's code):
 
 from __future__ import annotations
 
-from scalestudy.config.point import Model
+from scalestudy.config.parts import Model
 from scalestudy.config.vocab import Arch, MLPKind
 
 FUSION_LEVELS = ("eager", "fused", "compiled")

@@ -10,7 +10,8 @@ import csv
 from dataclasses import dataclass
 from importlib import resources
 
-from scalestudy.config.point import Model, Parallel, Platform, Point, Train
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model, Parallel, Platform, Train
 
 CSV = "published_layouts.csv"
 
@@ -31,7 +32,7 @@ def _partition(text: str):
     return tuple(int(k) for k in text.split(";")) if ";" in text else text
 
 
-def _int(text: str) -> int | None:
+def _int_or_none(text: str) -> int | None:
     return int(text) if text.strip() else None
 
 
@@ -39,7 +40,7 @@ def layout(row: dict) -> Layout:
     """The :class:`Layout` of one CSV row (strings as read)."""
     model = Model(name=row["name"], arch=row["arch"], layers=int(row["layers"]),
                   hidden=int(row["hidden"]), heads=int(row["heads"]),
-                  kv_heads=_int(row["kv_heads"]), ffn_hidden=_int(row["ffn_hidden"]),
+                  kv_heads=_int_or_none(row["kv_heads"]), ffn_hidden=_int_or_none(row["ffn_hidden"]),
                   seq_len=int(row["seq_len"]), vocab=int(row["vocab"]),
                   tied_embeddings=row["tied_embeddings"] == "true", attention=row["attention"])
     parallel = Parallel(dp_mode=row["dp_mode"], pp_schedule=row["pp_schedule"],

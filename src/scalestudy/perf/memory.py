@@ -89,7 +89,8 @@ selective recomputation all fit; their 175B without recomputation does not, as t
 
 from __future__ import annotations
 
-from scalestudy.config.point import Model, Point
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model
 from scalestudy.config.vocab import (Arch, AttentionKernel, Checkpointing, DPMode, DType, MLPKind,
                                      PPSchedule, member)
 from scalestudy.perf import partition

@@ -18,7 +18,10 @@ and the output head. The methods:
 
 from __future__ import annotations
 
-from scalestudy.config.point import Model, Point
+from functools import lru_cache
+
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model
 from scalestudy.config.vocab import PPPartition
 from scalestudy.perf.flops import layer_params, norm_params, position_params
 
@@ -95,7 +98,14 @@ def stage_layers(point: Point) -> tuple[int, ...]:
         return part
     if part == PPPartition.UNIFORM or stages == 1:
         return (layers // stages,) * stages
-    one, first, last = _weights(point.model)
+    return _parameter_split(*_weights(point.model), layers, stages)
+
+
+@lru_cache(maxsize=4096)
+def _parameter_split(one: int, first: int, last: int, layers: int, stages: int) -> tuple[int, ...]:
+    """The ``parameters`` split of ``layers`` layers of ``one`` parameters each, the first
+    with ``first`` and the last with ``last`` more, into ``stages`` (a search the model asks
+    for many times per point: remembered)."""
     weights = [one] * layers
     weights[0] += first
     weights[-1] += last

@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scalestudy.config.point import Model, Point
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model
 from scalestudy.config.vocab import DType
 from scalestudy.perf.hardware import HardwareSpec, Link
 

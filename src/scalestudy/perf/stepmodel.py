@@ -44,23 +44,15 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     building blocks measured on the machine (they replace the declared rates where they
     cover a product, a collective or the bandwidth); ``dp_overlap`` overrides the framework's
     DP overlap."""
-    model, par = point.model, point.parallel
-    tp, pp, n = point.tp, point.pp, point.n
+    model, par, fw = point.model, point.parallel, hw.framework
+    tp, pp = point.tp, point.pp
     b, m, s = point.micro_batch, max(1, int(point.grad_accum)), model.seq_len
-    l, h, V = model.layers, model.hidden, model.vocab
-    v = par.virtual_stages if pp > 1 else 1
-    ckpt = par.activation_checkpointing
-    sp = par.sequence_parallel and tp > 1
-    dtype = DType(point.train.precision)
-    fw = hw.framework
+    v, ckpt = (par.virtual_stages if pp > 1 else 1), par.activation_checkpointing
+    sp, dtype = par.sequence_parallel and tp > 1, DType(point.train.precision)
     if tp > hw.devices_per_node:
         raise ValueError(f"tp={tp} exceeds devices_per_node={hw.devices_per_node} of hardware {hw.name!r}")
-    lps = l / pp
-    layers_of = partition.rank_layers(point)  # per pipeline rank (uneven partitions)
-    ckpts = [memory.checkpointed_layers(l, pp, r, v, ckpt, partition.stage_layers(point))
-             for r in range(pp)]
+    layers_of, ckpts, stage_p = _stages(point)
     last = [r == pp - 1 for r in range(pp)]
-    stage_p = [memory.stage_params(model, tp, pp, r, layers_of[r]) for r in range(pp)]
     params = max(stage_p)  # the stage with the most parameters reduces and updates last
     biggest = stage_p.index(params)
 
@@ -69,16 +61,7 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     att_re = c.attn_fwd if ckpt == Checkpointing.SELECTIVE_ATTENTION else 0.0
     ovh = hw.overhead if measured is None or not measured.overhead else measured.overhead
     gbytes = grad_bytes_of(point, fw)
-    # a shard synced every micro-batch adds dp times fewer parameters: not counted
-    accumulates = not syncs_every_micro_batch(point, fw)
-    work = host.StageWork(
-        arithmetic=[stage_terms(c, layers_of[r], ckpts[r], att_re, last[r]) for r in range(pp)],
-        overhead=[overhead_seconds(ovh, "fwd_bwd", lps, tp)] * pp,
-        gaps=[launch_gap_seconds(c, lps, ckpts[r], last[r], hw) for r in range(pp)],
-        grad_accum=[grad_accumulation_seconds(stage_p[r], m, fw.grad_accumulation, gbytes, hw,
-                                              measured) / m if accumulates else 0.0
-                    for r in range(pp)],
-        optimizer=optimizer_step_seconds(point, params, hw, ovh, measured))
+    work = _stage_work(point, hw, measured, c, att_re, ovh, layers_of, ckpts, stage_p, gbytes)
     # communication of one micro-batch per stage: TP, P2P, CP (recompute: 1 all-gather)
     tps = [stage_tp_seconds(c, tp, layers_of[r], ckpts[r], r == 0, last[r], tp_overlap(fw, sp))
            for r in range(pp)]
@@ -107,12 +90,9 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     # embedding's gradient; FSDP on a GPU per block, under each block's compute
     ov = dp_overlap_fraction(point, hw, dp_overlap)
     if fsdp_per_block(point, hw):
-        block, lb = sum(flops.layer_params(model, tp).values()), layers_of[biggest]
-        fwd_l = cs * (c.gemm_fwd + c.attn_fwd + c.elementwise / 3)  # one block's compute
-        bwd_l = (cs * (c.gemm_bwd + c.attn_bwd + 2 * c.elementwise / 3 + att_re)
-                 + fwd_l * ckpts[biggest] / max(1, lb))  # with its recomputed share
-        t_dp_traffic, t_dp, dp_link = fsdp_layer_seconds(
-            point, hw, lb, block, params - lb * block, fwd_l, bwd_l, ov, measured)
+        lb = layers_of[biggest]
+        t_dp_traffic, t_dp, dp_link = _fsdp_per_block(point, hw, measured, c, cs, att_re, lb,
+                                                      ckpts[biggest], params, ov)
     else:
         t_dp_step, t_dp_mb, dp_link = dp_comm_seconds(point, params, hw, measured)
         t_dp_traffic = t_dp_step + m * t_dp_mb
@@ -129,13 +109,6 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
 
     step = t_pipe + t_dp_exposed + t_opt + hc.dp_wait
     gemm, attn, elem = work.arithmetic[worst]
-    gb = int(point.global_batch)
-    tokens = gb * s
-    mflops = flops.model_flops_per_step(model, gb)
-    hflops = flops.hardware_flops_per_step(model, gb, "megatron", ckpt)
-    peak = hw.peak(dtype)
-    matmul_flops = (lps * flops.layer_forward_flops(model, b) / tp
-                    + 2.0 * s * b * h * V / tp) / point.cp  # a cp rank's share
     multi = any(boundary_crosses_node(point, r, hw.devices_per_node) for r in range(pp - 1))
     return StepBreakdown(
         step_time_s=step,
@@ -158,21 +131,81 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
         core_sharing_slowdown=cs,
         oversubscribed=hc.oversubscribed,
         composed_from_blocks=hc.composed,
-        tokens_per_step=tokens,
-        tokens_per_s=tokens / step,
-        model_flops_per_step=mflops,
-        hardware_flops_per_step=hflops,
-        mfu=flops.utilisation(mflops, step, n, peak),
-        hfu=flops.utilisation(hflops, step, n, peak),
-        tflops_per_device=hflops / (step * n) / 1e12,
-        matmul_flops_per_s=matmul_flops / (lps * (c.gemm_fwd + c.attn_fwd) + c.head_fwd),
-        matmul_rate_source="measured" if c.measured else "declared",
+        **_rates(point, hw, step, c),
         dp_overlap=ov,
         dp_link=dp_link,
         pp_link="inter" if (pp > 1 and multi and hw.inter is not None) else "intra",
         hardware=hw.name,
         framework=fw.name,
     )
+
+
+def _stages(point: Point) -> tuple[list, list, list]:
+    """Per pipeline rank: its layers (uneven partitions), the layers it recomputes, its
+    parameters (one TP rank's)."""
+    model, par, pp = point.model, point.parallel, point.pp
+    v = par.virtual_stages if pp > 1 else 1
+    layers_of = partition.rank_layers(point)
+    ckpts = [memory.checkpointed_layers(model.layers, pp, r, v, par.activation_checkpointing,
+                                        partition.stage_layers(point)) for r in range(pp)]
+    return layers_of, ckpts, [memory.stage_params(model, point.tp, pp, r, layers_of[r])
+                              for r in range(pp)]
+
+
+def _stage_work(point: Point, hw: HardwareSpec, measured: Measured | None, c, att_re: float,
+                ovh, layers_of: list, ckpts: list, stage_p: list, gbytes: int) -> host.StageWork:
+    """What each pipeline stage computes for one micro-batch (``c``: one layer's costs;
+    ``layers_of``, ``ckpts``: each stage's layers and recomputed layers; ``stage_p``: its
+    parameters), and the optimizer step of the stage with the most parameters."""
+    pp, fw = point.pp, hw.framework
+    m, lps = max(1, int(point.grad_accum)), point.model.layers / pp
+    last = [r == pp - 1 for r in range(pp)]
+    # a shard synced every micro-batch adds dp times fewer parameters: not counted
+    accumulates = not syncs_every_micro_batch(point, fw)
+    return host.StageWork(
+        arithmetic=[stage_terms(c, layers_of[r], ckpts[r], att_re, last[r]) for r in range(pp)],
+        overhead=[overhead_seconds(ovh, "fwd_bwd", lps, point.tp)] * pp,
+        gaps=[launch_gap_seconds(c, lps, ckpts[r], last[r], hw) for r in range(pp)],
+        grad_accum=[grad_accumulation_seconds(stage_p[r], m, fw.grad_accumulation, gbytes, hw,
+                                              measured) / m if accumulates else 0.0
+                    for r in range(pp)],
+        optimizer=optimizer_step_seconds(point, max(stage_p), hw, ovh, measured))
+
+
+def _fsdp_per_block(point: Point, hw: HardwareSpec, measured: Measured | None, c, cs: float,
+                    att_re: float, lb: float, ckpt_layers: float, params: float,
+                    ov: float) -> tuple[float, float, str]:
+    """FSDP on a GPU gathering and reducing per block, under each block's compute: the
+    traffic (s), its exposed part (s) and the link, of the stage with the most parameters
+    (``lb`` layers, ``ckpt_layers`` of them recomputed)."""
+    block = sum(flops.layer_params(point.model, point.tp).values())
+    fwd_l = cs * (c.gemm_fwd + c.attn_fwd + c.elementwise / 3)  # one block's compute
+    bwd_l = (cs * (c.gemm_bwd + c.attn_bwd + 2 * c.elementwise / 3 + att_re)
+             + fwd_l * ckpt_layers / max(1, lb))  # with its recomputed share
+    return fsdp_layer_seconds(point, hw, lb, block, params - lb * block, fwd_l, bwd_l, ov,
+                              measured)
+
+
+def _rates(point: Point, hw: HardwareSpec, step: float, c) -> dict:
+    """The step's throughput and FLOP rates (StepBreakdown's fields): tokens, model and
+    hardware FLOPs per step, MFU and HFU against the peak, the matrix products' rate."""
+    model, tp, n = point.model, point.tp, point.n
+    b, s, gb = point.micro_batch, model.seq_len, int(point.global_batch)
+    lps = model.layers / point.pp
+    mflops = flops.model_flops_per_step(model, gb)
+    hflops = flops.hardware_flops_per_step(model, gb, "megatron",
+                                           point.parallel.activation_checkpointing)
+    peak = hw.peak(DType(point.train.precision))
+    matmul_flops = (lps * flops.layer_forward_flops(model, b) / tp
+                    + 2.0 * s * b * model.hidden * model.vocab / tp) / point.cp  # a cp rank's
+    return dict(
+        tokens_per_step=gb * s, tokens_per_s=gb * s / step,
+        model_flops_per_step=mflops, hardware_flops_per_step=hflops,
+        mfu=flops.utilisation(mflops, step, n, peak),
+        hfu=flops.utilisation(hflops, step, n, peak),
+        tflops_per_device=hflops / (step * n) / 1e12,
+        matmul_flops_per_s=matmul_flops / (lps * (c.gemm_fwd + c.attn_fwd) + c.head_fwd),
+        matmul_rate_source="measured" if c.measured else "declared")
 
 
 def predict_range(point: Point, hw: HardwareSpec, measured: Measured | None = None,

@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import math
 
-from scalestudy.config.point import Model, Point
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model
 from scalestudy.config.vocab import DPMode, DType
-from scalestudy.perf.hardware import Framework, HardwareSpec, Link
+from scalestudy.perf.hardware import HardwareSpec, Link
+from scalestudy.perf.framework import Framework
 from scalestudy.perf.rates import ACT_BYTES, Measured, collective_time
 
 

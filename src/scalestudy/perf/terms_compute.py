@@ -28,10 +28,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, fields
 
-from scalestudy.config.point import Model, Point
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model
 from scalestudy.config.vocab import AttentionKernel, DPMode, DType
 from scalestudy.perf import kernels
-from scalestudy.perf.hardware import Framework, HardwareSpec
+from scalestudy.perf.hardware import HardwareSpec
+from scalestudy.perf.framework import Framework
 from scalestudy.perf.rates import (ACT_BYTES, Measured, collective_time, elementwise_seconds,
                                    product_seconds)
 from scalestudy.perf.terms_comm import tp_collective_seconds

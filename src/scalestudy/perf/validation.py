@@ -35,11 +35,13 @@ import math
 from dataclasses import dataclass
 from importlib import resources
 
-from scalestudy.config.point import Model, Parallel, Platform, Point, Train
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model, Parallel, Platform, Train
 from scalestudy.config.vocab import DPMode
 from scalestudy.perf import flops, frontier, partition, stepmodel
 from scalestudy.perf.breakdown import StepBreakdown
-from scalestudy.perf.hardware import HardwareSpec, load_framework
+from scalestudy.perf.hardware import HardwareSpec
+from scalestudy.perf.framework import load_framework
 
 COLUMNS = ("table", "row", "device", "gpus", "framework", "arch", "params_b", "layers", "hidden",
            "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "tp", "pp", "dp", "cp", "vp",
@@ -121,7 +123,7 @@ def load_table(name: str):
     return df
 
 
-def _int(x, default=None):
+def _int_or(x, default=None):
     try:
         return int(float(x)) if str(x).strip() != "" else default
     except ValueError:
@@ -216,9 +218,9 @@ def admissible(r, tp: int, pp: int, dp: int) -> dict[str, list]:
     Megatron-style optimizers), ``vocab`` (``VOCABS``), ``heads`` (head dim 64 or 128),
     ``flash_attention`` (true, false), ``precision`` (bf16, fp16). A published field has one
     value."""
-    layers, hidden = _int(r["layers"]), _int(r["hidden"])
+    layers, hidden = _int_or(r["layers"]), _int_or(r["hidden"])
     out: dict[str, list] = {}
-    gb, mb = _int(r["global_batch"]), _int(r["micro_batch"])
+    gb, mb = _int_or(r["global_batch"]), _int_or(r["micro_batch"])
     if gb is not None and gb % dp:  # a batch computed from tokens: the nearest that split
         out["global_batch"] = [dp * (gb // dp), dp * -(-gb // dp)]
     if gb is None:
@@ -228,15 +230,15 @@ def admissible(r, tp: int, pp: int, dp: int) -> dict[str, list]:
     if mb is None:
         local = [g // dp for g in out.get("global_batch", [gb])]
         out["micro_batch"] = sorted({d for x in local for d in _divisors(x, MAX_MICRO_BATCH)})
-    if pp > 1 and _int(r["vp"]) is None:
+    if pp > 1 and _int_or(r["vp"]) is None:
         out["vp"] = [v for v in range(2, 9) if pp * v <= layers]
     if str(r["recompute"]).strip() == "":
         out["recompute"] = ["none", "selective", "full"]
     if dp > 1 and str(r["dp_mode"]).strip() == "":
         out["dp_mode"] = ["ddp", "zero1"]
-    if _int(r["vocab"]) is None:
+    if _int_or(r["vocab"]) is None:
         out["vocab"] = list(VOCABS)
-    if _int(r["heads"]) is None:
+    if _int_or(r["heads"]) is None:
         out["heads"] = [hidden // d for d in (128, 64) if hidden % d == 0 and (hidden // d) % tp == 0]
     if str(r["flash_attention"]).strip() == "":
         out["flash_attention"] = ["true", "false"]
@@ -253,7 +255,7 @@ def case(r) -> Case:
     if base["metric"] not in METRICS:
         return Case(**base, skip=f"metric {base['metric']!r} is not modelled")
     missing = [k for k in ("layers", "hidden", "seq_len", "tp", "pp", "dp")
-               if _int(r[k]) is None]
+               if _int_or(r[k]) is None]
     if missing:
         return Case(**base, skip=f"FLOPs cannot be counted: the table does not give "
                                  f"{', '.join(missing)}")
@@ -264,11 +266,11 @@ def case(r) -> Case:
         framework_of(r["framework"], "bf16")
     except ValueError as e:
         return Case(**base, skip=str(e))
-    tp, pp, dp, cp = _int(r["tp"]), _int(r["pp"]), _int(r["dp"]), _int(r["cp"], 1) or 1
+    tp, pp, dp, cp = _int_or(r["tp"]), _int_or(r["pp"]), _int_or(r["dp"]), _int_or(r["cp"], 1) or 1
     opts = admissible(r, tp, pp, dp)
-    given = {"vocab": [_int(r["vocab"])], "micro_batch": [_int(r["micro_batch"])], "global_batch": [_int(r["global_batch"])],
-             "vp": [_int(r["vp"], 1) or 1], "recompute": [str(r["recompute"]).lower()],
-             "dp_mode": [str(r["dp_mode"]).lower()], "heads": [_int(r["heads"])],
+    given = {"vocab": [_int_or(r["vocab"])], "micro_batch": [_int_or(r["micro_batch"])], "global_batch": [_int_or(r["global_batch"])],
+             "vp": [_int_or(r["vp"], 1) or 1], "recompute": [str(r["recompute"]).lower()],
+             "dp_mode": [str(r["dp_mode"]).lower()], "heads": [_int_or(r["heads"])],
              "flash_attention": [str(r["flash_attention"])],
              "precision": [str(r["precision"]).lower()]}
     fields_ = {**given, **opts}
@@ -350,10 +352,10 @@ def _point(r, base: dict, f: dict, fw: str, tp: int, pp: int, dp: int, cp: int) 
     """The point of one reading ``f`` of a row's fields."""
     llama = str(r["arch"]).lower() == "llama"
     model = Model(name=f"{base['table']}-{base['row']}"[:60].replace(" ", "-"),
-                  arch="llama" if llama else "gpt", layers=_int(r["layers"]),
-                  hidden=_int(r["hidden"]), heads=f["heads"], kv_heads=_int(r["kv_heads"]),
-                  ffn_hidden=_int(r["ffn_hidden"]), vocab=f["vocab"],
-                  seq_len=_int(r["seq_len"]), tied_embeddings=not llama,
+                  arch="llama" if llama else "gpt", layers=_int_or(r["layers"]),
+                  hidden=_int_or(r["hidden"]), heads=f["heads"], kv_heads=_int_or(r["kv_heads"]),
+                  ffn_hidden=_int_or(r["ffn_hidden"]), vocab=f["vocab"],
+                  seq_len=_int_or(r["seq_len"]), tied_embeddings=not llama,
                   attention="fused" if _flag(f["flash_attention"]) else "math",
                   mlp=str(r.get("mlp", OPTIONAL["mlp"])).strip().lower() or None)
     vp = f["vp"] if pp > 1 else 1
@@ -366,7 +368,7 @@ def _point(r, base: dict, f: dict, fw: str, tp: int, pp: int, dp: int, cp: int) 
                           sequence_parallel=_flag(r["sequence_parallel"]) and tp > 1,
                           virtual_stages=vp,
                           # DeepSpeed's PipelineModule partitions by parameters by default
-                          pp_partition=partition_of(fw, _int(r["layers"]), pp * vp),
+                          pp_partition=partition_of(fw, _int_or(r["layers"]), pp * vp),
                           pp_schedule="interleaved1f1b" if vp > 1 else "1f1b"),
         train=Train(precision="bf16", compile=_flag(r.get("compile", OPTIONAL["compile"]))),
         platform=Platform(device="cuda", hardware=str(r["device"]), devices_per_node=8),

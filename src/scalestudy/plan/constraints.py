@@ -23,7 +23,8 @@ The rules and where they come from:
   replaces the fused SDPA kernels of CUDA only (:data:`CP_NEEDS_CUDA`), so not on ``device:
   cpu`` and not with ``attention: math``;
 - the batch: every data-parallel rank gets a whole number (>= 1) of micro-batches;
-- ZeRO-1 with TP cannot localise a tied weight (PyTorch's TP + DDP recipe);
+- ZeRO-1 with TP cannot localise a tied weight (PyTorch's TP + DDP recipe); DDP's bucket size
+  is DistributedDataParallel's alone (FSDP2's wrappers have none);
 - whole nodes, at most ``platform.max_nodes`` of them;
 - memory: the estimate of the most loaded device within 90% of its capacity (on CPU: the
   node's memory shared by its processes, :func:`capacity_bytes`).
@@ -33,8 +34,9 @@ from __future__ import annotations
 
 from typing import Callable
 
+from scalestudy.numbers import plain
 from scalestudy.config.limits import CPU_PROCESS_BASELINE_BYTES
-from scalestudy.config.point import Point
+from scalestudy.config.point import DPWrapper, Point
 from scalestudy.config.vocab import AttentionKernel, Device, DPMode, PPSchedule
 from scalestudy.perf import hardware, memory, partition
 
@@ -46,7 +48,7 @@ class Infeasible(ValueError):
     """A point that cannot run; ``str()`` is the rule's sentence."""
 
 
-def _whole(x) -> bool:
+def _is_whole(x) -> bool:
     return float(x).is_integer()
 
 
@@ -104,15 +106,15 @@ def context(p: Point) -> str | None:
 
 def batch(p: Point) -> str | None:
     """Every data-parallel rank gets a whole number (>= 1) of micro-batches."""
-    if not _whole(p.dp):
+    if not _is_whole(p.dp):
         return None  # reported by mesh()
     dp = int(p.dp)
     if p.global_batch < p.micro_batch * dp:
-        return (f"global_batch={_num(p.global_batch)} is smaller than micro_batch*dp="
+        return (f"global_batch={plain(p.global_batch)} is smaller than micro_batch*dp="
                 f"{p.micro_batch}*{dp}={p.micro_batch * dp}: some data-parallel rank would get "
                 "no data")
-    if not _whole(p.grad_accum):
-        return (f"global_batch={_num(p.global_batch)} is not divisible by micro_batch*dp="
+    if not _is_whole(p.grad_accum):
+        return (f"global_batch={plain(p.global_batch)} is not divisible by micro_batch*dp="
                 f"{p.micro_batch}*{dp}={p.micro_batch * dp}")
     return None
 
@@ -127,7 +129,7 @@ def schedule(p: Point) -> str | None:
         return f"virtual_stages={par.virtual_stages} needs pp_schedule=interleaved1f1b"
     if pp > 1 and p.model.tied_embeddings:
         return "pp>1 needs tied_embeddings=false (first and last stage would share a weight)"
-    if pp > 1 and _whole(ga):
+    if pp > 1 and _is_whole(ga):
         if par.pp_schedule != PPSchedule.GPIPE and ga < pp:
             return (f"pp_schedule={par.pp_schedule} needs at least pp={pp} micro-batches per "
                     f"step, got grad_accum={int(ga)}")
@@ -143,6 +145,11 @@ def sharding(p: Point) -> str | None:
             and p.model.tied_embeddings):
         return ("dp_mode=zero1 with tp>1 needs tied_embeddings=false (use fsdp_grad_op for a "
                 "tied model)")
+    if (p.parallel.ddp_bucket_cap_mb is not None
+            and p.dp_wrapper in (DPWrapper.FULLY_SHARD, DPWrapper.REPLICATE)):
+        return (f"ddp_bucket_cap_mb sizes DistributedDataParallel's buckets; this point's "
+                f"data parallelism is FSDP2's {p.dp_wrapper.value} (dp_mode="
+                f"{p.parallel.dp_mode}, tp={p.tp}, pp={p.pp}): leave it unset")
     return None
 
 
@@ -229,6 +236,3 @@ def check(p: Point, capacity_bytes: float | None = None) -> None:
     if reason:
         raise Infeasible(reason)
 
-
-def _num(x) -> str:
-    return str(int(x)) if _whole(x) else f"{x:g}"

@@ -17,9 +17,13 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from scalestudy.config import limits
-from scalestudy.config.point import Point, PointError, identify, point_id
-from scalestudy.config.study import StudyError
+from scalestudy.config import limits, settings
+from scalestudy.config.point import Point
+from scalestudy.config.parts import SETTING_SECTIONS, Parallel, Profile, Train
+from scalestudy.config.settings import SeriesUse
+from scalestudy.config.checks import PointError
+from scalestudy.config.identity import identify, point_id
+from scalestudy.config.study_yaml import StudyError
 from scalestudy.config.studyspec import Series, Study
 from scalestudy.config.template import TemplateError, command_argv
 from scalestudy.config.vocab import ScalingMode
@@ -28,33 +32,52 @@ from scalestudy.plan import constraints
 from scalestudy.record.io import write_json, write_text
 from scalestudy.record.source import with_source
 
-SWEEPABLE = ("tp", "pp", "cp", "micro_batch", "dp_mode", "pp_schedule", "activation_checkpointing")
+#: The series' shape axes a list sweeps (the swept settings are declared: settings.SeriesUse).
+SHAPE_AXES = ("tp", "pp", "cp", "micro_batch")
+#: A swept value's prefix in an expanded series' name (the settings' own: Setting.label).
+SHAPE_LABELS = {"micro_batch": "mb"}
+#: plan.tsv's columns: the point's shape and batch, its declared settings' columns
+#: (Setting.column), then its verdict.
 PLAN_COLUMNS = [
     "point_id", "config_hash", "series", "mode", "model", "n", "dp", "tp", "pp", "cp", "nodes",
     "procs_per_node", "micro_batch", "grad_accum", "global_batch", "seq_len", "tokens_per_step",
-    "tokens_per_device_step", "dp_mode", "pp_schedule", "virtual_stages", "pp_partition",
-    "activation_checkpointing", "precision", "repeat", "baseline_n", "feasible", "reason",
+    "tokens_per_device_step", *settings.names(Parallel, column=True),
+    *settings.names(Train, column=True), "repeat", "baseline_n", "feasible", "reason",
     "mem_estimate_gb", "workload",
 ]
 
 
+def _axis(series: Series, axis: str):
+    """The value (a tuple: the values swept) of a shape axis or a setting of ``series``."""
+    return getattr(series, axis) if axis in SHAPE_AXES else series.settings.get(axis)
+
+
+def _label(axis: str) -> str:
+    if axis in SHAPE_AXES:
+        return SHAPE_LABELS.get(axis, axis)
+    label = settings.meta(Parallel, axis).label
+    return axis if label is None else label
+
+
 def _swept(series: Series) -> list[str]:
     """The sweepable axes of ``series`` that hold several values (a tuple)."""
-    return [a for a in SWEEPABLE if isinstance(getattr(series, a), tuple)]
+    swept = settings.names(Parallel, series=SeriesUse.SWEEP)
+    return [a for a in SHAPE_AXES + swept if isinstance(_axis(series, a), tuple)]
 
 
 def expand_series(series: Series) -> list[Series]:
     """A series whose sweepable axes hold lists -> one concrete series per combination, named
-    ``<name>-<axis><value>...`` for the list-valued axes only."""
+    ``<name>-<label><value>...`` for the list-valued axes only."""
     axes = _swept(series)
     if not axes:
         return [series]
     out = []
-    short = {"micro_batch": "mb", "activation_checkpointing": "ac", "pp_schedule": "",
-             "dp_mode": ""}
-    for combo in itertools.product(*(getattr(series, a) for a in axes)):
-        name = series.name + "".join(f"-{short.get(a, a)}{v}" for a, v in zip(axes, combo))
-        out.append(replace(series, name=name, **dict(zip(axes, combo))))
+    for combo in itertools.product(*(_axis(series, a) for a in axes)):
+        name = series.name + "".join(f"-{_label(a)}{v}" for a, v in zip(axes, combo))
+        chosen = dict(zip(axes, combo))
+        shape = {a: v for a, v in chosen.items() if a in SHAPE_AXES}
+        own = {**series.settings, **{a: v for a, v in chosen.items() if a not in SHAPE_AXES}}
+        out.append(replace(series, name=name, settings=own, **shape))
     return out
 
 
@@ -63,7 +86,7 @@ def grid_size(study: Study) -> int:
     without expanding anything."""
     runs = 0
     for series in study.series:
-        combos = math.prod(len(getattr(series, a)) for a in _swept(series))
+        combos = math.prod(len(_axis(series, a)) for a in _swept(series))
         runs += combos * len(series.gpus) * study.repeats
     return runs
 
@@ -123,7 +146,9 @@ def series_points(study: Study, series: Series) -> list[Point]:
                         series=series.name, mode=series.mode,
                         flops_convention=study.flops_convention,
                         references=study.references, retries=study.retries,
-                        workload=workload)
+                        workload=workload,
+                        # a command profiles itself (workload.traces): the setting is the trainer's
+                        profile=Profile() if workload.is_command else study.profile)
         if workload.is_command:
             _check_command(p, series.name)
         reason = constraints.violation(p)
@@ -190,11 +215,11 @@ def plan_rows(points: list[Point]) -> list[dict]:
         doc = p.to_json()
         row = {k: doc.get(k) for k in PLAN_COLUMNS}
         row["model"] = p.model.name
-        row.update({k: doc["parallel"][k] for k in ("dp_mode", "pp_schedule", "virtual_stages",
-                                                     "activation_checkpointing")})
+        for section in ("parallel", "train"):
+            row.update({k: doc[section][k] for k in settings.names(SETTING_SECTIONS[section],
+                                                                    column=True)})
         part = p.parallel.pp_partition
         row["pp_partition"] = ",".join(map(str, part)) if isinstance(part, tuple) else part
-        row["precision"] = p.train.precision
         row["workload"] = p.workload.kind
         if row["mem_estimate_gb"] is not None:
             row["mem_estimate_gb"] = round(row["mem_estimate_gb"], 4)

@@ -1,5 +1,5 @@
 """Rank the feasible parallel shapes of a model on N devices by predicted throughput, and
-write the best k as a study the user can run (``scalestudy tune``: ``scalestudy.tune.main``).
+write the best k as a study the user can run (``scalestudy tune``: ``scalestudy.commands.tune``).
 
 The search is exhaustive over (tp, pp, micro-batch, schedule, virtual stages, dp_mode,
 activation checkpointing) under the constraints the trainer has: ``N = dp·tp·pp``, ``tp``
@@ -15,9 +15,10 @@ from __future__ import annotations
 import dataclasses
 
 from scalestudy.config.devices import device_key
-from scalestudy.config.point import Model, Parallel, Platform, Point, Train
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Model, Parallel, Platform, Train
 from scalestudy.config.presets import LLAMA3
-from scalestudy.config.study import dump_study
+from scalestudy.config.study_yaml import dump_study
 from scalestudy.config.vocab import Checkpointing, DPMode, PPSchedule
 from scalestudy.perf import memory, stepmodel
 from scalestudy.perf.hardware import HardwareSpec

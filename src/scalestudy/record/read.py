@@ -4,10 +4,8 @@
 Every reader checks types and physical ranges and returns either a sound record or the reason
 it is not one (one line naming the file and the field); aggregate, status, compare, plot and
 the runner all read through here, so a damaged record becomes an ``invalid`` run with that
-reason, never a traceback and never a number in a table. Reads are bounded: regular files
-only (a FIFO, a device or a folder is refused without being opened for reading: ``os.stat``
-first, then ``O_NONBLOCK`` and ``fstat`` on the open descriptor), at most
-:data:`MAX_BYTES` bytes, text must be UTF-8.
+reason, never a traceback and never a number in a table. Reads are bounded
+(``scalestudy.record.reading``: regular files only, capped, UTF-8).
 
 Ranges (units as in the records): step times, tokens, FLOPs, peaks and rates finite and > 0;
 counts integers (``bool`` is not a number); wall times and memory finite and >= 0; step
@@ -15,8 +13,8 @@ numbers integers, consecutive and unique; the number of steps equal to the point
 ``train.steps``; a run folder's ``point.json`` must be the folder's point (its ``point_id``
 the folder's name, its ``config_hash`` the plan's).
 
-Against the point (``point.json``; :func:`point_facts`, the pure checks
-:func:`step_vs_point`, :func:`summary_vs_point`, :func:`env_vs_point`): every step trained the
+Against the point (``point.json``; the pure checks of ``scalestudy.record.against_point``):
+every step trained the
 point's tokens (global batch x sequence length; a line's optional ``global_batch``,
 ``seq_len`` and its per-rank ``rank_energy_j`` list, one entry per rank, agree); the summary's
 ``tokens_per_step`` and ``steps``; the world size (``env.json``'s ``world_size`` and its list
@@ -31,158 +29,17 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 from dataclasses import dataclass
 
-from scalestudy.config.files import ReadProblem, read_capped
-from scalestudy.record import stragglers
-from scalestudy.record.states import RunState
+from scalestudy.config import settings
+from scalestudy.config.parts import Parallel
+from scalestudy.record import profile_record, stragglers
+from scalestudy.record.against_point import (PointFacts, env_vs_point, point_facts,
+                                             step_vs_point, summary_vs_point)
 from scalestudy.record.loss import NONFINITE_KEY, diverged, nonfinite_loss
-
-#: Size caps (bytes) per record; a larger file is damaged, not read. steps.jsonl: about 256
-#: bytes a line for the schema's 1,000,000 steps.
-MAX_BYTES = {"steps.jsonl": 256 * 2**20, "plan.tsv": 64 * 2**20}
-MAX_JSON_BYTES = 16 * 2**20  # status, summary, point, env, calibration, study
-
-
-class RecordError(ValueError):
-    """A record that cannot be used: one line, the file and what is wrong."""
-
-
-def one_line(e: BaseException | str) -> str:
-    """An error message on one line, without terminal control characters."""
-    return printable(str(e)).replace("\n", " ")
-
-
-_CONTROL = None
-
-
-def printable(text: str) -> str:
-    """``text`` with ANSI escape sequences and other control characters (tab and newline
-    kept) removed: safe to print on a terminal."""
-    global _CONTROL
-    import re
-
-    if _CONTROL is None:
-        _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|"
-                              r"\x1b.?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-    return _CONTROL.sub("", text)
-
-
-def read_bytes(path: str | os.PathLike, max_bytes: int | None = None) -> bytes | None:
-    """The bytes of the regular file ``path``, None when it does not exist. Raises
-    :class:`RecordError` for a FIFO, device, socket or folder (never opened for reading, so
-    a FIFO cannot hang the reader), a file larger than ``max_bytes`` or an OS error."""
-    path = os.fspath(path)  # (strings, not Path: this runs for every record of every run)
-    name = os.path.basename(path)
-    cap = max_bytes or MAX_BYTES.get(name, MAX_JSON_BYTES)
-    try:
-        return read_capped(path, cap)
-    except ReadProblem as e:
-        raise RecordError(f"{name}: " + {
-            "os": f"cannot be read ({e.detail})",
-            "folder": "not a regular file (a FIFO, device or folder): not read",
-            "special": "not a regular file (a FIFO, device or folder): not read",
-            "swapped": "not a regular file: not read",
-            "size": f"{e.detail} bytes, more than the {cap} a sound record holds: not read",
-            "grew": f"more than {cap} bytes: not read"}[e.kind]) from None
-
-
-def read_text(path: str | os.PathLike, max_bytes: int | None = None) -> str | None:
-    """:func:`read_bytes` decoded as UTF-8 (None: no file)."""
-    data = read_bytes(path, max_bytes)
-    if data is None:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise RecordError(f"{os.path.basename(os.fspath(path))}: not UTF-8 text (byte {e.start})") from None
-
-
-def read_tail(path: str | os.PathLike, n_bytes: int = 1 << 20) -> str:
-    """The last ``n_bytes`` of a log (regular files only; "" when missing or unreadable),
-    undecodable bytes replaced."""
-    try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
-            return ""
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return ""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
-        size = os.fstat(fd).st_size
-        os.lseek(fd, max(0, size - n_bytes), os.SEEK_SET)
-        return os.read(fd, n_bytes).decode(errors="replace")
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)  # (one, not one per record)
-
-
-def read_object(path: str | os.PathLike) -> dict | None:
-    """The JSON object in ``path`` (None: no file); :class:`RecordError` when it is not
-    one (empty, cut, not UTF-8, NaN/Infinity literals, another JSON type)."""
-    text = read_text(path)
-    if text is None:
-        return None
-    name = os.path.basename(os.fspath(path))
-    if not text.strip():
-        raise RecordError(f"{name}: empty")
-    try:
-        data = _DECODER.decode(text)
-    except (ValueError, RecursionError) as e:
-        raise RecordError(f"{name}: not JSON ({str(e).splitlines()[0][:80]})") from None
-    if not isinstance(data, dict):
-        raise RecordError(f"{name}: a JSON {type(data).__name__}, not an object")
-    return data
-
-
-# --- value checks ----------------------------------------------------------------------------
-
-
-def is_number(x) -> bool:
-    """A finite int or float (not a bool)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def positive(x) -> bool:
-    """A finite number > 0."""
-    return is_number(x) and x > 0
-
-
-def _check(rec: dict, name: str, field: str, ok, what: str, optional: bool = True) -> None:
-    if field not in rec or (optional and rec[field] is None):
-        if not optional:
-            raise RecordError(f"{name}: no {field}")
-        return
-    if not ok(rec[field]):
-        raise RecordError(f"{name}: {field} {_show(rec[field])} is not {what}")
-
-
-def _show(x) -> str:
-    s = repr(x)
-    return s if len(s) <= 40 else s[:37] + "..."
-
-
-def _nonneg(x) -> bool:
-    return is_number(x) and x >= 0
-
-
-def _str(x) -> bool:
-    return isinstance(x, str)
+from scalestudy.record.reading import (RecordError, check_field, is_int, is_text,
+                                       nonneg, positive, read_object, read_text, show)
+from scalestudy.record.states import RunState
 
 
 # --- steps.jsonl -----------------------------------------------------------------------------
@@ -229,30 +86,30 @@ def _check_lines(text: str, source: str, keep, facts: "PointFacts | None" = None
         if missing:
             return f"{source} line {i}: no {', '.join(missing)}"
         if not is_int(rec["step"]) or rec["step"] < 0:
-            return f"{source} line {i}: step {_show(rec['step'])} is not an integer >= 0"
+            return f"{source} line {i}: step {show(rec['step'])} is not an integer >= 0"
         if not positive(rec["step_time_s"]):
-            return (f"{source} line {i}: step_time_s {_show(rec['step_time_s'])} is "
+            return (f"{source} line {i}: step_time_s {show(rec['step_time_s'])} is "
                              "not a positive number")
         lo, hi = STEP_TIME_RANGE_S
         if not lo < rec["step_time_s"] < hi:
-            return (f"{source} line {i}: step_time_s {_show(rec['step_time_s'])} is "
+            return (f"{source} line {i}: step_time_s {show(rec['step_time_s'])} is "
                              f"outside the physical range ({lo:g} s, {hi:g} s)")
         if not positive(rec["tokens"]):
-            return f"{source} line {i}: tokens {_show(rec['tokens'])} is not a positive number"
+            return f"{source} line {i}: tokens {show(rec['tokens'])} is not a positive number"
         loss = rec["loss"]
         if loss is not None and (not isinstance(loss, (int, float)) or isinstance(loss, bool)):
-            return f"{source} line {i}: loss {_show(loss)} is not a number or null"
+            return f"{source} line {i}: loss {show(loss)} is not a number or null"
         if rec.get(NONFINITE_KEY) not in _NONFINITE:
-            return (f"{source} line {i}: {NONFINITE_KEY} {_show(rec[NONFINITE_KEY])} is not "
+            return (f"{source} line {i}: {NONFINITE_KEY} {show(rec[NONFINITE_KEY])} is not "
                     "nan, inf or -inf")
         mark = nonfinite_loss(rec)
         if mark is not None:
             return diverged(rec["step"], mark)
         if "warmup" in rec and not isinstance(rec["warmup"], bool):
-            return f"{source} line {i}: warmup {_show(rec['warmup'])} is not true/false"
+            return f"{source} line {i}: warmup {show(rec['warmup'])} is not true/false"
         peak = rec.get("peak_memory_bytes")
-        if peak is not None and not _nonneg(peak):
-            return (f"{source} line {i}: peak_memory_bytes {_show(peak)} is not a "
+        if peak is not None and not nonneg(peak):
+            return (f"{source} line {i}: peak_memory_bytes {show(peak)} is not a "
                              "number >= 0")
         if last is not None and rec["step"] != last + 1:
             what = "repeats" if rec["step"] <= last else "skips after"
@@ -323,15 +180,15 @@ def check_status(status: dict, name: str = "status.json") -> dict:
     try:
         RunState(status["state"])
     except (ValueError, TypeError):
-        raise RecordError(f"{name}: unknown state {_show(status['state'])}") from None
-    _check(status, name, "reason", _str, "text")
-    _check(status, name, "exit_code", is_int, "an integer")
-    _check(status, name, "wall_s", _nonneg, "a number of seconds >= 0")
-    _check(status, name, "log_cut_bytes", lambda v: is_int(v) and v >= 0,
+        raise RecordError(f"{name}: unknown state {show(status['state'])}") from None
+    check_field(status, name, "reason", is_text, "text")
+    check_field(status, name, "exit_code", is_int, "an integer")
+    check_field(status, name, "wall_s", nonneg, "a number of seconds >= 0")
+    check_field(status, name, "log_cut_bytes", lambda v: is_int(v) and v >= 0,
            "a count of bytes >= 0")
     for k in ("started", "finished"):
-        _check(status, name, k, _str, "a time stamp")
-    _check(status, name, "evidence", lambda v: isinstance(v, list)
+        check_field(status, name, k, is_text, "a time stamp")
+    check_field(status, name, "evidence", lambda v: isinstance(v, list)
            and all(isinstance(x, str) for x in v), "a list of lines")
     return status
 
@@ -352,44 +209,47 @@ def damaged_status(run_dir: str | os.PathLike) -> str | None:
 
 _SUMMARY_POSITIVE = ("step_time_median_s", "tokens_per_s", "tokens_per_step", "n_params",
                      "peak_flops_per_device")
-_SUMMARY_NONNEG = ("peak_memory_bytes", "train_wall_s")
+_SUMMARY_NONNEG = ("peak_memory_bytes", "peak_memory_reserved_bytes", "train_wall_s")
 _SUMMARY_TEXT = ("point_id", "config_hash", "device_type", "device_name", "hardware", "dtype",
                  "peak_source", "memory_kind", "workload")
 
 
 def check_summary(s: dict, name: str = "summary.json") -> dict:
     for k in _SUMMARY_POSITIVE:
-        _check(s, name, k, positive, "a positive number")
+        check_field(s, name, k, positive, "a positive number")
     for k in _SUMMARY_NONNEG:
-        _check(s, name, k, _nonneg, "a number >= 0")
+        check_field(s, name, k, nonneg, "a number >= 0")
     for k in _SUMMARY_TEXT:
-        _check(s, name, k, _str, "text")
+        check_field(s, name, k, is_text, "text")
     for k in ("steps", "warmup_steps", "repeat"):
-        _check(s, name, k, lambda v: is_int(v) and v >= 0, "an integer >= 0")
+        check_field(s, name, k, lambda v: is_int(v) and v >= 0, "an integer >= 0")
     for k in ("loss_first", "loss_last", "loss_noise_floor"):
-        _check(s, name, k, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        check_field(s, name, k, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
                "a number")
     for k in ("model_flops_per_step", "hardware_flops_per_step"):
         table = s.get(k)
         if table is None:
             continue
         if not isinstance(table, dict):
-            raise RecordError(f"{name}: {k} {_show(table)} is not a table of FLOPs per convention")
+            raise RecordError(f"{name}: {k} {show(table)} is not a table of FLOPs per convention")
         for conv, v in table.items():
             if v is not None and not positive(v):
-                raise RecordError(f"{name}: {k}.{conv} {_show(v)} is not a positive number of FLOPs")
-    _check(s, name, NONFINITE_KEY, lambda v: v in _NONFINITE, "nan, inf or -inf")
-    _check(s, name, f"{NONFINITE_KEY}_step", lambda v: is_int(v) and v >= 0, "an integer >= 0")
-    _check(s, name, "world_size", lambda v: is_int(v) and v > 0, "an integer > 0")
-    _check(s, name, "layout", _layout, "a table of whole numbers (dp, tp, pp, cp)")
-    _check(s, name, "energy", lambda v: isinstance(v, dict), "an object")
+                raise RecordError(f"{name}: {k}.{conv} {show(v)} is not a positive number of FLOPs")
+    check_field(s, name, NONFINITE_KEY, lambda v: v in _NONFINITE, "nan, inf or -inf")
+    check_field(s, name, f"{NONFINITE_KEY}_step", lambda v: is_int(v) and v >= 0, "an integer >= 0")
+    check_field(s, name, "world_size", lambda v: is_int(v) and v > 0, "an integer > 0")
+    check_field(s, name, "layout", _layout, "a table of whole numbers (dp, tp, pp, cp)")
+    check_field(s, name, "energy", lambda v: isinstance(v, dict), "an object")
     e = s.get("energy") or {}
     for k in ("joules_per_token", "avg_power_w"):
         if e.get(k) is not None and not positive(e[k]):
-            raise RecordError(f"{name}: energy.{k} {_show(e[k])} is not a positive number")
+            raise RecordError(f"{name}: energy.{k} {show(e[k])} is not a positive number")
     why = stragglers.record_problem(s.get(stragglers.SUMMARY_KEY))
     if why:
         raise RecordError(f"{name}: {stragglers.SUMMARY_KEY}.{why}")
+    why = profile_record.profile_problem(s.get(profile_record.PROFILE_KEY))
+    if why:
+        raise RecordError(f"{name}: {profile_record.PROFILE_KEY} {why}")
     return s
 
 
@@ -424,7 +284,7 @@ def _read_checked(folder, name: str, check, point_id: str | None = None,
 
 def _same_point(rec: dict, name: str, point_id: str | None, config_hash: str | None) -> None:
     if point_id and rec.get("point_id") not in (None, point_id):
-        raise RecordError(f"{name}: point_id {_show(rec.get('point_id'))} is not this run "
+        raise RecordError(f"{name}: point_id {show(rec.get('point_id'))} is not this run "
                           f"folder's point ({point_id}): a foreign record")
     if config_hash and rec.get("config_hash") not in (None, config_hash):
         raise RecordError(f"{name}: config_hash {str(rec.get('config_hash'))[:12]!r} is not "
@@ -439,25 +299,25 @@ def check_point(p: dict, name: str = "point.json") -> dict:
     ``scalestudy.config.point.Point.from_json`` where it is rebuilt)."""
     for k, kind in (("model", dict), ("train", dict), ("platform", dict), ("parallel", dict)):
         if k in p and not isinstance(p[k], kind):
-            raise RecordError(f"{name}: {k} {_show(p[k])} is not an object")
+            raise RecordError(f"{name}: {k} {show(p[k])} is not an object")
     for k in ("n", "tp", "pp", "cp"):
-        _check(p, name, k, lambda v: is_int(v) and v > 0, "an integer > 0")
+        check_field(p, name, k, lambda v: is_int(v) and v > 0, "an integer > 0")
     for k in ("dp", "global_batch"):  # (fractions in an infeasible point)
-        _check(p, name, k, positive, "a positive number")
+        check_field(p, name, k, positive, "a positive number")
     train = p.get("train") or {}
-    _check(train, name, "steps", lambda v: is_int(v) and v > 0, "an integer > 0")
-    _check(train, name, "warmup_steps", lambda v: is_int(v) and v >= 0, "an integer >= 0")
+    check_field(train, name, "steps", lambda v: is_int(v) and v > 0, "an integer > 0")
+    check_field(train, name, "warmup_steps", lambda v: is_int(v) and v >= 0, "an integer >= 0")
     plat = p.get("platform") or {}
     for k in ("hardware", "device"):
-        _check(plat, name, k, _str, "text")
-    _check(p, name, "flops_convention", _str, "text")
+        check_field(plat, name, k, is_text, "text")
+    check_field(p, name, "flops_convention", is_text, "text")
     for k in ("point_id", "config_hash", "study", "series"):
-        _check(p, name, k, _str, "text")
+        check_field(p, name, k, is_text, "text")
     model = p.get("model") or {}
     for k, v in model.items():
         if isinstance(v, (dict, list)):
-            raise RecordError(f"{name}: model.{k} {_show(v)} is not a value")
-    _check(model, name, "seq_len", lambda v: is_int(v) and v > 0, "an integer > 0")
+            raise RecordError(f"{name}: model.{k} {show(v)} is not a value")
+    check_field(model, name, "seq_len", lambda v: is_int(v) and v > 0, "an integer > 0")
     return p
 
 
@@ -466,128 +326,6 @@ def read_point(run_dir: str | os.PathLike, point_id: str | None = None,
     """``(point.json object, None)``, ``(None, None)`` when absent, ``(None, reason)`` when
     damaged or foreign (another point id or config hash than the plan's)."""
     return _read_checked(run_dir, "point.json", check_point, point_id, config_hash)
-
-
-# --- a run's records against its point -------------------------------------------------------
-
-#: The layout sizes a record may state (``env.json``'s or ``summary.json``'s ``layout``).
-LAYOUT_KEYS = ("dp", "tp", "pp", "cp")
-
-
-@dataclass(frozen=True)
-class PointFacts:
-    """What a run's records must show, from its ``point.json`` (None: not known). Units:
-    ``global_batch`` sequences, ``seq_len`` tokens, ``n`` ranks (the world size)."""
-
-    steps: int | None = None
-    global_batch: int | float | None = None
-    seq_len: int | None = None
-    n: int | None = None
-    layout: tuple[tuple[str, int | float], ...] = ()
-
-    @property
-    def tokens_per_step(self) -> float | None:
-        """Tokens of one optimizer step, all ranks together: global batch x seq len."""
-        if self.global_batch is None or self.seq_len is None:
-            return None
-        return self.global_batch * self.seq_len
-
-
-def point_facts(point: dict | None) -> PointFacts | None:
-    """The :class:`PointFacts` of a ``point.json`` object checked by :func:`check_point`
-    (None: no point); a field of another type is left unknown."""
-    if not point:
-        return None
-    model = point.get("model") if isinstance(point.get("model"), dict) else {}
-    train = point.get("train") if isinstance(point.get("train"), dict) else {}
-
-    def count(v):
-        return v if positive(v) else None
-    seq = model.get("seq_len", point.get("seq_len"))
-    sizes = {k: point.get(k, 1 if k == "cp" else None) for k in LAYOUT_KEYS}  # (cp 1: absent)
-    return PointFacts(
-        steps=train.get("steps") if is_int(train.get("steps")) else None,
-        global_batch=count(point.get("global_batch")),
-        seq_len=seq if is_int(seq) and seq > 0 else None, n=count(point.get("n")),
-        layout=tuple((k, v) for k, v in sizes.items() if positive(v)))
-
-
-def _differs(have, want) -> bool:
-    """A stated count that is not the point's (to a relative 1e-9: JSON floats)."""
-    return not is_number(have) or abs(have - want) > 1e-9 * abs(want)
-
-
-def _batch_words(facts: PointFacts) -> str:
-    return f"global_batch {_fmt(facts.global_batch)} x seq_len {facts.seq_len}"
-
-
-def _fmt(x) -> str:
-    return str(int(x)) if is_number(x) and float(x).is_integer() else _show(x)
-
-
-def step_vs_point(rec: dict, facts: PointFacts, source: str = "steps.jsonl") -> str | None:
-    """Why one ``steps.jsonl`` line is not a step of the point (None: it is one): its
-    ``tokens`` are not global batch x seq len; its optional ``global_batch`` / ``seq_len``
-    are not the point's; its per-rank ``rank_energy_j`` lists another number of ranks than
-    the point's ``n``."""
-    step, want = rec.get("step"), facts.tokens_per_step
-    if want is not None and _differs(rec.get("tokens"), want):
-        return (f"{source}: step {step} trained {_fmt(rec.get('tokens'))} tokens, the point "
-                f"trains {_fmt(want)} per step ({_batch_words(facts)})")
-    for key in ("global_batch", "seq_len"):
-        want = getattr(facts, key)
-        if key in rec and want is not None and _differs(rec[key], want):
-            return (f"{source}: step {step} states {key} {_show(rec[key])}, the point's is "
-                    f"{_fmt(want)}")
-    ranks = rec.get("rank_energy_j")
-    if facts.n is not None and isinstance(ranks, list) and len(ranks) != facts.n:
-        return (f"{source}: step {step} has rank_energy_j of {len(ranks)} rank(s), the point "
-                f"runs on n={_fmt(facts.n)}")
-    return None
-
-
-def _layout_vs_point(rec: dict, facts: PointFacts, name: str) -> str | None:
-    stated = rec.get("layout")
-    if not isinstance(stated, dict):
-        return None
-    for key, want in facts.layout:
-        if key in stated and _differs(stated[key], want):
-            return (f"{name}: layout {key}={_show(stated[key])}, the point's is {key}="
-                    f"{_fmt(want)} ({' '.join(f'{k}={_fmt(v)}' for k, v in facts.layout)})")
-    return None
-
-
-def summary_vs_point(s: dict, facts: PointFacts, name: str = "summary.json") -> str | None:
-    """Why a sound ``summary.json`` is not a good run of the point (None: it is): a loss that
-    was not finite (``loss_nonfinite``: the run diverged), ``tokens_per_step`` not global
-    batch x seq len, ``steps`` not ``train.steps``, a stated world size (``world_size``) or
-    ``layout`` not the point's."""
-    if s.get(NONFINITE_KEY) is not None:
-        return diverged(s.get(f"{NONFINITE_KEY}_step"), s[NONFINITE_KEY])
-    want = facts.tokens_per_step
-    if want is not None and "tokens_per_step" in s and _differs(s["tokens_per_step"], want):
-        return (f"{name}: tokens_per_step {_fmt(s['tokens_per_step'])}, the point trains "
-                f"{_fmt(want)} ({_batch_words(facts)})")
-    if facts.steps is not None and s.get("steps") is not None and s["steps"] != facts.steps:
-        return f"{name}: {s['steps']} steps, the point trains {facts.steps} (train.steps)"
-    if facts.n is not None and s.get("world_size") is not None and \
-            _differs(s["world_size"], facts.n):
-        return (f"{name}: world_size {_show(s['world_size'])}, the point runs on "
-                f"n={_fmt(facts.n)}")
-    return _layout_vs_point(s, facts, name)
-
-
-def env_vs_point(e: dict, facts: PointFacts, name: str = "env.json") -> str | None:
-    """Why a sound ``env.json`` is not the point's run (None: it is): its ``world_size``, its
-    number of ``ranks`` or its ``layout`` is not the point's."""
-    if facts.n is not None:
-        if e.get("world_size") is not None and _differs(e["world_size"], facts.n):
-            return (f"{name}: world_size {_show(e['world_size'])}, the point runs on "
-                    f"n={_fmt(facts.n)} ranks")
-        ranks = e.get("ranks")
-        if isinstance(ranks, list) and len(ranks) != facts.n:
-            return f"{name}: {len(ranks)} ranks recorded, the point runs on n={_fmt(facts.n)}"
-    return _layout_vs_point(e, facts, name)
 
 
 def run_problem(run_dir: str | os.PathLike, point: dict) -> str | None:
@@ -607,17 +345,17 @@ def run_problem(run_dir: str | os.PathLike, point: dict) -> str | None:
 
 
 def check_env(e: dict, name: str = "env.json") -> dict:
-    _check(e, name, "hosts", lambda v: isinstance(v, list) and all(isinstance(h, str) for h in v),
+    check_field(e, name, "hosts", lambda v: isinstance(v, list) and all(isinstance(h, str) for h in v),
            "a list of host names")
     for k in ("device_name", "torch", "cuda", "rocm", "nccl", "git_commit", "python",
               "platform", "config_hash", "device_type", "backend"):
-        _check(e, name, k, _str, "text")
-    _check(e, name, "slurm", lambda v: isinstance(v, dict) and all(isinstance(x, str)
+        check_field(e, name, k, is_text, "text")
+    check_field(e, name, "slurm", lambda v: isinstance(v, dict) and all(isinstance(x, str)
                                                                      for x in v.values()),
            "a table of text")
-    _check(e, name, "world_size", lambda v: is_int(v) and v > 0, "an integer > 0")
-    _check(e, name, "ranks", lambda v: isinstance(v, list), "a list of ranks")
-    _check(e, name, "layout", _layout, "a table of whole numbers (dp, tp, pp, cp)")
+    check_field(e, name, "world_size", lambda v: is_int(v) and v > 0, "an integer > 0")
+    check_field(e, name, "ranks", lambda v: isinstance(v, list), "a list of ranks")
+    check_field(e, name, "layout", _layout, "a table of whole numbers (dp, tp, pp, cp)")
     return e
 
 
@@ -646,9 +384,9 @@ def read_calibration(study_dir: str | os.PathLike) -> tuple[dict | None, str | N
         if c is None:
             return None, None
         name = "calibration.json"
-        _check(c, name, "flops_per_s", positive, "a positive number of FLOP/s", optional=False)
+        check_field(c, name, "flops_per_s", positive, "a positive number of FLOP/s", optional=False)
         for k in ("dtype", "device_type", "device_name"):
-            _check(c, name, k, _str, "text")
+            check_field(c, name, k, is_text, "text")
         return c, None
     except RecordError as e:
         return None, str(e)
@@ -662,22 +400,22 @@ def read_study(study_dir: str | os.PathLike) -> dict | None:
         return None
     name = "study.json"
     for k in ("name", "flops_convention", "description"):
-        _check(s, name, k, _str, "text")
+        check_field(s, name, k, is_text, "text")
     for k, kind, what in (("series", list, "a list"), ("train", dict, "an object"),
                           ("platform", dict, "an object"), ("report", dict, "an object"),
                           ("references", list, "a list")):
-        _check(s, name, k, lambda v, kind=kind: isinstance(v, kind), what)
+        check_field(s, name, k, lambda v, kind=kind: isinstance(v, kind), what)
     for i, ser in enumerate(s.get("series") or []):
         if not isinstance(ser, dict) or not isinstance(ser.get("name"), str):
             raise RecordError(f"{name}: series[{i}] is not a series with a name")
-        _check(ser, name, "baseline", lambda v: is_int(v) and v > 0, "an integer > 0")
+        check_field(ser, name, "baseline", lambda v: is_int(v) and v > 0, "an integer > 0")
     if not all(isinstance(r, str) for r in s.get("references") or []):
         raise RecordError(f"{name}: references must be names")
     train = s.get("train") or {}
-    _check(train, name, "steps", lambda v: is_int(v) and v > 0, "an integer > 0")
+    check_field(train, name, "steps", lambda v: is_int(v) and v > 0, "an integer > 0")
     plat = s.get("platform") or {}
-    _check(plat, name, "timeout_s", positive, "a positive number of seconds")
-    _check(plat, name, "device", _str, "text")
+    check_field(plat, name, "timeout_s", positive, "a positive number of seconds")
+    check_field(plat, name, "device", is_text, "text")
     return s
 
 
@@ -686,7 +424,9 @@ def read_study(study_dir: str | os.PathLike) -> dict | None:
 #: Columns a plan must have, and the integer ones among them.
 PLAN_REQUIRED = ("point_id", "series", "mode", "n", "feasible")
 PLAN_INTS = ("n", "dp", "tp", "pp", "nodes", "procs_per_node", "micro_batch", "grad_accum",
-             "global_batch", "seq_len", "repeat", "baseline_n", "virtual_stages")
+             "global_batch", "seq_len", "repeat", "baseline_n",
+             *(k for k in settings.names(Parallel, column=True)
+               if settings.value_type(Parallel, k) is int))
 PLAN_POSITIVE = ("tokens_per_step", "tokens_per_device_step")
 
 
@@ -729,9 +469,9 @@ def read_plan(study_dir: str | os.PathLike) -> list[dict] | None:
             raise RecordError(f"plan.tsv line {i}: feasible {row['feasible']!r} is not True/False; {fix}")
         for c in PLAN_INTS if feasible(row) else ():  # (a skipped point keeps its fractions)
             v = row.get(c, "")
-            if v != "" and not _whole(v):
+            if v != "" and not _whole_count_text(v):
                 raise RecordError(f"plan.tsv line {i}: {c} {v!r} is not a whole number; {fix}")
-        if not _whole(row["n"]) or float(row["n"]) < 1:
+        if not _whole_count_text(row["n"]) or float(row["n"]) < 1:
             raise RecordError(f"plan.tsv line {i}: n {row['n']!r} is not a count >= 1; {fix}")
         for c in PLAN_POSITIVE:
             v = row.get(c, "")
@@ -741,7 +481,7 @@ def read_plan(study_dir: str | os.PathLike) -> list[dict] | None:
     return rows
 
 
-def _whole(v: str) -> bool:
+def _whole_count_text(v: str) -> bool:
     try:
         x = float(v)
     except ValueError:

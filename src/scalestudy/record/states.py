@@ -27,5 +27,7 @@ FAILED = (RunState.OOM, RunState.TIMEOUT, RunState.CRASHED)
 #: States the runner retries (an out-of-memory error is deterministic).
 RETRIED = (RunState.CRASHED, RunState.TIMEOUT)
 
-#: The files of one run folder; the runner writes status.json last.
-RECORD_FILES = ("steps.jsonl", "summary.json", "env.json", "status.json", "stdout.log")
+#: The files of one run folder; the runner writes status.json last (and, for a profiled run,
+#: breakdown.json from its traces/ just before).
+RECORD_FILES = ("steps.jsonl", "summary.json", "env.json", "status.json", "stdout.log",
+                "breakdown.json")

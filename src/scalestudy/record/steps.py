@@ -32,6 +32,7 @@ import json
 import os
 from pathlib import Path
 
+from scalestudy.numbers import whole
 from scalestudy.record.io import write_text
 from scalestudy.record.loss import loss_fields, nonfinite_loss
 
@@ -60,16 +61,12 @@ def step_record(step: int, step_time_s: float, loss: float | None, tokens: int |
     """One line of ``steps.jsonl`` (see the module doc for the keys; a NaN or infinite
     loss: ``record.loss.loss_fields``)."""
     rec = {"step": int(step), "step_time_s": float(step_time_s), **loss_fields(loss),
-           "tokens": _int(tokens)}
+           "tokens": whole(tokens)}
     if warmup is not None:
         rec["warmup"] = bool(warmup)
     if peak_memory_bytes is not None:
         rec["peak_memory_bytes"] = int(peak_memory_bytes)
     return rec
-
-
-def _int(x):
-    return int(x) if float(x).is_integer() else float(x)
 
 
 def steps_text(records: list[dict]) -> str:

@@ -35,7 +35,8 @@ from __future__ import annotations
 import math
 from statistics import median
 
-from scalestudy.config.point import STRAGGLER_RATIO
+from scalestudy.record.reading import is_int, is_number
+from scalestudy.config.parts import STRAGGLER_RATIO
 
 #: The key of ``summary.json`` that holds a run's record (absent: one rank, or no per-rank
 #: times, e.g. a command workload).
@@ -75,11 +76,11 @@ def record_problem(rec) -> str | None:
     if not isinstance(rec, dict):
         return "is not an object"
     checks = {
-        "rank_spread": (lambda v: _number(v) and v >= 1, "a number >= 1"),
-        "straggler_rank": (lambda v: _int(v) and v >= 0, "an integer >= 0"),
-        "straggler_share": (lambda v: _number(v) and 0 < v <= 1, "a fraction in (0, 1]"),
+        "rank_spread": (lambda v: is_number(v) and v >= 1, "a number >= 1"),
+        "straggler_rank": (lambda v: is_int(v) and v >= 0, "an integer >= 0"),
+        "straggler_share": (lambda v: is_number(v) and 0 < v <= 1, "a fraction in (0, 1]"),
         "straggler_host": (lambda v: isinstance(v, str), "text"),
-        "steps": (lambda v: _int(v) and v > 0, "an integer > 0"),
+        "steps": (lambda v: is_int(v) and v > 0, "an integer > 0"),
     }
     for key, (ok, what) in checks.items():
         if key not in rec:
@@ -89,19 +90,11 @@ def record_problem(rec) -> str | None:
     return None
 
 
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def threshold(point: dict | None) -> float:
     """The point's ``platform.straggler_ratio`` (``point.json``; the default when the point
     predates the setting)."""
     value = ((point or {}).get("platform") or {}).get("straggler_ratio")
-    return float(value) if _number(value) else STRAGGLER_RATIO
+    return float(value) if is_number(value) else STRAGGLER_RATIO
 
 
 #: The least share of steady steps in which one rank held the others up, for a flag.

@@ -15,7 +15,9 @@ import os
 from enum import StrEnum
 from pathlib import Path
 
-from scalestudy.record.read import RecordError
+from scalestudy.config import settings
+from scalestudy.config.parts import Parallel
+from scalestudy.record.reading import RecordError
 from scalestudy.record.states import FAILED, RunState
 
 
@@ -48,12 +50,13 @@ FAILED_TRIALS = tuple(TrialState(s.value) for s in FAILED) + (TrialState.INVALID
 #: The columns of trials.csv, in order (units in the names; ``reused``: the point's record
 #: existed before the search asked for it, so nothing ran).
 TRIAL_COLUMNS = (
-    "trial", "layout", "tp", "pp", "cp", "dp", "micro_batch", "pp_schedule", "virtual_stages",
-    "dp_mode", "activation_checkpointing", "steps", "fidelity", "state", "reason",
+    "trial", "layout", "tp", "pp", "cp", "dp", "micro_batch", *settings.tuned(Parallel),
+    "steps", "fidelity", "state", "reason",
     "predicted_tokens_per_s_per_device", "measured_tokens_per_s_per_device", "peak_memory_gb",
     "wall_s", "device_hours", "warm_start", "reused", "point_id")
 
-_COUNTS = ("tp", "pp", "cp", "micro_batch", "virtual_stages")
+_COUNTS = ("tp", "pp", "cp", "micro_batch",
+           *(k for k in settings.tuned(Parallel) if settings.value_type(Parallel, k) is int))
 #: Counts that may be empty: a refused layout whose shape does not divide N has no dp, an
 #: evaluation that ran nothing no steps.
 _OPTIONAL_COUNTS = ("dp", "steps")

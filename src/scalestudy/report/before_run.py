@@ -13,11 +13,13 @@ from pathlib import Path
 import pandas as pd
 
 from scalestudy.analysis.aggregate import collect
+from scalestudy.analysis.breakdown import run_terms
 from scalestudy.config.point import Point
 from scalestudy.config.studyspec import Study
 from scalestudy.perf import anchor
 from scalestudy.perf.hardware import HardwareSpec
 from scalestudy.perf.rates import Measured
+from scalestudy.perf.stepmodel import predict_step_time
 from scalestudy.record.io import read_record, write_csv
 from scalestudy.report import style as fstyle
 
@@ -36,12 +38,45 @@ def points_by_hash(points: list[Point]) -> dict:
 BEFORE_RUN_COLUMNS = ["series", "n", "config_hash", "step_time_s", "software_rate",
                       "calibrated_on", "anchored", "predicted_before_run_s",
                       "predicted_efficiency_before_run", "predicted_efficiency_before_run_low",
-                      "predicted_efficiency_before_run_high", "predicted_at"]
+                      "predicted_efficiency_before_run_high", "predicted_at",
+                      "predicted_before_run_terms_s", "predicted_efficiency_before_run_terms",
+                      "term_factors"]
+
+
+def _term_anchors(anchors: list[tuple[Point, float]], runs, study_dir: Path, hw: HardwareSpec,
+                  measured: Measured | None) -> list[tuple[dict, dict]]:
+    """``(model terms, measured terms)`` of each anchor whose run has a traced breakdown (its
+    first ok run's, set against that run's timed step: ``analysis.breakdown.run_terms``)."""
+    ok = runs[runs["status"] == "ok"]
+    out = []
+    for point, _ in anchors:
+        mine = ok[ok["config_hash"] == point.config_hash]
+        for pid, t in zip(mine["point_id"], mine["step_time_median_s"]):
+            rec, _ = run_terms(study_dir / "runs" / str(pid), t)
+            if rec is not None:
+                out.append((predict_step_time(point, hw, measured).terms(), rec["terms"]))
+                break
+    return out
+
+
+def _on_terms(series_points: list[Point], pairs: list[tuple[dict, dict]], hw: HardwareSpec,
+              measured: Measured | None) -> tuple[list[float], list[float], str]:
+    """The series' steps (s) and efficiencies anchored on the measured terms
+    (``perf.anchor.term_factors``), and the factors as text; NaNs without a traced anchor."""
+    nan = [float("nan")] * len(series_points)
+    if not pairs:
+        return nan, nan, ""
+    factors, carried = anchor.term_factors(pairs), anchor.carried_share(pairs)
+    steps = [anchor.step_on_terms(predict_step_time(p, hw, measured).terms(), factors, carried)
+             for p in series_points]
+    x = [anchor.per_device_rate(p, t) for p, t in zip(series_points, steps)]
+    text = ", ".join(f"{g} {f:.2f}" for g, f in factors.items() if f != 1.0)
+    return steps, [xi / x[0] for xi in x], text
 
 
 def before_run_calibration(pred, runs, max_n: int, predicted_at: str = "", *,
                            points: list[Point], hw: HardwareSpec,
-                           measured: Measured | None = None):
+                           measured: Measured | None = None, study_dir: Path | None = None):
     """The model anchored on the measured points with ``n <= max_n`` and its prediction for
     the others, made before they run (``perf.anchor``). Per series, the anchors are its
     measured points with ``n <= max_n``, each with the median over its config's ok runs of
@@ -63,8 +98,13 @@ def before_run_calibration(pred, runs, max_n: int, predicted_at: str = "", *,
     rate), ``software_rate`` (the anchored rate), ``calibrated_on`` (the anchors),
     ``predicted_before_run_s`` (the anchored step), ``predicted_efficiency_before_run`` with
     ``_low``/``_high`` (X(N)/X(N₀) against the series' smallest N, the band over
-    ``hw.scenarios()``), ``predicted_at`` (UTC, ISO 8601). Raises ``ValueError`` when no
-    point with ``n <= max_n`` has been measured."""
+    ``hw.scenarios()``), ``predicted_at`` (UTC, ISO 8601). With ``study_dir`` and anchors
+    that were profiled, the same curve anchored on their measured terms instead of one rate
+    (``perf.anchor.term_factors``: the compute rate, each kind of exposed communication, the
+    bubble, the optimizer and the waits each scaled to the anchors' traces):
+    ``predicted_before_run_terms_s``, ``predicted_efficiency_before_run_terms`` and the
+    ``term_factors``. Raises ``ValueError`` when no point with ``n <= max_n`` has been
+    measured."""
     ok = runs[runs["status"] == "ok"]
     meas = ok.groupby("config_hash")["step_time_median_s"].median()
     meas = meas[meas > 0]
@@ -88,9 +128,12 @@ def before_run_calibration(pred, runs, max_n: int, predicted_at: str = "", *,
         else:
             anchors = anchors_of(mine)
             on = f"{series} N=" + ",".join(str(int(n)) for n in sorted(mine["n"]))
-        curve = anchor.predict_series([by_hash[h] for h in g["config_hash"]], anchors, hw,
-                                      measured)
-        for r, sp in zip(g.itertuples(), curve):
+        members = [by_hash[h] for h in g["config_hash"]]
+        curve = anchor.predict_series(members, anchors, hw, measured)
+        pairs = (_term_anchors(anchors, runs, study_dir, hw, measured)
+                 if study_dir is not None else [])
+        t_steps, t_eff, factors = _on_terms(members, pairs, hw, measured)
+        for r, sp, ts, te in zip(g.itertuples(), curve, t_steps, t_eff):
             if r.n <= max_n and not sp.anchored:
                 continue  # not measured, not predicted: it was to run before the prediction
             rows.append({"series": series, "n": int(r.n), "config_hash": r.config_hash,
@@ -100,7 +143,8 @@ def before_run_calibration(pred, runs, max_n: int, predicted_at: str = "", *,
                          "predicted_efficiency_before_run": sp.efficiency,
                          "predicted_efficiency_before_run_low": sp.efficiency_low,
                          "predicted_efficiency_before_run_high": sp.efficiency_high,
-                         "predicted_at": predicted_at})
+                         "predicted_at": predicted_at, "predicted_before_run_terms_s": ts,
+                         "predicted_efficiency_before_run_terms": te, "term_factors": factors})
     return pd.DataFrame(rows, columns=BEFORE_RUN_COLUMNS)
 
 
@@ -108,8 +152,9 @@ def before_run_figure(df, path: Path) -> Path | None:
     """Scaling efficiency E(N) = X(N)/X(N₀) per series (``versus_measured`` frame with a
     ``predicted_before_run.csv`` joined): the measured curve (filled markers, solid line),
     the curve predicted before the run (dashed, open markers, its band over the model's
-    scenarios shaded) and its anchors (ringed on the measured curve: the points the rate was
-    solved on).
+    scenarios shaded), where the anchors were profiled the curve anchored on their measured
+    terms (dotted, crosses), and its anchors (ringed on the measured curve: the points the
+    rate was solved on).
     None (nothing written) without a prediction made before the run."""
     col = "predicted_efficiency_before_run"
     if col not in df or not df[col].notna().any():
@@ -134,6 +179,11 @@ def before_run_figure(df, path: Path) -> Path | None:
             ax.plot(p["n"], p[col], color=st["color"], marker=st["marker"], linestyle="--",
                     markerfacecolor="none", markersize=9,
                     label=f"{series}: predicted before run (rate {rate:.2f})")
+            terms = f"{col}_terms"
+            if terms in p and p[terms].notna().any():
+                q = p[p[terms].notna()]
+                ax.plot(q["n"], q[terms], color=st["color"], linestyle=":", marker="x",
+                        label=f"{series}: predicted before run, on the anchors' measured terms")
             a = p[p["anchored"].astype("boolean").fillna(False).astype(bool)] \
                 if "anchored" in p else p.iloc[:0]
             if not a.empty:  # ringed where they were measured
@@ -192,7 +242,7 @@ def write_before_run(study: Study, pred, study_dir: Path, path: Path, *,
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
     try:
         before = before_run_calibration(pred, runs, max_n, now, points=points, hw=hw,
-                                        measured=measured)
+                                        measured=measured, study_dir=study_dir)
     except ValueError as e:
         print(f"scalestudy predict: {e}", file=sys.stderr)
         return 2
@@ -204,6 +254,9 @@ def write_before_run(study: Study, pred, study_dir: Path, path: Path, *,
         what = "anchor (measured)" if r.anchored else "predicted before run"
         print(f"{r.series} N={r.n}: {what} {r.predicted_before_run_s * 1e3:.1f} ms, {eff} "
               f"(model {r.step_time_s * 1e3:.1f} ms at the preset's rate; anchored rate "
-              f"{r.software_rate:.2f} on {r.calibrated_on})")
+              f"{r.software_rate:.2f} on {r.calibrated_on})"
+              + (f"; on the anchors' measured terms {r.predicted_before_run_terms_s * 1e3:.1f} "
+                 f"ms, efficiency {r.predicted_efficiency_before_run_terms:.1%} ({r.term_factors})"
+                 if r.term_factors else ""))
     print(f"-> {path}")
     return 0

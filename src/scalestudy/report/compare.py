@@ -29,7 +29,6 @@ times the ratio of FLOPs per token over the peaks (constants).
 
 from __future__ import annotations
 
-import sys
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from scalestudy.analysis import stats
-from scalestudy.record.read import RecordError, one_line, read_env, read_point
+from scalestudy.record.read import read_env, read_point
 from scalestudy.report.summary import md_text
 
 #: Fields of the model that define it (``point.json``'s ``model``).
@@ -78,7 +77,7 @@ def _mode_value(values) -> str:
     return common[0][0] if len(common) == 1 else "/".join(sorted(set(vals)))
 
 
-def load(path: Path, index: int) -> StudyResults:
+def load_results(path: Path, index: int) -> StudyResults:
     """Aggregate a study folder afresh and read what the comparison needs."""
     from scalestudy.analysis import aggregate
 
@@ -404,7 +403,7 @@ def compare(paths: list[Path], out: Path, style: str = "default") -> tuple[pd.Da
 
     if len(paths) < 2:
         raise CompareError("give at least two study results folders")
-    studies = [load(p, i) for i, p in enumerate(paths)]
+    studies = [load_results(p, i) for i, p in enumerate(paths)]
     differing = label(studies)
     shared = check_definitions(studies)
     table = ratios(studies, shared)
@@ -418,35 +417,3 @@ def compare(paths: list[Path], out: Path, style: str = "default") -> tuple[pd.Da
     write_text(out / "compare.md", md)
     figures(studies, out, style)
     return table, md
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    from scalestudy.config.vocab import FigureStyle
-
-    ap = argparse.ArgumentParser(
-        prog="scalestudy compare", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="The same series of several studies on one set of axes, with per-point ratios\n"
-                    "and their 95% confidence intervals (compare.csv, compare.md, figures). The\n"
-                    "first study is the baseline; series whose definitions differ are refused.",
-        epilog="example:\n"
-               "  scalestudy compare results-a/default results-b/default --out cmp")
-    ap.add_argument("studies", nargs="+", type=Path,
-                    help="results folders of the studies (results/<study>); the first is the baseline")
-    ap.add_argument("--out", type=Path, required=True, help="folder for compare.csv/.md and figures")
-    ap.add_argument("--style", choices=[str(s) for s in FigureStyle], default="default",
-                    help="figure width and fonts (default: screen size)")
-    a = ap.parse_args(argv)
-    try:
-        _, md = compare(a.studies, a.out, a.style)
-    except (CompareError, FileNotFoundError, RecordError) as e:
-        print(f"scalestudy: error: {one_line(e)}", file=sys.stderr)
-        return 2
-    print(md, end="")
-    print(f"-> {a.out}/")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

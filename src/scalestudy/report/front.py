@@ -1,10 +1,11 @@
 """The report's front page: the answer first.
 
-    python -m scalestudy.report.front RESULTS/STUDY       (writes RESULTS/STUDY/report/front.html)
+    python -m scalestudy.commands.front RESULTS/STUDY       (writes RESULTS/STUDY/report/front.html)
 
 An HTML fragment (pure ASCII, self-contained: the figures are embedded as data URIs) with, in
 this order: per series the answer in one line (efficiency with its 95% CI and throughput per
-device at the largest N that ran, and what happened beyond it), the efficiency figures, the
+device at the largest N that ran, and what happened beyond it), where the efficiency went (a
+sentence per profiled series: ``report.breakdown``), the efficiency figures, the
 headline table of ``summary.md`` and the points that did not run with their reasons.
 
 ``snakemake --report`` shows it twice: as the workflow description (``workflow/report/
@@ -17,13 +18,13 @@ from __future__ import annotations
 
 import base64
 import html
-import sys
 from pathlib import Path
 
 import pandas as pd
 
 from scalestudy.record.io import write_text
 from scalestudy.report import summary
+from scalestudy.report.breakdown import loss_sentences
 
 FRONT = Path("report") / "front.html"
 #: Figures on the front page (the rest are one click away, under "2. Figures").
@@ -98,6 +99,16 @@ def front_html(study_dir: Path) -> str:
     for f in summary.findings(eff):
         out.append(f"<li><strong>{_e(f['series'])}</strong>: {_e(f['text'])}</li>")
     out.append("</ul>")
+    loss_csv = study_dir / "efficiency_loss.csv"
+    went = loss_sentences(pd.read_csv(loss_csv)) if loss_csv.is_file() else []
+    if went:
+        out.append('<h2 id="where">Where the efficiency went</h2>')
+        out.append('<ul class="answer">')
+        out += [f"<li>{_e(w['text'])}</li>" for w in went]
+        out.append("</ul>")
+        out.append('<p class="notes">Measured from profiler traces of each point (figure '
+                   '&#8220;breakdown&#8221;, breakdown.csv, efficiency_loss.csv), the model beside '
+                   "it.</p>")
 
     figs = [(study_dir / "figures" / f"{fig}.png", title) for fig, title in FRONT_FIGURES]
     figs = [(p, t) for p, t in figs if p.is_file()]
@@ -148,18 +159,3 @@ def run(study_dir: Path) -> Path:
     path = Path(study_dir) / FRONT
     write_text(path, front_html(Path(study_dir)))
     return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m scalestudy.report.front",
-                                 description=__doc__.split("\n")[0])
-    ap.add_argument("study_dir", type=Path)
-    a = ap.parse_args(argv)
-    print(run(a.study_dir))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,11 +1,13 @@
 """Figures from ``runs.csv`` / ``efficiency.csv`` (seaborn, Agg backend).
 
-    python -m scalestudy.report.plots RESULTS/STUDY      (or: scalestudy plot RESULTS/STUDY)
+    python -m scalestudy.commands.plots RESULTS/STUDY      (or: scalestudy plot RESULTS/STUDY)
 
 Writes under ``figures/``, each as PNG and PDF plus the CSV it was drawn from:
 ``efficiency_weak``, ``efficiency_strong`` (efficiency vs N, log2 x axis, ideal line, 95% CI
-band), ``throughput`` (tokens/s per device vs N) and ``mfu`` (MFU vs N; utilisation against
-the measured matmul ceiling when no spec peak is known). Points that did not run (oom,
+band), ``throughput`` (tokens/s per device vs N), ``mfu`` (MFU vs N; utilisation against
+the measured matmul ceiling when no spec peak is known) and ``breakdown`` (per series the
+step split into its terms at each N and the efficiency lost term by term, measured beside the
+model: ``breakdown.csv``, ``efficiency_loss.csv``). Points that did not run (oom,
 timeout, crashed, infeasible, invalid, not run) are drawn as distinct markers on a strip at
 the bottom of the axes, so a reader sees where scaling broke. Published references named by
 the study (``references`` in ``study.json``, or the ``references`` argument) are overlaid in
@@ -16,31 +18,37 @@ fonts embedded in the PDFs, a colour-blind-safe palette, a marker and line style
 
 from __future__ import annotations
 
-import sys
+import math
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 
+import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.transforms as mtransforms  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from scalestudy.record.io import (clean_temps, os_error_line, refuse_escaping_links,  # noqa: E402
+from scalestudy.analysis.breakdown import BREAKDOWN_COLUMNS, LOSS_COLUMNS  # noqa: E402
+from scalestudy.record.io import (clean_temps, refuse_escaping_links,  # noqa: E402
                                   tables_lock, write_text)
-from scalestudy.record.read import RecordError, one_line, read_study  # noqa: E402
+from scalestudy.record.read import read_study  # noqa: E402
+from scalestudy.record.terms import MEASURED_TERMS, TERM_LABELS  # noqa: E402
 from scalestudy.report import references as refs  # noqa: E402
 from scalestudy.report import style as fstyle  # noqa: E402
 from scalestudy.report.summary import CPU_NOTE  # noqa: E402
 
-FIGURES = ("efficiency_weak", "efficiency_strong", "throughput", "mfu")
+FIGURES = ("efficiency_weak", "efficiency_strong", "throughput", "mfu", "breakdown")
 FAIL_MARKERS = {"oom": "X", "timeout": "v", "crashed": "P", "invalid": "*",
                 "infeasible": "D", "not_run": "o"}
 FAIL_LABEL = {"oom": "out of memory", "timeout": "timeout", "crashed": "crashed",
               "invalid": "invalid", "infeasible": "infeasible (planner)", "not_run": "not run"}
 REF_MARKERS = ["s", "^", "p", "h", "8"]
+#: The model's bars beside the measured ones in the breakdown figure: the same colours, lighter.
+MODEL_ALPHA = 0.45
 
 
 def _save(fig, out_dir: Path, name: str, data: pd.DataFrame, style: str = "default") -> list[Path]:
@@ -235,6 +243,72 @@ def mfu_figure(eff, runs, out_dir, references: list[str], style: str = "default"
                   "no utilisation to show", eff.columns, style)
 
 
+def breakdown_figure(breakdown: pd.DataFrame, loss: pd.DataFrame, out_dir: Path,
+           style: str = "default") -> list[Path]:
+    """``figures/breakdown.png`` / ``.pdf`` / ``.csv``: a column per series; on top, each N's
+    step split into its terms (ms), measured (left) beside the model (right, lighter); below,
+    the efficiency lost to each term at each N > N₀, measured beside the model."""
+    have = breakdown[breakdown["in_step"].astype(bool) & breakdown["measured_s"].notna()]
+    if have.empty:
+        return _empty(out_dir, "breakdown", "no measured breakdown (profile: {enabled: true})",
+                      breakdown.columns, style)
+    series = list(dict.fromkeys(have["series"]))
+    styles = fstyle.term_styles()
+    w, h = fstyle.STYLES[style]["size"]
+    fig, axes = plt.subplots(2, len(series), figsize=(max(w, 3.2 * len(series)), h * 1.6),
+                             squeeze=False)
+    used = []
+    for col, name in enumerate(series):
+        top, bottom = axes[0][col], axes[1][col]
+        b = breakdown[(breakdown["series"] == name) & breakdown["in_step"].astype(bool)]
+        ns = sorted(b["n"].unique())
+        for i, n in enumerate(ns):
+            at = b[b["n"] == n].set_index("term")
+            for j, (column, alpha) in enumerate((("measured_s", 1.0), ("predicted_s", MODEL_ALPHA))):
+                base = 0.0
+                for term in MEASURED_TERMS:
+                    v = at[column].get(term, float("nan")) * 1e3
+                    if not (v > 0):
+                        continue
+                    top.bar(i + (j - 0.5) * 0.38, v, 0.36, bottom=base, alpha=alpha,
+                            hatch=styles[term]["hatch"], color=styles[term]["color"],
+                            edgecolor="white", linewidth=0.4)
+                    base += v
+                    used.append(term)
+        top.set_xticks(range(len(ns)), [str(n) for n in ns])
+        top.set_title(f"{name}: step (ms), measured | model", fontsize=9)
+        lo = loss[loss["series"] == name]
+        lns = sorted(lo["n"].unique())
+        for i, n in enumerate(lns):
+            at = lo[lo["n"] == n].set_index("term")
+            for j, (column, alpha) in enumerate((("measured_loss", 1.0),
+                                                 ("predicted_loss", MODEL_ALPHA))):
+                up = down = 0.0
+                for term in MEASURED_TERMS:
+                    v = at[column].get(term, float("nan"))
+                    if not isinstance(v, float) or not math.isfinite(v) or v == 0:
+                        continue
+                    start = up if v > 0 else down
+                    bottom.bar(i + (j - 0.5) * 0.38, v, 0.36, bottom=start, alpha=alpha,
+                               hatch=styles[term]["hatch"], color=styles[term]["color"],
+                               edgecolor="white", linewidth=0.4)
+                    up, down = (up + v, down) if v > 0 else (up, down + v)
+                    used.append(term)
+        bottom.axhline(0, color="0.3", lw=0.6)
+        bottom.set_xticks(range(len(lns)), [str(n) for n in lns])
+        bottom.set_xlabel("devices N")
+        bottom.set_title("efficiency lost vs N₀, measured | model", fontsize=9)
+    axes[0][0].set_ylabel("ms per step")
+    axes[1][0].set_ylabel("1 − E, by term")
+    handles = [Patch(facecolor=styles[t]["color"], hatch=styles[t]["hatch"], edgecolor="white",
+                     label=TERM_LABELS[t]) for t in MEASURED_TERMS if t in used]
+    handles.append(Patch(facecolor="0.3", alpha=MODEL_ALPHA, label="the model (right bar, lighter)"))
+    fig.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), fontsize=7,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
+    return _save(fig, out_dir, "breakdown", breakdown, style)
+
+
 def _study_references(study_dir: Path) -> list[str]:
     """``references`` of ``study.json`` (checked by ``record.read.read_study``)."""
     return list((read_study(study_dir) or {}).get("references") or [])
@@ -248,7 +322,7 @@ def _study_style(study_dir: Path) -> str:
 
 def run(study_dir: Path, references: list[str] | None = None,
         style: str | None = None) -> list[Path]:
-    """Draw every figure of a study directory (after ``report.summary.aggregate_study``); returns the paths
+    """Draw every figure of a study directory (after ``report.aggregate.aggregate_study``); returns the paths
     written (PNG, PDF and CSV per figure). ``references`` defaults to the study's own list,
     ``style`` to the study's ``report.figure_style``."""
     study_dir = Path(study_dir)
@@ -273,31 +347,16 @@ def run(study_dir: Path, references: list[str] | None = None,
             paths += efficiency_figure(eff, runs, mode, out_dir, refs_named, style)
         paths += throughput_figure(eff, runs, out_dir, style)
         paths += mfu_figure(eff, runs, out_dir, refs_named, style)
+        paths += breakdown_figure(*_breakdown_tables(study_dir), out_dir, style)
     return paths
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m scalestudy.report.plots", description=__doc__.split("\n\n")[0])
-    p.add_argument("study_dir", type=Path)
-    p.add_argument("--references", nargs="*", default=None,
-                   help=f"overlay published results ({', '.join(refs.REFERENCES)}); default: the study's")
-    p.add_argument("--style", choices=list(fstyle.STYLES), default=None,
-                   help="figure size and fonts for a paper; default: the study's "
-                        "report.figure_style, else default")
-    args = p.parse_args(argv)
-    try:
-        for path in run(args.study_dir, args.references, args.style):
-            print(path)
-    except RecordError as e:
-        print(f"scalestudy: error: {one_line(e)}", file=sys.stderr)
-        return 2
-    except OSError as e:  # a full disk, an unwritable figures/: one line, each figure whole
-        print(f"scalestudy: error: {os_error_line(e)}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def _breakdown_tables(study_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``breakdown.csv`` and ``efficiency_loss.csv`` (empty tables where aggregate wrote
+    none)."""
+    out = []
+    for name, cols in (("breakdown.csv", BREAKDOWN_COLUMNS), ("efficiency_loss.csv",
+                                                             LOSS_COLUMNS)):
+        path = study_dir / name
+        out.append(pd.read_csv(path) if path.exists() else pd.DataFrame(columns=cols))
+    return out[0], out[1]

@@ -12,7 +12,9 @@ present and no ``--hardware`` is named): ``study_predictions.csv`` (with ``step_
 / ``step_time_high_s``), ``study_breakdown.csv`` and ``study_breakdown.png`` (the step of
 every point split into its terms); where the study has been run
 (``results/<study>/runs.csv``) the measured step time is set against it with the residual
-``(predicted - measured) / measured``: ``predict_vs_measured.csv`` and ``.png``.
+``(predicted - measured) / measured``: ``predict_vs_measured.csv`` and ``.png``; and where it
+was profiled (``breakdown.csv``) every term against its measurement:
+``terms_vs_measured.csv``, with each term's median predicted / measured printed.
 
 Without a study, or when the study lists ``references: [frontier_dash2024]``, the Frontier
 study (``scalestudy.perf.frontier``) is compared at real scale on ``--hardware`` (default
@@ -30,8 +32,6 @@ row, in the fit or not, leave-one-table-out) and ``validation.png``.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -41,30 +41,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from scalestudy.analysis.breakdown import term_ratio_summary, terms_versus_measured  # noqa: E402
 from scalestudy.config.point import Point  # noqa: E402
-from scalestudy.config.study import load_study  # noqa: E402
-from scalestudy.config.studyspec import Study  # noqa: E402
-from scalestudy.config.vocab import Reference  # noqa: E402
-from scalestudy.perf import frontier, stepmodel  # noqa: E402
+from scalestudy.perf import stepmodel  # noqa: E402
 from scalestudy.perf.flops import per_device_throughput  # noqa: E402
 from scalestudy.perf.hardware import HardwareSpec  # noqa: E402
 from scalestudy.perf.rates import Measured  # noqa: E402
 from scalestudy.perf.tables import breakdown_row, shape_columns  # noqa: E402
-from scalestudy.plan.planner import plan_points  # noqa: E402
-from scalestudy.record.io import write_csv, write_text  # noqa: E402
-from scalestudy.report import before_run, validation_report  # noqa: E402
+from scalestudy.record.io import write_csv  # noqa: E402
+from scalestudy.record.terms import TERM_LABELS  # noqa: E402
 from scalestudy.report import style as fstyle  # noqa: E402
 
-#: Breakdown terms in stacked-bar order, with their legend labels.
-TERM_LABELS = {
-    "gemm_s": "GEMMs", "attention_s": "attention", "elementwise_s": "memory-bound kernels",
-    "grad_accum_s": "gradient accumulation", "overhead_s": "framework overhead", "tp_comm_s": "TP comm (exposed)",
-    "pp_p2p_s": "PP p2p (exposed)", "pp_bubble_s": "pipeline bubble",
-    "dp_comm_exposed_s": "DP and tied-embedding comm (exposed)", "optimizer_s": "optimizer",
-    "cp_comm_s": "CP K/V exchange (exposed)",
-    "sync_wait_s": "waiting for the slowest rank (CPU host)",
-    "eval_s": "evaluation (in the logged time)",
-}
 
 
 def markdown(comp, hw: HardwareSpec, brk=None) -> str:
@@ -151,20 +138,11 @@ def figures(df, comp, out: Path) -> list[Path]:
     return paths
 
 
-def term_styles() -> dict:
-    """``{term: {"color", "hatch"}}``: one Okabe–Ito colour per breakdown term (the project's
-    palette, ``report.style.PALETTE``), the same in every figure; past the palette's length
-    the colours repeat with a hatch, so no two terms look alike."""
-    return {k: {"color": fstyle.PALETTE[i % len(fstyle.PALETTE)],
-                "hatch": "" if i < len(fstyle.PALETTE) else "//"}
-            for i, k in enumerate(TERM_LABELS)}
-
-
-def breakdown_figure(brk, path: Path, title: str = "Where the step goes") -> Path:
+def model_breakdown_figure(brk, path: Path, title: str = "Where the step goes") -> Path:
     """A stacked bar per point: each term's share (%) of the (logged) step time, in the
     project's figure style (``report.style``: palette, fonts, legend beside the axes)."""
     keys = [k for k in TERM_LABELS if k in brk and (brk[k] > 0).any()]
-    styles = term_styles()
+    styles = fstyle.term_styles()
     with fstyle.applied("default"):
         w, h = fstyle.STYLES["default"]["size"]
         fig, ax = plt.subplots(figsize=(max(w, 0.45 * len(brk) + 3), h))
@@ -239,7 +217,8 @@ def versus_measured(pred, runs, before=None):
         cols = ["config_hash", "predicted_before_run_s", "calibration_factor", "software_rate",
                 "calibrated_on", "anchored", "predicted_efficiency_before_run",
                 "predicted_efficiency_before_run_low", "predicted_efficiency_before_run_high",
-                "predicted_at"]
+                "predicted_at", "predicted_before_run_terms_s",
+                "predicted_efficiency_before_run_terms", "term_factors"]
         out = out.merge(before[[c for c in cols if c in before]], on="config_hash", how="left")
         if "anchored" in out:
             anchored = out["anchored"].astype("boolean").fillna(False).astype(bool)
@@ -247,6 +226,25 @@ def versus_measured(pred, runs, before=None):
         out["before_run_residual"] = ((out["predicted_before_run_s"] - out["measured_step_time_s"])
                                       / out["measured_step_time_s"])
     return out
+
+
+def terms_check(predicted: pd.DataFrame, breakdown_csv: Path, out: Path) -> None:
+    """The model term by term against the study's traced breakdown (``breakdown.csv``):
+    ``terms_vs_measured.csv`` (every point and term) and, printed, per term its median
+    predicted / measured; nothing where the study was not profiled."""
+    if predicted.empty or not breakdown_csv.exists():
+        return
+    df = terms_versus_measured(predicted, pd.read_csv(breakdown_csv))
+    if df.empty:
+        print("no traced breakdown to compare the terms with (profile: {enabled: true})")
+        return
+    write_csv(df, out / "terms_vs_measured.csv")
+    summary = term_ratio_summary(df)
+    print("per term, predicted / measured (median over points [lowest, highest], share of the "
+          "measured steps):")
+    for r in summary.itertuples():
+        print(f"  {r.label:<40} {r.median_ratio:6.2f} [{r.min_ratio:.2f}, {r.max_ratio:.2f}]"
+              f"  {r.points} points, {r.measured_share:.0%} of the time")
 
 
 def _save(fig, path: Path) -> Path:
@@ -294,125 +292,3 @@ def residual_figure(df, path: Path) -> Path:
         axr.set_xticks(ns, [str(n) for n in ns])
         fstyle.legend(fig, ax, "default")
         return _save(fig, path)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="scalestudy predict", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Predict step time, MFU and weak/strong scaling efficiency, each with its range\n"
-                    "and the step's breakdown into named terms: for a study's own points (next to\n"
-                    "its measurements once it ran), or at real scale next to published results.",
-        epilog="examples:\n"
-               "  scalestudy predict workflow/config/default.yaml   a study's points vs its runs\n"
-               "  scalestudy predict --out results/predict          the Frontier comparison\n"
-               "  scalestudy predict --validate --out results/validation   every published table")
-    ap.add_argument("study", nargs="?", help="study YAML: predict its points (and compare with runs.csv)")
-    ap.add_argument("--hardware", default=None,
-                    help="preset name or YAML path (default: cpu-local for a CPU study, frontier "
-                         "for the published comparison)")
-    ap.add_argument("--framework", default=None,
-                    help="framework of hardware.yaml driving the hardware (default: the preset's)")
-    ap.add_argument("--results", default="results", help="results root (default results/)")
-    ap.add_argument("--out", default=None, help="output folder (default <results>/<study>/predict)")
-    ap.add_argument("--runs", default=None, help="runs.csv to compare with (default <results>/<study>/runs.csv)")
-    ap.add_argument("--matmul-csv", help="microbench matmul CSV measured on that hardware")
-    ap.add_argument("--collectives-csv", help="microbench collectives CSV measured on that hardware")
-    ap.add_argument("--dp-overlap", type=float, default=None,
-                    help="fraction of the data-parallel traffic hidden behind the backward "
-                         "(default: the framework's)")
-    ap.add_argument("--validate", action="store_true",
-                    help="run the model over every shipped published table: per-table MAPE and "
-                         "bias, per-row errors, a figure (validation.csv/.md/.png in --out)")
-    ap.add_argument("--before-run", action="store_true",
-                    help="with a study asking for predict.before_run: calibrate the model on "
-                         "its measured points with N <= calibrate_on_max_n and write the other "
-                         "points' prediction, before they run, to predict/predicted_before_run.csv")
-    a = ap.parse_args(argv)
-
-
-
-    def inputs_for(study: Study | None = None, hardware: str | None = None):
-        """The model's hardware and measured blocks (``perf.inputs.model_inputs``) under this
-        command's flags; None (the reason printed) when there are none."""
-        from scalestudy.perf.inputs import model_inputs
-
-        try:
-            return model_inputs(study, Path(a.results) / study.name if study else None,
-                                hardware=hardware, framework=a.framework,
-                                matmul_csv=a.matmul_csv, collectives_csv=a.collectives_csv)
-        except (OSError, ValueError) as e:
-            print(f"scalestudy predict: {e}", file=sys.stderr)
-            return None
-
-    if a.validate:
-        out = Path(a.out or f"{a.results}/validation")
-        md = validation_report.write(out)
-        print("\n## ".join(md.split("\n## ")[:2]))
-        print(f"-> {out}/")
-        return 0
-    compare_published, name = True, "frontier"
-    if a.study:
-        # nothing is launched from here: the site settings' policy does not apply
-        study = load_study(a.study, trust_site=True)
-        name = study.name
-        out = Path(a.out or f"{a.results}/{name}/predict")
-        compare_published = Reference.FRONTIER_DASH2024 in study.references
-        mi = inputs_for(study, a.hardware)
-        if mi is None:
-            return 2
-        hw, measured = mi.hw, mi.measured
-        print(f"model inputs: {mi.source}")
-        brk: list = []
-        points = plan_points(study)
-        pred = study_predictions(points, hw, measured, a.dp_overlap, breakdown=brk)
-        before_csv = out / "predicted_before_run.csv"
-        if a.before_run:
-            return before_run.write_before_run(study, pred, Path(a.results) / name, before_csv,
-                                       points=points, measured=measured,
-                                       hw=hw if a.dp_overlap is None
-                                       else hw.with_assumption("dp_overlap", a.dp_overlap))
-        write_csv(pred, out / "study_predictions.csv")
-        if brk:
-            brk_df = pd.DataFrame(brk)
-            write_csv(brk_df, out / "study_breakdown.csv")
-            breakdown_figure(brk_df, out / "study_breakdown.png",
-                             f"Where the step goes: {name} on {hw.name}")
-        runs_path = Path(a.runs or f"{a.results}/{name}/runs.csv")
-        if runs_path.exists() and not pred.empty:
-            before = pd.read_csv(before_csv) if before_csv.exists() else None
-            runs_df = pd.read_csv(runs_path)
-            vm = versus_measured(pred, runs_df, before)
-            if before is not None:
-                vm = before_run.started_before(vm, runs_df, Path(a.results) / name)
-            write_csv(vm, out / "predict_vs_measured.csv")
-            residual_figure(vm, out / "predict_vs_measured.png")
-            before_run.before_run_figure(vm, out / "predict_efficiency_before_run.png")
-            have = vm["residual"].notna()
-            print(f"predicted vs measured on {hw.name}: {int(have.sum())} points, residual median "
-                  f"{vm.loc[have, 'residual'].median():+.1%}, max |residual| "
-                  f"{vm.loc[have, 'residual'].abs().max():.1%}" if have.any() else
-                  "no measured point to compare with yet")
-        print(f"{len(pred)} study points predicted on {hw.name} -> {out}/study_predictions.csv")
-    else:
-        out = Path(a.out or f"{a.results}/{name}/predict")
-    if compare_published:
-        mi = inputs_for(hardware=a.hardware or "frontier")
-        if mi is None:
-            return 2
-        hw = mi.hw
-        df, comp, brk_df = frontier.run(hw, mi.measured, a.dp_overlap)
-        write_csv(df, out / "predict_points.csv")
-        write_csv(comp, out / "predict_vs_published.csv")
-        write_csv(brk_df, out / "predict_breakdown.csv")
-        md = markdown(comp, hw, brk_df)
-        write_text(out / "predict_vs_published.md", md)
-        figures(df, comp, out)
-        breakdown_figure(brk_df, out / "predict_breakdown.png",
-                         f"Where the logged iteration goes: Frontier study on {hw.name}")
-        print(md)
-    print(f"-> {out}/")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

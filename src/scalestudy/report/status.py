@@ -32,20 +32,18 @@ number of points running now (1 when none): the time left at the current concurr
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from statistics import median
 
+from scalestudy.numbers import finite
 from scalestudy.config.studyspec import Study
-from scalestudy.record.read import (RecordError, one_line, printable, read_env, read_plan,
-                                    read_point, read_status, read_summary,
-                                    read_steps, read_study, read_tail)
+from scalestudy.record.read import read_env, read_plan, read_point, read_status, read_summary, read_steps, read_study
+from scalestudy.record.reading import RecordError, printable, read_tail
 from scalestudy.record import stragglers
 from scalestudy.record.source import refuse_other_source
 from scalestudy.record.states import FAILED, RunState
@@ -102,7 +100,8 @@ class StudyStatus:
 def resolve(target: str | None, results: str = "results") -> tuple[Path, Study | None]:
     """The study folder of ``target`` (a study file, a study's results folder, or a results
     root holding one study) and the validated study when a study file was given."""
-    from scalestudy.config.study import StudyError, load_study
+    from scalestudy.config.study import load_study
+    from scalestudy.config.study_yaml import StudyError
 
     if target is None:  # the default study: the checkout's, else the installed package's
         from scalestudy import paths
@@ -199,7 +198,7 @@ def read_points(study_dir: Path, rows: list[dict], timeout_s: float, now: float
         if status is not None:
             ps.state = str(RunState(status["state"]))
             ps.reason = str(status.get("reason") or "")
-            ps.wall_s = _num(status.get("wall_s"))
+            ps.wall_s = finite(status.get("wall_s"))
             t, e = _iso(status.get("started")), _iso(status.get("finished"))
             if t is not None:
                 starts.append(t)
@@ -240,14 +239,6 @@ def read_points(study_dir: Path, rows: list[dict], timeout_s: float, now: float
                 ps.elapsed_s = max(0.0, now - began)
                 starts.append(began)
     return points, finished, (min(starts) if starts else None), (max(ends) if ends else None)
-
-
-def _num(x) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 # --- the estimate ----------------------------------------------------------------------------
@@ -470,61 +461,3 @@ def as_json(st: StudyStatus) -> str:
     d = asdict(st)
     d["done"] = st.done
     return json.dumps(d, indent=1, default=str) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    from scalestudy.config.study import StudyError
-
-    ap = argparse.ArgumentParser(
-        prog="scalestudy status", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="How far a study is, which points failed and why, and how long is left.\n"
-                    "Reads only the run records, so it works from another terminal while the\n"
-                    "study runs, locally or on a Slurm login node.",
-        epilog="examples:\n"
-               "  scalestudy status workflow/config/default.yaml --watch\n"
-               "  scalestudy status results/default --json")
-    ap.add_argument("target", nargs="?", default=None,
-                    help="study file or its results folder (default: the default study)")
-    ap.add_argument("--results", default="results", help="results root for a study file")
-    ap.add_argument("--json", action="store_true", help="machine-readable status")
-    ap.add_argument("--watch", nargs="?", type=float, const=5.0, default=None, metavar="S",
-                    help="refresh every S seconds (default 5) until nothing is running or "
-                         "pending, --max-updates is reached or Ctrl-C")
-    ap.add_argument("--max-updates", type=int, default=2000,
-                    help="with --watch: stop after this many refreshes (default 2000)")
-    a = ap.parse_args(argv)
-    try:
-        study_dir, study = resolve(a.target, a.results)
-    except StudyError as e:
-        print(f"scalestudy: error: {one_line(e)}", file=sys.stderr)
-        return 2
-    cache: dict = {}
-    tty = sys.stdout.isatty()
-    try:
-        for i in range(max(1, a.max_updates) if a.watch else 1):
-            try:
-                st = snapshot(study_dir, study, _cache=cache)
-            except RecordError as e:
-                print(f"scalestudy: error: {one_line(e)}", file=sys.stderr)
-                return 2
-            body = as_json(st) if a.json else text(st)
-            if a.watch and tty and not a.json:
-                body = "\033[H\033[2J" + body  # redraw in place
-            sys.stdout.write(body)
-            sys.stdout.flush()
-            if not a.watch or st.done:
-                break
-            if i + 1 < a.max_updates:
-                time.sleep(max(0.2, a.watch))
-                if not tty and not a.json:
-                    sys.stdout.write("\n")
-    except KeyboardInterrupt:
-        sys.stdout.write("\n")
-        return 0
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from scalestudy.record.terms import TERM_LABELS
+
 STYLES = {
     "default": {"size": (6.4, 4.2), "font": 10.0, "legend": "right"},
     "single-column": {"size": (3.5, 2.9), "font": 8.0, "legend": "below"},
@@ -111,3 +113,11 @@ def save(fig, paths, style: str = "default") -> list:
             fig.savefig(tmp, **save_kwargs(style, str(path).rsplit(".", 1)[-1]))
     plt.close(fig)
     return paths
+
+
+def term_styles() -> dict:
+    """``{term: {"color", "hatch"}}``: one Okabe–Ito colour per step term
+    (``record.terms.TERM_LABELS``), the same in every figure; past the palette's length the
+    colours repeat with a hatch, so no two terms look alike."""
+    return {k: {"color": PALETTE[i % len(PALETTE)], "hatch": "" if i < len(PALETTE) else "//"}
+            for i, k in enumerate(TERM_LABELS)}

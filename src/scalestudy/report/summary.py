@@ -1,26 +1,21 @@
 """``summary.md``: the headline table a person pastes into a paper, with the notes that make
-its numbers readable (FLOPs convention, peak, statistics, failed points); and the study's
-tables written together with it (``runs.csv``, ``runs.parquet``, ``efficiency.csv``,
-``summary.md``, ``summary.tex``: :func:`aggregate_study`).
+its numbers readable (FLOPs convention, peak, statistics, failed points, where the efficiency
+went); and the study's tables written together with it (``runs.csv``, ``runs.parquet``,
+``efficiency.csv``, ``breakdown.csv``, ``efficiency_loss.csv``, ``summary.md``,
+``summary.tex``: :func:`scalestudy.report.aggregate.aggregate_study`).
 
-    python -m scalestudy.report.summary RESULTS/STUDY      (or: scalestudy aggregate RESULTS/STUDY)
+    python -m scalestudy.commands.aggregate RESULTS/STUDY      (or: scalestudy aggregate RESULTS/STUDY)
 """
 
 from __future__ import annotations
 
-import argparse
-import math
-import sys
+import re
 from collections import namedtuple
-from pathlib import Path
 
 import pandas as pd
 
-from scalestudy.analysis.aggregate import collect
-from scalestudy.record import read as rread
-from scalestudy.record.io import atomic_paths, clean_temps, os_error_line, tables_lock
-from scalestudy.record.trials import read_trials
-from scalestudy.record.trials import BEST_STUDY, TRIALS
+from scalestudy.numbers import finite, fmt, interval, percent
+from scalestudy.report.breakdown import markdown as breakdown_markdown
 from scalestudy.report.tune import tune_markdown
 
 CPU_NOTE = ("CPU/gloo runs test correctness and communication volume, not cluster "
@@ -32,29 +27,6 @@ FORMULAS = {
                 "+ output head)",
     "palm": "PaLM App. B, 6·N + 12·l·H·Q·s per token, N = non-embedding matmul weights",
 }
-
-
-def _isnum(x) -> bool:
-    try:
-        return x is not None and math.isfinite(float(x))
-    except (TypeError, ValueError):
-        return False
-
-
-def _fmt(x, spec: str = ".3g", scale: float = 1.0) -> str:
-    return format(float(x) * scale, spec) if _isnum(x) else "–"
-
-
-def _ci(v, lo, hi, spec: str = ".3g", scale: float = 1.0) -> str:
-    if not _isnum(v):
-        return "–"
-    if _isnum(lo) and _isnum(hi):
-        return f"{_fmt(v, spec, scale)} [{_fmt(lo, spec, scale)}, {_fmt(hi, spec, scale)}]"
-    return _fmt(v, spec, scale)
-
-
-def _pct(x) -> str:
-    return f"{100 * float(x):.1f}%" if _isnum(x) else "–"
 
 
 HEADLINE_SOURCE = ["series", "mode", "n", "dp", "tp", "pp", "global_batch", "tokens_per_step",
@@ -81,24 +53,29 @@ def headline_cells(efficiency: pd.DataFrame) -> tuple[list[str], list[list[str]]
     rows = []
     for r in _rows(efficiency, HEADLINE_SOURCE + [util_col]):
         rows.append([
-            str(r.series), str(r.mode), str(r.n), f"{r.dp}×{r.tp}×{r.pp}", _fmt(r.global_batch, "g"),
-            _fmt(r.tokens_per_step, "g"),
-            _ci(r.step_time_s, r.step_time_ci_lo_s, r.step_time_ci_hi_s, ".4g", 1e3),
-            _fmt(r.tokens_per_s_per_device, ".4g"),
-            _ci(r.efficiency, r.efficiency_ci_lo, r.efficiency_ci_hi, ".3f"),
-            _fmt(r.speedup, ".3g"), _pct(r[-1]),
+            str(r.series), str(r.mode), str(r.n), f"{r.dp}×{r.tp}×{r.pp}", fmt(r.global_batch, "g"),
+            fmt(r.tokens_per_step, "g"),
+            interval(r.step_time_s, r.step_time_ci_lo_s, r.step_time_ci_hi_s, ".4g", 1e3),
+            fmt(r.tokens_per_s_per_device, ".4g"),
+            interval(r.efficiency, r.efficiency_ci_lo, r.efficiency_ci_hi, ".3f"),
+            fmt(r.speedup, ".3g"), percent(r[-1]),
             str(r.status) + (f" ({r.n_ok}/{r.n_repeats} repeats)" if r.n_ok not in (r.n_repeats, 0) else ""),
         ])
     return head, rows, util_name
 
 
-def md_text(text) -> str:
-    """``text`` safe inside a Markdown table cell or list item: one line, ``|`` escaped, HTML
-    special characters as entities (a host name or log line never becomes markup)."""
-    import html
+#: What can turn text into Markdown or HTML markup: backslash-escaped (CommonMark renders an
+#: escaped punctuation mark as itself); ``>`` and ``_`` mid-line are plain text and stay as
+#: they are, and ``&`` is escaped only where an entity could start.
+_MD_SPECIAL = re.compile(r"[\\`*\[\]<|]|&(?=[#A-Za-z])")
 
+
+def md_text(text) -> str:
+    """``text`` safe inside a Markdown table cell or list item: one line, and every character
+    that could start markup (a tag, a link, emphasis, code, an entity, a table cell)
+    backslash-escaped: a host name or log line never becomes markup, and reads as itself."""
     t = str(text).replace("\r", " ").replace("\n", " ")
-    return html.escape(t, quote=False).replace("|", "\\|")
+    return _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), t)
 
 
 def headline_table(runs: pd.DataFrame, efficiency: pd.DataFrame) -> tuple[str, str]:
@@ -128,9 +105,9 @@ def findings(efficiency: pd.DataFrame) -> list[dict]:
                         "text": text})
             continue
         r = ok.iloc[-1]
-        text = (f"efficiency {_ci(r.efficiency, r.efficiency_ci_lo, r.efficiency_ci_hi, '.3f')}"
-                f" at N={int(r.n)} vs N₀={_fmt(r.baseline_n, 'g')}, "
-                f"{_fmt(r.tokens_per_s_per_device, '.4g')} tokens/s per device")
+        text = (f"efficiency {interval(r.efficiency, r.efficiency_ci_lo, r.efficiency_ci_hi, '.3f')}"
+                f" at N={int(r.n)} vs N₀={fmt(r.baseline_n, 'g')}, "
+                f"{fmt(r.tokens_per_s_per_device, '.4g')} tokens/s per device")
         worse = bad[bad["n"] > r.n]
         if len(worse):
             w = worse.iloc[0]
@@ -149,7 +126,7 @@ def _rows(df: pd.DataFrame, cols: list[str]):
 
 def summary_markdown(runs: pd.DataFrame, efficiency: pd.DataFrame, context: dict) -> str:
     """The text of ``summary.md``; with the layout search's "## Tuning" section when
-    ``context["trials"]`` holds its record (``tune/trials.csv``, :func:`aggregate_study`)."""
+    ``context["trials"]`` holds its record (``tune/trials.csv``, :func:`scalestudy.report.aggregate.aggregate_study`)."""
     study = context.get("study") or {}
     name = study.get("name") or (runs["study"].dropna().iloc[0] if runs["study"].notna().any() else "study")
     table, util_name = headline_table(runs, efficiency)
@@ -172,7 +149,7 @@ def summary_markdown(runs: pd.DataFrame, efficiency: pd.DataFrame, context: dict
         devs = ", ".join(sorted({str(d) for d in ok["device_name"].dropna()})) or "this device"
         out.append(f"- No spec peak for {devs} at this precision: MFU is left empty (never a guess).")
     cal = context.get("calibration")
-    if cal and _isnum(cal.get("flops_per_s")):
+    if cal and finite(cal.get("flops_per_s")) is not None:
         out.append(f"- Measured matmul ceiling (calibration.json, labelled as such): "
                    f"{float(cal['flops_per_s']) / 1e12:.4g} TFLOPS per device ({cal.get('device_name')}, "
                    f"{cal.get('dtype')}, {cal.get('m')}³ matmul, median of "
@@ -201,6 +178,8 @@ def summary_markdown(runs: pd.DataFrame, efficiency: pd.DataFrame, context: dict
         out += ["", "## Points shaped by a straggler (ok, flagged)", ""]
         for r in _rows(flagged, ["point_id", "straggler_note"]):
             out.append(f"- `{r.point_id}`: {md_text(r.straggler_note)}")
+    if context.get("loss") is not None:
+        out += breakdown_markdown(context["loss"], context["breakdown"])
     if context.get("trials") is not None:  # a layout search's record (tune/trials.csv)
         out += ["", tune_markdown(context["trials"], name, context.get("best_study")).rstrip()]
     return "\n".join(out) + "\n"
@@ -252,10 +231,10 @@ def _tex_num(v: float, spec: str) -> str:
 def tex_ci(v, lo, hi, spec: str = ".3f", scale: float = 1.0) -> str:
     """A value with its 95% CI as ``$v \\pm e$`` (a symmetric interval at the printed precision)
     or ``$v^{+a}_{-b}$`` (an asymmetric one); ``--`` when there is no value."""
-    if not _isnum(v):
+    if finite(v) is None:
         return "--"
     x = float(v) * scale
-    if not (_isnum(lo) and _isnum(hi)):
+    if finite(lo) is None or finite(hi) is None:
         return f"${_tex_num(x, spec)}$"
     up, down = float(hi) * scale - x, x - float(lo) * scale
     a, b = _tex_num(max(up, 0.0), spec), _tex_num(max(down, 0.0), spec)
@@ -293,12 +272,12 @@ def summary_latex(runs: pd.DataFrame, efficiency: pd.DataFrame, context: dict) -
         util = r[-1]
         cells = [
             tex_escape(r.series), tex_escape(r.mode), str(r.n), f"{r.dp}$\\times${r.tp}$\\times${r.pp}",
-            _fmt(r.global_batch, "g"), _fmt(r.tokens_per_step, "g"),
+            fmt(r.global_batch, "g"), fmt(r.tokens_per_step, "g"),
             tex_ci(r.step_time_s, r.step_time_ci_lo_s, r.step_time_ci_hi_s, ".2f", 1e3) + status,
-            _fmt(r.tokens_per_s_per_device, ".0f").replace("–", "--"),
+            fmt(r.tokens_per_s_per_device, ".0f").replace("–", "--"),
             tex_ci(r.efficiency, r.efficiency_ci_lo, r.efficiency_ci_hi, ".3f"),
-            _fmt(r.speedup, ".2f").replace("–", "--"),
-            _fmt(util, ".1f", 100).replace("–", "--"),
+            fmt(r.speedup, ".2f").replace("–", "--"),
+            fmt(util, ".1f", 100).replace("–", "--"),
         ]
         lines.append(" & ".join(cells) + " \\\\")
     conv = context.get("convention", "megatron")
@@ -316,59 +295,3 @@ def summary_latex(runs: pd.DataFrame, efficiency: pd.DataFrame, context: dict) -
         "\\end{table}",
     ]
     return "\n".join(lines) + "\n"
-
-
-#: The tables :func:`aggregate_study` writes (file stems, for stale temp files of a killed run).
-TABLE_STEMS = ("runs", "efficiency", "summary")
-
-
-def aggregate_study(study_dir: Path, detect_warmup: bool = False) -> None:
-    """Write ``runs.csv``, ``runs.parquet``, ``efficiency.csv``, ``summary.md`` and
-    ``summary.tex`` (all or none, atomically), holding the study's tables lock: a second
-    aggregate (or plot) of the study waits for this one. An OSError names the path."""
-    study_dir = Path(study_dir)
-    with tables_lock(study_dir):
-        clean_temps(study_dir, TABLE_STEMS)  # a killed aggregate's leftovers
-        runs, efficiency, context = collect(study_dir, detect_warmup)
-        try:
-            context["trials"] = read_trials(study_dir / TRIALS)
-        except rread.RecordError as e:  # a damaged search record: said, the tables written
-            context["messages"].append(rread.one_line(e))
-        if (study_dir / BEST_STUDY).exists():
-            context["best_study"] = str(BEST_STUDY)
-        names = ("runs.csv", "runs.parquet", "efficiency.csv", "summary.md", "summary.tex")
-        with atomic_paths([study_dir / n for n in names]) as (t_runs, t_parquet, t_eff, t_md,
-                                                               t_tex):
-            runs.to_csv(t_runs, index=False, float_format="%.6g")
-            try:
-                runs.to_parquet(t_parquet, index=False)
-            except (TypeError, ValueError, ImportError):  # mixed-type object column: as text
-                obj = runs.select_dtypes(include="object").columns
-                runs.astype({c: "string" for c in obj}).to_parquet(t_parquet, index=False)
-            efficiency.to_csv(t_eff, index=False, float_format="%.6g")
-            t_md.write_text(summary_markdown(runs, efficiency, context))
-            t_tex.write_text(summary_latex(runs, efficiency, context))
-    for msg in context["messages"]:
-        print(msg, file=sys.stderr)
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m scalestudy.report.summary",
-                                description="Run records -> runs.csv, efficiency.csv, summary.md")
-    p.add_argument("study_dir", type=Path)
-    p.add_argument("--detect-warmup", action="store_true",
-                   help="also drop a slow start the declared warm-up missed")
-    args = p.parse_args(argv)
-    try:
-        aggregate_study(args.study_dir, args.detect_warmup)
-    except rread.RecordError as e:
-        print(f"scalestudy: error: {rread.one_line(e)}", file=sys.stderr)
-        return 2
-    except OSError as e:  # a full disk, an unwritable folder: one line, the tables as they were
-        print(f"scalestudy: error: {os_error_line(e)}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

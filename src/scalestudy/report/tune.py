@@ -14,6 +14,7 @@ import html
 import math
 from pathlib import Path
 
+from scalestudy.numbers import fmt
 from scalestudy.record.io import clean_temps, refuse_escaping_links, tables_lock, write_text
 from scalestudy.record.read import read_study
 from scalestudy.record.trials import (BEST_STUDY, FAILED_TRIALS, TRIALS, TUNE_DIR, TrialState,
@@ -169,22 +170,13 @@ def _cell(text) -> str:
     return html.escape(t, quote=False).replace("|", "\\|")
 
 
-def _num(x, spec: str = ".3g") -> str:
-    """A number as text; ``–`` when missing."""
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return "–"
-    return "–" if math.isnan(x) else format(x, spec)
-
-
 def _rate(x) -> str:
     """Tokens/s as text: whole from 1000 up, else 4 significant digits; ``–`` when missing."""
     try:
         v = float(x)
     except (TypeError, ValueError):
         return "–"
-    return _num(v, ".0f" if abs(v) >= 1000 else ".4g")
+    return fmt(v, ".0f" if abs(v) >= 1000 else ".4g")
 
 
 def tune_markdown(trials, study_name, best_study_path=None) -> str:
@@ -207,7 +199,7 @@ def tune_markdown(trials, study_name, best_study_path=None) -> str:
         out.append("- Best layout: none; no trial completed at full length.")
     else:
         out.append(f"- Best layout: `{_cell(best['layout'])}` (trial {int(best['trial'])}, "
-                   f"dp {_num(best['dp'], 'g')}): "
+                   f"dp {fmt(best['dp'], 'g')}): "
                    f"{_rate(best['measured_tokens_per_s_per_device'])} tokens/s per device "
                    f"measured, {_rate(best['predicted_tokens_per_s_per_device'])} predicted.")
     rows, pick = _model_pick(trials)
@@ -217,7 +209,7 @@ def tune_markdown(trials, study_name, best_study_path=None) -> str:
         out.append(f"- Model-only pick (trial {int(pick['trial'])}, the first warm start): "
                    f"`{_cell(pick['layout'])}`: {_rate(m)} tokens/s per device measured, "
                    f"{_rate(pick['predicted_tokens_per_s_per_device'])} predicted; "
-                   f"best / model pick = {_num(ratio, '.3f')}.")
+                   f"best / model pick = {fmt(ratio, '.3f')}.")
     elif rows is not None:
         last = rows.iloc[-1]
         out.append(f"- Model-only pick (trial {int(last['trial'])}, the first warm start): "
@@ -238,7 +230,7 @@ def tune_markdown(trials, study_name, best_study_path=None) -> str:
             out.append(f"| {i} | {int(r['trial'])} | `{_cell(r['layout'])}` | "
                        f"{_rate(r['measured_tokens_per_s_per_device'])} | "
                        f"{_rate(r['predicted_tokens_per_s_per_device'])} | "
-                       f"{_num(r['peak_memory_gb'])} |")
+                       f"{fmt(r['peak_memory_gb'])} |")
     return "\n".join(out) + "\n"
 
 

@@ -28,8 +28,9 @@ from scalestudy.perf.hardware import cpu_name
 from scalestudy.perf.run_summary import summary
 from scalestudy.record.env import common_env
 from scalestudy.record.io import write_json
-from scalestudy.record.read import (RecordError, parse_steps, point_facts, read_steps,
-                                    read_text, step_vs_point)
+from scalestudy.record.read import parse_steps, read_steps
+from scalestudy.record.reading import RecordError, read_text
+from scalestudy.record.against_point import point_facts, step_vs_point
 from scalestudy.record.steps import STEPS_FILE, write_steps
 from scalestudy.run import logparse, workload
 
@@ -109,7 +110,7 @@ def steps_from_jsonl(point: Point, run_dir: Path) -> tuple[list[dict], str | Non
 def steps_from_log(point: Point, log: Path) -> tuple[list[dict], str | None, str | None]:
     """``(records, problem, memory_note)`` of a log-parsed command: the logged steps checked
     against the point (its batch, sequence length and step count wherever the log prints them:
-    ``logparse.parse``), and why the peak memory is empty where the log says it is unmeasured."""
+    ``logparse.parse_log``), and why the peak memory is empty where the log says it is unmeasured."""
     w = point.workload
     patterns = w.patterns if w.metrics == MetricsFormat.LOG else logparse.PRESETS[w.metrics]
     name = str(w.metrics)

@@ -67,6 +67,7 @@ import math
 import re
 from typing import Iterable, Mapping
 
+from scalestudy.numbers import plain
 from scalestudy.record.steps import step_record
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -165,10 +166,6 @@ def read_lines(lines: Iterable[str], patterns: Mapping[str, str]) -> list[dict]:
     return read_log(lines, patterns)[0]
 
 
-def _fmt(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else f"{x:g}"
-
-
 def _the(name: str) -> str:
     """'the torchtitan log', 'the log' (the study's own expressions)."""
     return "the log" if name == "log" else f"the {name} log"
@@ -190,7 +187,7 @@ def check_facts(facts: list[dict], *, global_batch: int, seq_len: int, steps: in
         if f["value"] == want[f["name"]]:
             continue
         what, unit, placeholder = _FACT_WORDS[f["name"]]
-        return (f"{_the(name)} says {what} {_fmt(f['value'])} ({f['line'][:120]!r}), the "
+        return (f"{_the(name)} says {what} {plain(f['value'])} ({f['line'][:120]!r}), the "
                 f"point's is {want[f['name']]} {unit}: the command does not run the point "
                 f"(pass {placeholder})")
     return None
@@ -230,10 +227,10 @@ def to_steps(found: list[dict], *, n: int, seq_len: int, tokens_per_step: float,
         if not (math.isfinite(tokens) and tokens > 0):
             return [], f"step {step}: tokens per step {tokens!r} ({f['_line']!r})"
         if abs(tokens - tokens_per_step) > 1e-9 * tokens_per_step:
-            what = (f"{_fmt(f['samples'])} sequences ({_fmt(tokens)} tokens)" if "samples" in f
-                    and "tokens" not in f else f"{_fmt(tokens)} tokens")
+            what = (f"{plain(f['samples'])} sequences ({plain(tokens)} tokens)" if "samples" in f
+                    and "tokens" not in f else f"{plain(tokens)} tokens")
             return [], (f"the {name} log says {what} per step at step {step}, the point trains "
-                        f"{_fmt(tokens_per_step)} tokens per step: the command does not train "
+                        f"{plain(tokens_per_step)} tokens per step: the command does not train "
                         "the point's batch (pass {global_batch}/{micro_batch}/{seq_len})")
         if "step_time_s" in f:
             t = f["step_time_s"]
@@ -277,7 +274,7 @@ def to_steps(found: list[dict], *, n: int, seq_len: int, tokens_per_step: float,
     return records, None
 
 
-def parse(lines: Iterable[str], patterns: Mapping[str, str], *, n: int, seq_len: int,
+def parse_log(lines: Iterable[str], patterns: Mapping[str, str], *, n: int, seq_len: int,
           tokens_per_step: float, warmup_steps: int, steps: int, name: str = "log"
           ) -> tuple[list[dict], str | None]:
     """:func:`read_log`, :func:`check_facts` (the global batch is ``tokens_per_step /

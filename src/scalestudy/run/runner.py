@@ -47,8 +47,10 @@ from pathlib import Path
 
 from scalestudy.config import sitepolicy
 from scalestudy.config.point import Point
+from scalestudy.record import breakdown
 from scalestudy.record.io import read_json, write_json
-from scalestudy.record.read import read_tail, run_problem
+from scalestudy.record.read import run_problem
+from scalestudy.record.reading import read_tail
 from scalestudy.record.states import RECORD_FILES, RETRIED, RunState
 from scalestudy.run import capture, collect, health, launch, lifetime, outcome, workload
 
@@ -143,6 +145,7 @@ def attempt(point: Point, run_dir: Path, lock_fd: int | None = None) -> dict:
     for tmp in run_dir.glob(".*"):  # temp files of atomic writes cut short by a kill
         if tmp.is_file() and tmp.name != lifetime.POINT_LOCK:
             tmp.unlink(missing_ok=True)
+    breakdown.clear_traces(run_dir, point.workload.traces)
     scratch = run_dir / SCRATCH  # TMPDIR of the launch: torchrun's log folders, ranks' temps
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir()
@@ -257,8 +260,22 @@ def _tries(point_json: Path, run_dir: Path, lock_fd: int) -> dict:
         status = _runner_error(exc, started, t0)
         history.append({k: status[k] for k in ("state", "reason", "wall_s")})
     status["attempts"] = history
+    if status["state"] == RunState.OK:
+        _write_breakdown(point, run_dir)
     write_status(run_dir, status)
     return status
+
+
+def _write_breakdown(point: Point, run_dir: Path) -> None:
+    """A profiled run's ``breakdown.json`` from its traces (``scalestudy.record.breakdown``:
+    a damaged trace is an empty breakdown with its reason); a run that could not write it
+    has none, which the tables say."""
+    if not (point.profile.enabled or point.workload.traces):
+        return
+    try:
+        breakdown.write_breakdown(run_dir, point.to_json(), point.workload.traces)
+    except OSError as e:
+        print(f"scalestudy: breakdown.json not written: {e}", file=sys.stderr)
 
 
 def write_status(run_dir: Path, status: dict) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 
-from scalestudy.config.point import Platform, Point
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Platform
 from scalestudy.config.vocab import Device, GPURequest
 
 DEFAULT_CPU_MEM_PER_PROC_MB = 1024

@@ -12,11 +12,13 @@ from dataclasses import dataclass, replace
 from typing import Mapping, MutableMapping
 
 from scalestudy.config import sitepolicy
-from scalestudy.config.point import Platform, Point
+from scalestudy.config.point import Point
+from scalestudy.config.parts import Platform
 from scalestudy.config.study import load_study
 from scalestudy.config.studyspec import Study
 from scalestudy.plan.planner import plan_points
 from scalestudy.record.source import source_path
+from scalestudy.record.io import os_error_line
 from scalestudy.run.guard import claim_study
 
 DEFAULT_STUDY = "workflow/config/default.yaml"
@@ -70,8 +72,11 @@ def workflow_setup(config: Mapping, *, claim: bool = False,
     feasible = tuple(pid for pid, p in points.items() if p.feasible)
     out = f"{config.get('results', 'results')}/{study.name}"
     source = source_path(study_file)
+    try:
+        lock = claim_study(out, feasible, source, study.to_json()) if claim else None
+    except OSError as e:  # an unwritable results folder: one line, as every other path says
+        raise SystemExit(f"scalestudy: error: {os_error_line(e)}") from None
     return WorkflowSetup(
         study_file=study_file, source=source, study=study, platform=study.platform,
         points=points, feasible=feasible, out=out,
-        before_run_max_n=study.predict.before_run_max_n,
-        lock=claim_study(out, feasible, source, study.to_json()) if claim else None)
+        before_run_max_n=study.predict.before_run_max_n, lock=lock)

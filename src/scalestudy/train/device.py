@@ -32,10 +32,34 @@ def resolve_device_type(requested: str) -> str:
     return requested.value
 
 
+#: Set by the person who starts a run (never by a study): the process-group backend instead of
+#: the device's default, e.g. ``gloo`` with CUDA tensors, so that several ranks share one GPU
+#: (NCCL refuses two ranks on one device): the GPU check's layouts on a single GPU.
+BACKEND_ENV = "SCALESTUDY_DIST_BACKEND"
+BACKENDS = ("gloo", "nccl")
+
+
+def process_group_backend(device_type: str, environ=os.environ) -> str:
+    """The backend of this run: ``$SCALESTUDY_DIST_BACKEND`` when set (gloo or nccl), else the
+    device's default (``torch.distributed.get_default_backend_for_device``)."""
+    import torch.distributed as dist
+
+    asked = environ.get(BACKEND_ENV, "").strip()
+    if asked and asked not in BACKENDS:
+        raise ValueError(f"{BACKEND_ENV}={asked!r}: use one of {', '.join(BACKENDS)}")
+    return asked or dist.get_default_backend_for_device(device_type)
+
+
+def device_index(local_rank: int, count: int) -> int:
+    """The GPU of local rank ``local_rank`` on a host with ``count`` of them: its own, or, with
+    more ranks than GPUs (ranks sharing a device over gloo), the one it wraps onto."""
+    return local_rank % count if count > 0 else local_rank
+
+
 def local_device(device_type: str) -> torch.device:
-    """This rank's device: ``cuda:LOCAL_RANK`` (made current) or the CPU."""
+    """This rank's device: ``cuda:LOCAL_RANK`` (made current; ``device_index``) or the CPU."""
     if device_type == "cuda":
-        index = int(os.environ.get("LOCAL_RANK", 0))
+        index = device_index(int(os.environ.get("LOCAL_RANK", 0)), torch.cuda.device_count())
         torch.cuda.set_device(index)
         return torch.device("cuda", index)
     return torch.device("cpu")

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from scalestudy.config.point import Point
 from scalestudy.record.env import common_env
 from scalestudy.record import stragglers
+from scalestudy.record.profile_record import PROFILE_KEY
 from scalestudy.record.io import write_json
 from scalestudy.perf.run_summary import summary as run_summary
 from scalestudy.train import energy
@@ -91,6 +92,12 @@ def write_record(point: Point, run_dir: Path, gathered: list[dict], device: torc
         [g["view"]["env"].get("SLURMD_NODENAME") or g["view"]["host"] for g in gathered], warm)
     if spread is not None:
         summary[stragglers.SUMMARY_KEY] = spread
+    reserved = [g.get("reserved") for g in gathered if g.get("reserved") is not None]
+    if reserved:  # the caching allocator's peak beside the tensors' (the planner's headroom)
+        summary["peak_memory_reserved_bytes"] = max(reserved)
+    if point.profile.enabled:
+        summary[PROFILE_KEY] = {"steps": point.profile.steps, "warmup": point.profile.warmup,
+                                "ranks": [g["profile"] for g in gathered]}
     write_json(run_dir / "env.json", env_record(point, device, backend,
                                                 [g["view"] for g in gathered]))
     write_json(run_dir / "summary.json", summary)

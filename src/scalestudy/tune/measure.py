@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scalestudy.config.study import StudyError, dump_study
+from scalestudy.config.study_yaml import StudyError, dump_study
 from scalestudy.config.studyspec import Study
 from scalestudy.record.io import write_text
 from scalestudy.record.states import RunState

@@ -245,7 +245,7 @@ def build(study: Study, tune_dir, evaluate: Evaluate, write=None) -> tuple[Searc
     when no layout of the space can run."""
     from pathlib import Path
 
-    from scalestudy.config.study import StudyError
+    from scalestudy.config.study_yaml import StudyError
     from scalestudy.record.trials import TRIALS, read_trials
     from scalestudy.tune.space import axis_values, layouts, planned, rungs
 
@@ -287,7 +287,7 @@ def start(study: Study, study_file: str, results, profile: str | None, extra: li
 
     from scalestudy import paths
     from scalestudy.config import sitepolicy
-    from scalestudy.config.study import StudyError, dump_study
+    from scalestudy.config.study_yaml import StudyError, dump_study
     from scalestudy.record.io import write_csv, write_text
     from scalestudy.record.trials import BEST_STUDY, TRIALS, TUNE_DIR, best_complete
     from scalestudy.report.tune import write_tune_report

@@ -9,25 +9,23 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, fields, replace
 
+from scalestudy.config import settings
+from scalestudy.config.parts import Parallel
 from scalestudy.config.point import Point
+from scalestudy.config.settings import coerce_value
 from scalestudy.config.studyspec import Series, Study, Tune
 from scalestudy.config.vocab import Checkpointing, DPMode, PPSchedule, ScalingMode
 from scalestudy.plan.planner import series_points
 
-#: What an axis left out of ``tune.space`` takes besides the divisors of N (tp, pp).
-DEFAULT_AXES = {
-    "cp": (1,),
-    "micro_batch": (1, 2, 4, 8),
-    "virtual_stages": (1, 2),
-    "pp_schedule": tuple(PPSchedule),
-    "dp_mode": tuple(DPMode),
-    "activation_checkpointing": (Checkpointing.NONE, Checkpointing.FULL),
-}
+#: What an axis left out of ``tune.space`` takes besides the divisors of N (tp, pp): the
+#: shape's here, the tuned settings' their own (``Setting.tune``).
+DEFAULT_AXES = {"cp": (1,), "micro_batch": (1, 2, 4, 8), **settings.tuned(Parallel)}
 
 
 @dataclass(frozen=True, order=True)
 class TrialLayout:
-    """One parallel layout of the tuned model on N devices."""
+    """One parallel layout of the tuned model on N devices: the shape, then one field per tuned
+    setting (``settings.tuned(Parallel)``; a test holds them equal)."""
 
     tp: int  # tensor-parallel ranks
     pp: int  # pipeline-parallel ranks
@@ -53,12 +51,10 @@ class TrialLayout:
 
     @classmethod
     def from_params(cls, params: dict) -> "TrialLayout":
-        return cls(tp=int(params["tp"]), pp=int(params["pp"]), cp=int(params["cp"]),
-                   micro_batch=int(params["micro_batch"]),
-                   pp_schedule=PPSchedule(params["pp_schedule"]),
-                   virtual_stages=int(params["virtual_stages"]),
-                   dp_mode=DPMode(params["dp_mode"]),
-                   activation_checkpointing=Checkpointing(params["activation_checkpointing"]))
+        shape = {k: int(params[k]) for k in ("tp", "pp", "cp", "micro_batch")}
+        return cls(**shape, **{k: int(params[k]) if settings.value_type(Parallel, k) is int
+                               else coerce_value(Parallel, k, params[k])
+                               for k in settings.tuned(Parallel)})
 
     def canonical(self, n: int) -> "TrialLayout | None":
         """The layout that runs the same thing, with the axes that do not apply set to one
@@ -83,9 +79,7 @@ class TrialLayout:
         return Series(name=self.name, mode=ScalingMode.STRONG, model=model or tune.model,
                       gpus=(tune.gpus,), micro_batch=self.micro_batch, tp=self.tp, pp=self.pp,
                       cp=self.cp, grad_accum=1, global_batch=tune.global_batch,
-                      dp_mode=self.dp_mode, pp_schedule=self.pp_schedule,
-                      activation_checkpointing=self.activation_checkpointing,
-                      virtual_stages=self.virtual_stages)
+                      settings={k: getattr(self, k) for k in settings.tuned(Parallel)})
 
 
 def _divisors(n: int) -> tuple[int, ...]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from scalestudy.config.point import Model
+from scalestudy.config.parts import Model
 from scalestudy.perf import memory
 from scalestudy.plan.tune import known_models, rank, study_yaml
 from scalestudy.record.io import write_text
@@ -123,8 +123,9 @@ def measure_main(argv: list[str]) -> int:
     ap.add_argument("--trust-site", action="store_true",
                     help="allow any platform.site setting (as scalestudy run --trust-site)")
     a = ap.parse_args(argv[:len(argv) - len(extra) - ("--" in argv)])
-    from scalestudy.config.study import StudyError, load_study
-    from scalestudy.record.read import RecordError, printable
+    from scalestudy.config.study import load_study
+    from scalestudy.config.study_yaml import StudyError
+    from scalestudy.record.reading import RecordError, printable
     from scalestudy.run.guard import StudyLocked
     from scalestudy.tune.search import start
 

@@ -1,0 +1,462 @@
+"""The parts of the GPU check (``benchmarks/gpu_check.py``: the schedule, the shapes, the
+watchdogs), each run in its own process:
+
+    python -m benchmarks.gpu_parts PART --out OUT --json OUT/NN_PART.json [--smoke]
+
+Every measuring part runs real points through the pipeline's runner (``point.json`` ->
+``scalestudy.run.runner`` -> torchrun -> the built-in trainer), so each figure is what a
+study's point records; ``smoke`` runs the same logic on the CPU (gloo, fp32, tiny models).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from benchmarks.gpu_check import blank, now
+
+#: The pipeline's modules a device image may lack (DESIGN: no snakemake, no jsonschema there).
+NEEDED = ("snakemake", "jsonschema", "pandas", "yaml", "seaborn", "optuna", "pyarrow",
+          "pynvml", "hta")
+#: Loss tolerance of a layout against the one-rank run: bf16 on a GPU (its rounding of ~5.5
+#: nats), fp32 on the CPU (reduction order: DESIGN's 1e-5, with margin).
+TOLERANCE = {"bf16": 2e-2, "fp32": 1e-4}
+#: The models of the parts besides the trainer's 1.1B: a device-sized one, a CPU-sized one.
+MODELS = {
+    False: {"small": {"layers": 8, "hidden": 1024, "heads": 16, "seq_len": 1024, "vocab": 32000},
+            "medium": {"layers": 12, "hidden": 2048, "heads": 16, "seq_len": 1024,
+                       "vocab": 32000}},
+    True: {"small": {"layers": 2, "hidden": 64, "heads": 4, "seq_len": 64, "vocab": 256},
+           "medium": {"layers": 2, "hidden": 96, "heads": 4, "seq_len": 64, "vocab": 256}},
+}
+
+
+class Ctx:
+    """What a part knows: its output folder, smoke or not, the device and precision."""
+
+    def __init__(self, out: Path, smoke: bool):
+        self.out, self.smoke = out, smoke
+        self.device = "cpu" if smoke else "cuda"
+        self.precision = "fp32" if smoke else "bf16"
+
+    def model(self, name: str):
+        from scalestudy.config.parts import Model
+
+        return Model(name=name, **MODELS[self.smoke][name])
+
+
+def _run(point, run_dir: Path, env: dict | None = None) -> dict:
+    """``point`` through the runner into ``run_dir`` (``env`` added to the launch's); the
+    status, summary and point of its record."""
+    from scalestudy.record.io import write_text
+    from scalestudy.run import runner
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_text(run_dir / "point.json", point.json_text())
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
+    try:
+        status = runner.run_point(run_dir / "point.json", run_dir)
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    summary = _load(run_dir / "summary.json")
+    return {"status": status, "summary": summary, "run_dir": str(run_dir)}
+
+
+def _load(path: Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _point(ctx: Ctx, model, series: str, **layout):
+    from scalestudy.config.point import Point
+    from scalestudy.config.identity import identify
+
+    kw = {"steps": 6, "warmup_steps": 2, "precision": ctx.precision, "device": ctx.device,
+          "devices_per_node": 8, "timeout_s": 240, "collective_timeout_s": 120, "lr": 3e-4,
+          "study": "gpu-check", "series": series, "mode": "strong", **layout}
+    return identify(Point.for_layout(model, **kw))
+
+
+# --- 0. probe --------------------------------------------------------------------------------
+
+
+def probe(ctx: Ctx) -> dict:
+    import torch
+
+    smi = shutil.which("nvidia-smi")
+    text = (subprocess.run([smi], capture_output=True, text=True, timeout=20).stdout
+            if smi else "")
+    driver = (subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20).stdout.strip()
+              if smi else None)
+    missing = [m for m in NEEDED if importlib.util.find_spec(m) is None]
+    wheels, installed = os.environ.get("GPU_WHEELS"), []
+    if missing and wheels and Path(wheels).is_dir() and not ctx.smoke:  # `make gpu-wheels`'s
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index",
+                            "--no-deps", *map(str, sorted(Path(wheels).glob("*.whl")))],
+                           capture_output=True, text=True, timeout=120)
+        importlib.invalidate_caches()
+        installed = [m for m in missing if importlib.util.find_spec(m) is not None]
+        missing = [m for m in missing if m not in installed] + (
+            [f"pip: {r.stderr.strip().splitlines()[-1]}"] if r.returncode and r.stderr else [])
+    pip = subprocess.run([sys.executable, "-m", "pip", "list", "--format=freeze"],
+                         capture_output=True, text=True, timeout=60).stdout.splitlines()
+    cuda = torch.cuda.is_available()
+    devices = [{"name": torch.cuda.get_device_name(i),
+                "total_bytes": torch.cuda.get_device_properties(i).total_memory}
+               for i in range(torch.cuda.device_count())] if cuda else []
+    ok = cuda or ctx.smoke
+    return {"state": "ok" if ok else "failed",
+            "reason": "" if ok else "no CUDA device visible to torch",
+            "python": sys.version.split()[0], "torch": torch.__version__,
+            "cuda": torch.version.cuda, "cuda_available": cuda, "devices": devices,
+            "driver": driver, "nvidia_smi": text.splitlines()[:20],
+            "disk_free_gb": shutil.disk_usage(ctx.out).free / 1e9,
+            "modules": {m: importlib.util.find_spec(m) is not None for m in NEEDED},
+            "missing": missing, "installed_from_wheels": installed, "pip_list": pip[:400]}
+
+
+# --- 1. trainer ------------------------------------------------------------------------------
+
+
+def top_activity(trace_path: Path, n: int = 10) -> list[dict]:
+    """The ``n`` device kernels (``aten::`` operators on a CPU trace, nested ones counted in
+    their parents too) with the most time in a trace, with their share of the traced steps."""
+    from scalestudy.record.trace import read_trace
+
+    tr = read_trace(trace_path)
+    events = tr.gpu or [e for e in tr.host if e.tid == tr.main_tid and e.name.startswith("aten::")]
+    total: dict = {}
+    for e in events:
+        total[e.name] = total.get(e.name, 0.0) + e.dur
+    span = sum(s.dur for s in tr.steps)
+    return [{"name": k[:120], "seconds": v, "share_of_steps": v / span if span else None}
+            for k, v in sorted(total.items(), key=lambda kv: -kv[1])[:n]]
+
+
+def trainer(ctx: Ctx, budget: float) -> dict:
+    from benchmarks import gpu
+    from scalestudy.config.parts import Profile
+    from scalestudy.config.identity import identify
+
+    rec = gpu.measure(ctx.out / "trainer", smoke=ctx.smoke, budget_s=budget * 0.7)
+    ok = [r for r in rec["records"] if r["state"] == "ok"]
+    mfus = [r["mfu"] for r in ok if r["mfu"] is not None]
+    below = (max(mfus) < gpu.TARGET_MFU) if mfus else None
+    profile = None
+    if ok and (below or ctx.smoke):  # the best configuration, one step traced
+        best = max(ok, key=lambda r: r["tokens_per_s"] or 0)
+        run_dir = ctx.out / "trainer" / "runs" / gpu.run_dir_name(best["config"])
+        point = json.loads((run_dir / "point.json").read_text())
+        from scalestudy.config.point import Point
+
+        p = Point.from_json(point)
+        p = identify(p.replace(profile=Profile(enabled=True, steps=1, warmup=1),
+                               config_hash="", point_id=""))
+        run = _run(p, ctx.out / "trainer" / "runs" / "profiled")
+        brk = _load(Path(run["run_dir"]) / "breakdown.json")
+        trace = Path(run["run_dir"]) / "traces" / "rank0.json.gz"
+        profile = {"config": best["config"], "breakdown_state": brk.get("state"),
+                   "top": top_activity(trace) if trace.exists() else [],
+                   "device_idle_or_host_s": (brk.get("terms") or {}).get("overhead_s"),
+                   "unattributed_s": (brk.get("terms") or {}).get("unattributed_s"),
+                   "step_s": brk.get("step_s")}
+    state = "ok" if ok else "failed"
+    return {"state": state, "reason": "" if ok else "no configuration ran",
+            "records": rec["records"], "calibration": rec["calibration"],
+            "target_mfu": gpu.TARGET_MFU, "below_target": below, "profile": profile}
+
+
+# --- 2. layouts ------------------------------------------------------------------------------
+
+#: name -> (N, study series keys): each layout trains the reference's global batch of 8
+#: sequences (micro-batch x accumulation x dp), the same data and seed.
+LAYOUTS = {
+    "n1": (1, {"micro_batch": 8}), "ddp2": (2, {"micro_batch": 4}),
+    "fsdp2": (2, {"micro_batch": 4, "dp_mode": "fsdp"}), "tp2": (2, {"micro_batch": 8, "tp": 2}),
+    "pp2": (2, {"micro_batch": 2, "pp": 2}), "dp2xtp2": (4, {"micro_batch": 4, "tp": 2}),
+    "pp2xdp2xtp2": (8, {"micro_batch": 2, "tp": 2, "pp": 2}),
+}
+#: the layouts of the CPU smoke run: the one-rank reference and a 2-D one (DDP over TP), the
+#: part's logic whatever the layout; every layout's own parity on the CPU is
+#: tests/integration/test_parallel_parity.py's
+SMOKE_LAYOUTS = ("n1", "dp2xtp2")
+#: runs.csv columns a GPU run fills (a CPU run has no spec peak and maybe no energy counter)
+GPU_COLUMNS = ("step_time_median_s", "tokens_per_s", "mfu", "hfu", "peak_memory_gb",
+               "joules_per_token")
+CPU_COLUMNS = ("step_time_median_s", "tokens_per_s", "peak_memory_gb")
+
+
+def layouts(ctx: Ctx) -> dict:
+    from scalestudy.analysis.aggregate import collect
+    from scalestudy.config.study import validate
+    from scalestudy.plan.planner import plan_points, write_plan
+
+    names = SMOKE_LAYOUTS if ctx.smoke else tuple(LAYOUTS)
+    doc = {"name": "layouts", "models": {"m": MODELS[ctx.smoke]["small"]},
+           "train": {"steps": 6, "warmup_steps": 2, "precision": ctx.precision, "lr": 3e-4},
+           "platform": {"device": ctx.device, "devices_per_node": 8, "timeout_s": 240},
+           "series": [{"name": n, "mode": "strong", "model": "m", "gpus": [LAYOUTS[n][0]],
+                       "global_batch": 8, **LAYOUTS[n][1]} for n in names]}
+    study = validate(doc)
+    points = plan_points(study)
+    study_dir = ctx.out / "layouts" / study.name
+    write_plan(points, study_dir, study)
+    backend = "gloo" if ctx.smoke else "gloo (nccl at N=1)"
+    losses = {}
+    for p in points:
+        env = {} if (ctx.smoke or p.n == 1) else {"SCALESTUDY_DIST_BACKEND": "gloo"}
+        run = _run(p, study_dir / "runs" / p.point_id, env)
+        steps = [json.loads(x) for x in (Path(run["run_dir"]) / "steps.jsonl").read_text()
+                 .splitlines()] if (Path(run["run_dir"]) / "steps.jsonl").exists() else []
+        losses[p.series] = {"state": str(run["status"]["state"]),
+                            "reason": run["status"]["reason"], "n": p.n,
+                            "losses": [s["loss"] for s in steps]}
+    runs, _, _ = collect(study_dir)  # runs.csv's rows (no parquet writer needed here)
+    ref = losses["n1"]["losses"]
+    tol = TOLERANCE[ctx.precision]
+    for name, rec in losses.items():
+        if rec["losses"] and ref and len(rec["losses"]) == len(ref):
+            rec["max_loss_diff"] = max(abs(a - b) for a, b in zip(rec["losses"], ref))
+            rec["within"] = rec["max_loss_diff"] <= tol
+    cols = CPU_COLUMNS if ctx.smoke else GPU_COLUMNS
+    ok = runs[runs["status"] == "ok"]
+    gaps = {c: ok.loc[ok[c].isna(), "series"].tolist() for c in cols if ok[c].isna().any()}
+    bad = [n for n, r in losses.items() if not r.get("within", False)]
+    return {"state": "ok" if not bad and not gaps else "failed",
+            "reason": "; ".join(f"{n}: {losses[n]['state']} {losses[n]['reason']}".strip()
+                                for n in bad) + ("; columns empty: " + str(gaps) if gaps else ""),
+            "backend": backend, "tolerance": {"loss_abs": tol, "precision": ctx.precision},
+            "reference": "n1", "layouts": losses, "columns_missing": gaps,
+            "pipeline": "runner (point.json -> scalestudy.run.runner -> torchrun; no "
+                        "Snakemake), runs.csv's rows by analysis.aggregate.collect"}
+
+
+# --- 3. memory -------------------------------------------------------------------------------
+
+
+def memory_points(ctx: Ctx) -> list:
+    """Single-device points: two models x micro-batch x seq x checkpointing x precision (12
+    on a GPU; the smoke run's first two)."""
+    combos = [(2, 1, "none", "bf16"), (2, 1, "full", "bf16"), (2, 1, "selective", "bf16"),
+              (4, 2, "none", "bf16"), (2, 1, "none", "fp32"), (1, 1, "full", "fp32")]
+    out = []
+    for name in ("small", "medium"):
+        base = ctx.model(name)
+        for mb, div, ac, prec in combos:
+            import dataclasses
+
+            m = dataclasses.replace(base, seq_len=base.seq_len // div)
+            prec = "fp32" if ctx.smoke else prec  # (bf16 matmul crawls on most CPUs)
+            out.append(_point(ctx, m, f"mem-{name}-mb{mb}-s{m.seq_len}-{ac}-{prec}",
+                              micro_batch=mb, activation_checkpointing=ac, precision=prec,
+                              steps=3, warmup_steps=1))
+    return out[:2] if ctx.smoke else out
+
+
+def memory(ctx: Ctx) -> dict:
+    from scalestudy.config import devices
+    from scalestudy.perf.memory import estimate
+    from scalestudy.plan.constraints import MEMORY_HEADROOM
+
+    rows = []
+    for p in memory_points(ctx):
+        run = _run(p, ctx.out / "memory" / "runs" / p.series)
+        s = run["summary"]
+        meas, reserved = s.get("peak_memory_bytes"), s.get("peak_memory_reserved_bytes")
+        est = estimate(p)["total_bytes"]
+        rows.append({"series": p.series, "state": str(run["status"]["state"]),
+                     "estimate_bytes": est, "measured_bytes": meas,
+                     "memory_kind": s.get("memory_kind"),
+                     "estimate_over_measured": est / meas if meas else None,
+                     "reserved_over_allocated": reserved / meas if (reserved and meas) else None,
+                     "step_time_median_s": s.get("step_time_median_s")})
+    ratios = [r["estimate_over_measured"] for r in rows if r["estimate_over_measured"]]
+    reserved = [r["reserved_over_allocated"] for r in rows if r["reserved_over_allocated"]]
+    capacity = None
+    if not ctx.smoke:
+        import torch
+
+        free, total = torch.cuda.mem_get_info()
+        key = devices.device_key(torch.cuda.get_device_name(0))
+        stated = (devices.devices().get(key) or {}).get("memory_gb") if key else None
+        capacity = {"device": torch.cuda.get_device_name(0), "preset": key,
+                    "preset_gb": stated, "measured_bytes": total, "measured_gb": total / 1e9,
+                    "measured_gib": total / 2**30,
+                    "preset_over_measured_gb": stated / (total / 1e9) if stated else None}
+    within = [0.9 <= r <= 1.1 for r in ratios]
+    return {"state": "ok" if rows and all(r["state"] == "ok" for r in rows) else "failed",
+            "reason": "" if ratios else "no point measured", "points": rows,
+            "within": {"goal": [0.9, 1.1], "points": len(within), "within": sum(within)},
+            "reserved_over_allocated": max(reserved) if reserved else None,
+            "headroom": {"planner": MEMORY_HEADROOM,
+                         "allocated_fits_in_reserved_at": 1 / max(reserved) if reserved else None},
+            "capacity": capacity}
+
+
+# --- 4. step model ---------------------------------------------------------------------------
+
+
+def _measured_runs(out: Path) -> list[Path]:
+    return sorted(p.parent for p in list((out / "trainer" / "runs").glob("*/summary.json"))
+                  + list((out / "memory" / "runs").glob("*/summary.json")))
+
+
+def stepmodel(ctx: Ctx) -> dict:
+    from scalestudy.config.point import Point
+    from scalestudy.perf.hardware import HardwareSpec
+    from scalestudy.perf.inputs import CPU_PRESET, system_of
+    from scalestudy.perf.rates import Measured
+    from scalestudy.perf.stepmodel import predict_step_time
+
+    cal = ctx.out / "stepmodel" / "calibration.json"
+    cal.parent.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "scalestudy.commands.calibrate", "--device", ctx.device,
+            "--dtype", ctx.precision, "--out", str(cal)]
+    argv += ["--size", "256", "--samples", "5", "--max-seconds", "1", "--threads", "1"] \
+        if ctx.smoke else []
+    subprocess.run(argv, check=True, capture_output=True, text=True, timeout=120)
+    measured = Measured.from_calibration(cal)
+    rows = []
+    for run_dir in _measured_runs(ctx.out):
+        s = _load(run_dir / "summary.json")
+        if not s.get("step_time_median_s"):
+            continue
+        p = Point.from_json(_load(run_dir / "point.json"))
+        hw = HardwareSpec.load(CPU_PRESET if ctx.smoke else system_of(s.get("device_name")))
+        t = s["step_time_median_s"]
+        rows.append({"run": run_dir.name, "measured_s": t,
+                     "predicted_s": predict_step_time(p, hw, measured).step_time_s,
+                     "predicted_preset_s": predict_step_time(p, hw).step_time_s})
+    for r in rows:
+        r["ratio"], r["ratio_preset"] = (r["predicted_s"] / r["measured_s"],
+                                         r["predicted_preset_s"] / r["measured_s"])
+    med = statistics.median(r["ratio"] for r in rows) if rows else None
+    return {"state": "ok" if rows else "failed",
+            "reason": "" if rows else "no measured point of the trainer or memory parts",
+            "calibration": _load(cal), "points": rows, "median_ratio": med,
+            "median_ratio_preset": (statistics.median(r["ratio_preset"] for r in rows)
+                                    if rows else None), "goal": [0.9, 1.1]}
+
+
+# --- 5. energy -------------------------------------------------------------------------------
+
+
+class PowerSampler:
+    """``nvidia-smi``'s power draw (W) every 100 ms in a thread, with the time of each."""
+
+    def __init__(self):
+        self.samples: list[tuple[float, float]] = []
+        self.proc = None
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            self.proc = subprocess.Popen([smi, "--query-gpu=power.draw",
+                                          "--format=csv,noheader,nounits", "-lms", "100"],
+                                         stdout=subprocess.PIPE, text=True)
+            threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                self.samples.append((time.monotonic(), float(line.split(",")[0])))
+            except ValueError:
+                continue
+
+    def stop(self):
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
+def energy(ctx: Ctx) -> dict:
+    p = _point(ctx, ctx.model("small"), "energy", micro_batch=4, steps=30 if not ctx.smoke else 6,
+               warmup_steps=5 if not ctx.smoke else 2)
+    sampler, t0 = PowerSampler(), time.monotonic()
+    run = _run(p, ctx.out / "energy" / "runs" / "energy")
+    t1 = time.monotonic()
+    sampler.stop()
+    e = run["summary"].get("energy") or {}
+    nvml = {k: e.get(k) for k in ("source", "joules_per_token", "avg_power_w", "reason")}
+    smi = None
+    if sampler.samples:  # the middle 60% of the run: its steady steps, not start-up
+        lo, hi = t0 + 0.2 * (t1 - t0), t0 + 0.8 * (t1 - t0)
+        mid = [w for t, w in sampler.samples if lo <= t <= hi]
+        step = run["summary"].get("step_time_median_s")
+        if mid and step:
+            power = statistics.mean(mid)
+            smi = {"avg_power_w": power, "samples": len(mid),
+                   "joules_per_token": power * step / p.tokens_per_step}
+    ratio = (nvml["joules_per_token"] / smi["joules_per_token"]
+             if smi and nvml.get("joules_per_token") else None)
+    ok = str(run["status"]["state"]) == "ok"
+    return {"state": "ok" if ok else "failed",
+            "reason": "" if (ok and ratio) else (run["status"]["reason"] if not ok else
+                                                "not both counters read: " + str(
+                                                    nvml.get("reason") or "no nvidia-smi")),
+            "nvml": nvml, "smi": smi, "ratio": ratio}
+
+
+# --- 6. trace --------------------------------------------------------------------------------
+
+
+def trace(ctx: Ctx) -> dict:
+    from scalestudy.config.parts import Profile
+
+    n = 2 if ctx.smoke else 1
+    p = _point(ctx, ctx.model("small"), "trace", dp=n, micro_batch=4,
+               profile=Profile(enabled=True, steps=2, warmup=1))
+    run = _run(p, ctx.out / "trace" / "runs" / "trace")
+    brk = _load(Path(run["run_dir"]) / "breakdown.json")
+    t = run["summary"].get("step_time_median_s")
+    ok = brk.get("state") == "ok"
+    return {"state": "ok" if ok else "failed", "reason": brk.get("reason") or "",
+            "run": run["run_dir"], "terms": brk.get("terms"), "step_time_s": t,
+            "traced_step_s": brk.get("step_s"),
+            "unattributed_s": (brk.get("terms") or {}).get("unattributed_s"),
+            "hta": brk.get("hta")}
+
+
+PARTS = {"probe": probe, "trainer": trainer, "layouts": layouts, "memory": memory,
+         "stepmodel": stepmodel, "energy": energy, "trace": trace}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.gpu_check import SCHEDULE
+    from scalestudy.record.io import write_json
+
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.gpu_parts")
+    ap.add_argument("part", choices=list(PARTS))
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--json", type=Path, required=True)
+    ap.add_argument("--smoke", action="store_true")
+    a = ap.parse_args(argv)
+    ctx, started, t0 = Ctx(a.out, a.smoke), now(), time.monotonic()
+    share = next(cpu if a.smoke else gpu for p, gpu, cpu in SCHEDULE if p == a.part)
+    try:
+        got = PARTS[a.part](ctx, share) if a.part == "trainer" else PARTS[a.part](ctx)
+    except Exception as e:  # noqa: BLE001 - the part's failure is its record
+        got = {"state": "failed", "reason": f"{type(e).__name__}: {str(e)[:300]}",
+               "traceback": traceback.format_exc(limit=6).splitlines()}
+    rec = blank(a.part, a.smoke, got.pop("state"), got.pop("reason"), started,
+                time.monotonic() - t0)
+    rec.update(got)
+    write_json(a.json, rec)
+    return 0 if rec["state"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,299 @@
+"""A run's measured step breakdown (``runs/<id>/breakdown.json``): its ranks' profiler traces
+read into the named terms of ``scalestudy.record.terms``, and the one reader of that record.
+
+From the traces (``scalestudy.record.trace``, each rank's steps read by
+``scalestudy.record.timeline``) to the run's terms:
+
+1. **Waiting for the slowest rank.** A collective cannot finish before its last rank
+   arrives: the rank that arrived last held it for the shortest time, which stands for the
+   transfer itself; every other rank of the same group waited the difference. Per profiled
+   step, each tensor-, data- or context-parallel transfer is paired with the same transfer
+   (kind, operation, how-manieth in the step) of the other ranks of its group (the ranks
+   sharing every other mesh coordinate: ``config.layout``); of a rank's exposed seconds of it,
+   up to that difference moves from the kind's exposed communication to ``sync_wait_s``.
+   A collective of the optimizer (clipping's norm, over every rank) pairs over all ranks; with
+   pipeline stages its waiting is the pipeline's drain (``pp_bubble_s``).
+2. **The pipeline bubble.** Per profiled step, the shortest lifetime of any send or receive
+   of any rank stands for one transfer; what a stage was exposed on its pipeline traffic
+   beyond that was the stage waiting for another: ``pp_bubble_s`` (the schedule's fill and
+   drain, and every stall where the other stage was late).
+3. **Per rank**, each term's median over the profiled steps; **per run**, each term's mean
+   over the profiled ranks (a step's time is the ranks' mean: ``record.steps``), with its
+   lowest and highest rank, and the rank that waited least (its ``sync_wait_s`` the
+   smallest: the late one, the straggler of ``record.stragglers``); and, from
+   ``summary.json``, the ranks' mean time waiting for a core during a traced step
+   (``runqueue_wait_s``, None where a rank could not say): on a busy host the scheduler's
+   stalls between operators are the part of ``unattributed_s`` the trace cannot see.
+
+Terms are in the trace's seconds: the profiler lengthens the step it records (on a CPU host
+by its cost per recorded operator); ``scalestudy.analysis.breakdown`` sets them against the
+timed step. A run whose traces are missing, damaged, cut or over their cap gets a record with
+``state: empty`` and the reason, never a traceback.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+from statistics import median
+
+from scalestudy.config.layout import group_key
+from scalestudy.record.io import write_json
+from scalestudy.record.profile_record import PROFILE_KEY, profile_problem
+from scalestudy.record.reading import RecordError, read_object
+from scalestudy.record.terms import COMM_TERM, MEASURED_TERMS, OVERLAPPED_TERMS, OVERLAP_TERM
+from scalestudy.record.timeline import StepReading, device_temporal, read_trace_steps
+from scalestudy.record.trace import Trace, TraceError, read_trace
+
+#: The record's file in a run folder, and the folder the built-in trainer writes traces to.
+BREAKDOWN_FILE = "breakdown.json"
+TRACES_DIR = "traces"
+#: The built-in trainer's trace file of a rank (gzip'd Kineto JSON).
+TRACE_NAME = "rank{rank}.json.gz"
+#: Version of the record's layout.
+SCHEMA = 1
+#: States of the record: the terms were read, or there are none (with the reason).
+OK, EMPTY = "ok", "empty"
+#: Mesh dimensions of each paired kind's group.
+_GROUP_DIMS = {"tp": ("tp",), "dp": ("dp", "cp"), "cp": ("cp",)}
+
+
+def empty(reason: str, **extra) -> dict:
+    """The record of a run without a breakdown, and why."""
+    return {"schema": SCHEMA, "state": EMPTY, "reason": reason, **extra}
+
+
+def trace_files(run_dir: str | os.PathLike, pattern: str | None = None) -> list[str]:
+    """The trace files of a run: ``pattern`` (a command workload's ``traces``: a glob
+    relative to the run folder, ``**`` allowed), else the built-in trainer's
+    ``traces/rank*.json.gz``; sorted."""
+    run_dir = os.fspath(run_dir)
+    pattern = pattern or os.path.join(TRACES_DIR, "rank*.json.gz")
+    return sorted(glob.glob(os.path.join(run_dir, pattern), recursive=True))
+
+
+def clear_traces(run_dir: str | os.PathLike, pattern: str | None = None) -> None:
+    """Remove a previous attempt's traces (they are not this attempt's)."""
+    for f in trace_files(run_dir, pattern):
+        if os.path.isfile(f) and not os.path.islink(f):
+            os.unlink(f)
+
+
+def runqueue_wait(summary: dict | None) -> float | None:
+    """The traced ranks' mean time waiting for a core per traced step (s; ``summary.json``'s
+    profile record), or None where a rank has no figure (not Linux, a foreign trainer)."""
+    rec = (summary or {}).get(PROFILE_KEY)
+    if not isinstance(rec, dict) or profile_problem(rec):
+        return None
+    waits = [r.get("runqueue_wait_s") for r in rec["ranks"] if r.get("traced")]
+    if not waits or None in waits:
+        return None
+    return sum(waits) / len(waits)
+
+
+def traced_ranks(summary: dict | None) -> tuple[list[int] | None, str]:
+    """The ranks whose traces a built-in run must have, from ``summary.json``'s ``profile``
+    record, and why one has none (``""``: every traced rank kept its trace; None: no record,
+    take the traces there are)."""
+    rec = (summary or {}).get(PROFILE_KEY)
+    if not isinstance(rec, dict):
+        return None, ""
+    ranks = [r for r in rec.get("ranks") or [] if r.get("traced")]
+    lost = [r for r in ranks if r.get("state") != OK]
+    why = "; ".join(f"rank {r['rank']}: {r.get('reason') or r.get('state')}" for r in lost)
+    return [r["rank"] for r in ranks], why
+
+
+def _layout(point: dict) -> dict:
+    return {k: int(point.get(k) or 1) for k in ("dp", "tp", "pp", "cp")}
+
+
+def _move(terms: dict, src: str, dst: str, seconds: float) -> None:
+    terms[src] -= seconds
+    terms[dst] += seconds
+
+
+def pair_sync_waits(readings: dict[int, list[StepReading]], layout: dict) -> None:
+    """Move each rank's waiting for the slowest rank of its groups out of the exposed
+    communication into ``sync_wait_s`` (module doc, 1), in place. A collective of the
+    optimizer (clipping's norm, reduced over every rank) pairs over all ranks; its waiting is
+    the pipeline's drain (``pp_bubble_s``) when there are stages, else ``sync_wait_s``."""
+    ranks = sorted(readings)
+    world = math.prod(layout.get(k, 1) for k in ("dp", "tp", "pp", "cp"))
+    fits = all(0 <= r < world for r in ranks) and len(ranks) <= world
+    steps = min(len(v) for v in readings.values())
+    kinds = {**{k: (COMM_TERM[k], "sync_wait_s", dims) for k, dims in _GROUP_DIMS.items()},
+             "optimizer": ("optimizer_s",
+                           "pp_bubble_s" if layout.get("pp", 1) > 1 else "sync_wait_s", None)}
+    for j in range(steps):
+        for kind, (src, dst, dims) in kinds.items():
+            groups: dict = {}
+            for r in ranks:
+                key = group_key(r, layout, dims) if fits and dims else ()
+                groups.setdefault(key, []).append(r)
+            for members in groups.values():
+                by_key: dict = {}
+                for r in members:
+                    for t in readings[r][j].transfers:
+                        if t.kind == kind:
+                            by_key.setdefault((t.op, t.index), []).append((r, t))
+                for pairs in by_key.values():
+                    if len(pairs) < 2:
+                        continue
+                    shortest = min(t.lifetime for _, t in pairs)
+                    for r, t in pairs:
+                        _move(readings[r][j].terms, src, dst,
+                              min(max(0.0, t.lifetime - shortest), t.exposed))
+
+
+def split_pipeline(readings: dict[int, list[StepReading]]) -> None:
+    """Of each rank's exposed pipeline traffic, the waiting for another stage moves to
+    ``pp_bubble_s``, in place: per step, the shortest lifetime of any send or receive of any
+    rank stands for one transfer (a pipeline's activations and gradients are the same size),
+    and what a transfer was exposed beyond that was the stage waiting."""
+    steps = min(len(v) for v in readings.values())
+    for j in range(steps):
+        lives = [t.lifetime for v in readings.values() for t in v[j].transfers if t.kind == "pp"]
+        if not lives:
+            continue
+        one = min(lives)
+        for v in readings.values():
+            for t in v[j].transfers:
+                if t.kind == "pp":
+                    _move(v[j].terms, "pp_p2p_s", "pp_bubble_s", max(0.0, t.exposed - one))
+
+
+def _median_terms(steps: list[StepReading]) -> dict:
+    out = {k: float(median(s.terms[k] for s in steps)) for k in MEASURED_TERMS}
+    out.update({OVERLAP_TERM[k]: float(median(s.overlapped[k] for s in steps))
+                for k in OVERLAP_TERM})
+    return out
+
+
+def run_breakdown(run_dir: str | os.PathLike, point: dict, pattern: str | None = None,
+                  expected_ranks: list[int] | None = None) -> dict:
+    """The ``breakdown.json`` record of a finished run (module doc), from its traces;
+    ``point``: its ``point.json`` object; ``pattern``: where its trainer wrote its traces (a
+    command workload's ``traces``); ``expected_ranks``: the ranks that were to write one (a
+    missing one empties the record). Never raises for a damaged trace."""
+    summary = None
+    if expected_ranks is None and pattern is None:
+        try:
+            summary = read_object(os.path.join(os.fspath(run_dir), "summary.json"))
+        except RecordError as e:
+            return empty(str(e))
+        expected_ranks, lost = traced_ranks(summary)
+        if lost:
+            return empty(f"no usable trace of {lost}")
+    files = trace_files(run_dir, pattern)
+    if not files:
+        return empty("no trace in the run folder (profiling was off, or the trainer wrote "
+                     f"none where {pattern or TRACES_DIR + '/'} says)")
+    layout = _layout(point)
+    traces: dict[int, list[Trace]] = {}
+    try:
+        for f in files:
+            tr = read_trace(f)
+            if tr.rank is None:
+                raise TraceError(f"{os.path.basename(f)}: names no rank (no distributedInfo, "
+                                 "no rankN in its name)")
+            traces.setdefault(tr.rank, []).append(tr)
+    except TraceError as e:
+        return empty(f"trace unreadable: {e}")
+    missing = sorted(set(expected_ranks or ()) - set(traces))
+    if missing:
+        return empty(f"no trace of rank(s) {', '.join(map(str, missing))}")
+    readings = {r: [s for tr in trs for s in read_trace_steps(tr, layout)] for r, trs in traces.items()}
+    pair_sync_waits(readings, layout)
+    split_pipeline(readings)
+    per_rank = {r: {"step_s": float(median(s.span_s for s in steps)),
+                    "events_per_step": float(median(s.events for s in steps)),
+                    "steps": len(steps), "terms": _median_terms(steps)}
+                for r, steps in readings.items()}
+    ranks = sorted(per_rank)
+    keys = MEASURED_TERMS + OVERLAPPED_TERMS
+    mean = {k: sum(per_rank[r]["terms"][k] for r in ranks) / len(ranks) for k in keys}
+    least = min(ranks, key=lambda r: (per_rank[r]["terms"]["sync_wait_s"],
+                                      per_rank[r]["step_s"], r))
+    gpu = any(tr.on_gpu for trs in traces.values() for tr in trs)
+    rec = {"schema": SCHEMA, "state": OK, "reason": "", "device": "gpu" if gpu else "cpu",
+           "ranks": ranks, "profiled_steps": min(p["steps"] for p in per_rank.values()),
+           "step_s": sum(mean[k] for k in MEASURED_TERMS), "terms": mean,
+           "terms_min": {k: min(per_rank[r]["terms"][k] for r in ranks) for k in keys},
+           "terms_max": {k: max(per_rank[r]["terms"][k] for r in ranks) for k in keys},
+           "rank_waited_least": least, "runqueue_wait_s": runqueue_wait(summary),
+           "per_rank": {str(r): per_rank[r] for r in ranks},
+           "files": [os.path.relpath(f, run_dir) for f in files]}
+    if gpu:
+        rec["temporal"] = {str(r): device_temporal(trs[-1]) for r, trs in traces.items()}
+        from scalestudy.record.hta import cross_check
+
+        rec["hta"] = cross_check(files, rec["temporal"])
+    return rec
+
+
+def write_breakdown(run_dir: str | os.PathLike, point: dict, pattern: str | None = None,
+                    expected_ranks: list[int] | None = None) -> dict:
+    """:func:`run_breakdown`, written atomically to the run folder's ``breakdown.json``."""
+    rec = run_breakdown(run_dir, point, pattern, expected_ranks)
+    write_json(os.path.join(os.fspath(run_dir), BREAKDOWN_FILE), rec)
+    return rec
+
+
+# --- the reader --------------------------------------------------------------------------
+
+
+def _seconds(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check_breakdown(rec: dict) -> str | None:
+    """What is wrong with a ``breakdown.json`` object (the field and the range), or None."""
+    if rec.get("schema") != SCHEMA:
+        return f"schema {rec.get('schema')!r} is not {SCHEMA}"
+    if rec.get("state") not in (OK, EMPTY):
+        return f"state {rec.get('state')!r} is not {OK} or {EMPTY}"
+    if rec["state"] == EMPTY:
+        return None if isinstance(rec.get("reason"), str) else "reason is not text"
+    step = rec.get("step_s")
+    if not (_seconds(step) and step > 0):
+        return f"step_s {step!r} is not a positive number of seconds"
+    for name in ("terms", "terms_min", "terms_max"):
+        table = rec.get(name)
+        if not isinstance(table, dict):
+            return f"{name} is not a table of seconds"
+        for k in MEASURED_TERMS + OVERLAPPED_TERMS:
+            v = table.get(k)
+            # (a term may be a hair below 0: the pairing moves seconds between terms)
+            if not (_seconds(v) and v >= -1e-9 * step and v <= 1e7):
+                return f"{name}.{k} {v!r} is not a number of seconds >= 0"
+    if abs(sum(rec["terms"][k] for k in MEASURED_TERMS) - step) > 1e-6 * step:
+        return "terms do not add up to step_s"
+    ranks = rec.get("ranks")
+    if not (isinstance(ranks, list) and ranks and all(isinstance(r, int) and r >= 0
+                                                       for r in ranks)):
+        return "ranks is not a list of ranks"
+    if rec.get("rank_waited_least") not in ranks:
+        return "rank_waited_least is not one of its ranks"
+    wait = rec.get("runqueue_wait_s")
+    if wait is not None and not (_seconds(wait) and wait >= 0):
+        return f"runqueue_wait_s {wait!r} is not a number of seconds >= 0 or null"
+    return None
+
+
+def read_breakdown(run_dir: str | os.PathLike) -> tuple[dict | None, str]:
+    """``(record, "")`` of a sound ``breakdown.json`` with terms; ``(None, reason)`` when
+    there is none, it is empty (its own reason) or damaged."""
+    try:
+        rec = read_object(os.path.join(os.fspath(run_dir), BREAKDOWN_FILE))
+    except RecordError as e:
+        return None, str(e)
+    if rec is None:
+        return None, f"no {BREAKDOWN_FILE} (the run was not profiled)"
+    why = check_breakdown(rec)
+    if why:
+        return None, f"{BREAKDOWN_FILE}: {why}"
+    if rec["state"] == EMPTY:
+        return None, rec["reason"]
+    return rec, ""

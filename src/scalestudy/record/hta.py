@@ -1,0 +1,69 @@
+"""Holistic Trace Analysis (HTA, PyPI ``traceinsight``; the ``hta`` extra) beside the
+project's own reading of a device trace: HTA's temporal breakdown (idle, compute and
+non-compute time per rank) and its communication/computation overlap against the same
+quantities from ``scalestudy.record.timeline.device_temporal``. HTA reads device (GPU)
+stream events only; on a CPU trace there is nothing for it to read.
+
+Agreement: each of idle, compute and non-compute time within :data:`AGREE` of the kernels'
+span, and the overlap fractions within :data:`AGREE` of each other.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import warnings
+
+#: The largest difference, as a fraction of a rank's kernel span (or of the overlap
+#: fraction's range, 1), at which HTA and the project's reading agree.
+AGREE = 0.01
+
+
+def available() -> bool:
+    """HTA is importable (the ``hta`` extra is installed)."""
+    return importlib.util.find_spec("hta") is not None
+
+
+def cross_check(files: list[str], own: dict) -> dict:
+    """HTA's reading of the device traces ``files`` beside ``own`` (rank -> the project's
+    ``device_temporal`` of that rank, as text keys): ``{"state": "ok", "ranks": {rank:
+    {hta and own seconds, differences}}, "agree": bool}``, or ``{"state": "skipped" |
+    "failed", "reason"}`` (HTA not installed, or it could not read the traces)."""
+    if not available():
+        return {"state": "skipped", "reason": "HTA is not installed (pip install "
+                                              "'scalestudy[hta]')"}
+    from scalestudy.record.trace import read_trace
+
+    try:
+        ranks = {read_trace(f).rank: os.path.abspath(f) for f in files}
+        logging.getLogger("hta").setLevel(logging.ERROR)
+        with warnings.catch_warnings():  # (its pandas idioms warn; its numbers are what count)
+            warnings.simplefilter("ignore")
+            from hta.trace_analysis import TraceAnalysis
+
+            analysis = TraceAnalysis(trace_files=ranks, include_last_profiler_step=True)
+            temporal = analysis.get_temporal_breakdown(visualize=False)
+            overlap = analysis.get_comm_comp_overlap(visualize=False)
+    except Exception as e:  # HTA's own failures are its verdict on the traces, not ours
+        return {"state": "failed", "reason": f"HTA could not read the traces: "
+                                             f"{type(e).__name__}: {str(e)[:160]}"}
+    out, agree = {}, True
+    overlaps = dict(zip(overlap["rank"].tolist(), overlap.iloc[:, -1].tolist()))
+    for row in temporal.to_dict("records"):
+        rank = int(row["rank"])
+        mine = own.get(str(rank)) or {}
+        span = row["kernel_time(us)"] * 1e-6
+        rec = {"hta_span_s": span, "hta_idle_s": row["idle_time(us)"] * 1e-6,
+               "hta_compute_s": row["compute_time(us)"] * 1e-6,
+               "hta_non_compute_s": row["non_compute_time(us)"] * 1e-6,
+               "hta_comm_overlap": overlaps.get(rank, float("nan")) / 100.0}
+        diffs = {k: abs(rec[f"hta_{k}_s"] - mine.get(f"{k}_s", float("nan"))) / span
+                 if span > 0 else float("nan") for k in ("idle", "compute", "non_compute")}
+        if mine.get("comm_overlap") is not None:
+            diffs["comm_overlap"] = abs(rec["hta_comm_overlap"] - mine["comm_overlap"])
+        rec["differences"] = diffs
+        rec["agree"] = all(d <= AGREE for d in diffs.values())
+        agree = agree and rec["agree"]
+        out[str(rank)] = rec
+    return {"state": "ok", "ranks": out, "agree": agree, "tolerance": AGREE}

@@ -1,0 +1,78 @@
+"""Where the efficiency went, for a reader: one sentence per series (``summary.md``, the
+report's front page) from ``efficiency_loss.csv`` (``scalestudy.analysis.breakdown``); its
+figure is ``report.plots.breakdown_figure``."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from scalestudy.record.terms import TERM_LABELS
+
+#: Terms named in a sentence: the largest losses, until they explain this share of the loss.
+EXPLAINED = 0.8
+#: At most this many terms named in a sentence.
+MAX_NAMED = 4
+
+
+def _named(losses: dict[str, float], total: float) -> list[tuple[str, float]]:
+    """The largest positive losses, in order, until they explain :data:`EXPLAINED` of
+    ``total`` (at most :data:`MAX_NAMED`)."""
+    out, covered = [], 0.0
+    for term, v in sorted(losses.items(), key=lambda kv: -kv[1]):
+        if v <= 0 or len(out) == MAX_NAMED or (out and covered >= EXPLAINED * total):
+            break
+        out.append((term, v))
+        covered += v
+    return out
+
+
+def loss_sentences(loss: pd.DataFrame) -> list[dict]:
+    """Per series with a measured breakdown, at its largest N: ``{series, n, text}``, the
+    efficiency lost against N₀ and the terms it went to, measured, then the model's."""
+    out = []
+    if loss.empty:
+        return out
+    for series, g in loss.groupby("series", sort=False):
+        g = g[g["measured_loss"].notna()]
+        if g.empty:
+            continue
+        n = int(g["n"].max())
+        at = g[g["n"] == n]
+        measured = dict(zip(at["term"], at["measured_loss"]))
+        lost = sum(measured.values())
+        n0 = int(at["baseline_n"].iloc[0])
+        parts = [f"{v:.2f} {TERM_LABELS[t]}" for t, v in _named(measured, lost)]
+        rest = lost - sum(v for _, v in _named(measured, lost))
+        if abs(rest) >= 0.005:
+            parts.append(f"{rest:.2f} elsewhere" if rest > 0 else f"{-rest:.2f} regained "
+                                                                 "elsewhere")
+        text = (f"{series} at N={n} (vs N₀={n0}): {lost:.2f} of the efficiency lost"
+                + (": " + ", ".join(parts) if parts and lost > 0 else ""))
+        predicted = dict(zip(at["term"], at["predicted_loss"]))
+        if all(isinstance(v, float) and math.isfinite(v) for v in predicted.values()):
+            plost = sum(predicted.values())
+            top = _named(predicted, plost)
+            text += (f"; the model: {plost:.2f} lost"
+                     + (f", {top[0][1]:.2f} of it {TERM_LABELS[top[0][0]]}" if top else ""))
+        out.append({"series": series, "n": n, "text": text + "."})
+    return out
+
+
+def markdown(loss: pd.DataFrame, breakdown: pd.DataFrame) -> list[str]:
+    """The ``summary.md`` section (its lines; none without a measured breakdown)."""
+    sentences = loss_sentences(loss)
+    if not sentences:
+        return []
+    lines = ["", "## Where the efficiency went", ""]
+    lines += [f"- {s['text']}" for s in sentences]
+    dil = breakdown.drop_duplicates(["series", "n"])["profiler_dilation"].dropna()
+    lines += ["", "Measured from `torch.profiler` traces of a few steps after each point's timed "
+              "window (breakdown.csv: each term's seconds per step, measured and predicted; "
+              "efficiency_loss.csv: the efficiency lost term by term, adding up to 1 − E). "
+              "Lost to term i at N: weak (tᵢ(N) − tᵢ(N₀)) / T(N), strong "
+              "(tᵢ(N) − tᵢ(N₀)·N₀/N) / T(N)."
+              + (f" The profiler lengthened the traced work {dil.min():.2f}–{dil.max():.2f}× "
+                 "(set against the timed step: docs/breakdown.md)." if len(dil) else "")]
+    return lines

@@ -1,0 +1,120 @@
+"""Profiler traces of a point's steps, after its timed window (``profile:`` of a study).
+
+Every rank runs ``profile.warmup + profile.steps`` more optimizer steps on the next batches of
+the synthetic stream (the timed steps are untouched: their times are what they are without a
+profiler); the ranks of ``profile.ranks`` run them under ``torch.profiler`` (host activity,
+and the device's on a GPU), the first ``warmup`` as the profiler's warm-up, and write the
+traced steps' Kineto JSON, gzip'd, to ``RUN_DIR/traces/rank<r>.json.gz`` (written beside,
+then renamed: a trace is whole or absent). A trace over ``profile.max_mb`` is dropped and the
+rank says so. Each traced step is a ``ProfilerStep#k`` range (``profile.step()`` after
+it); the step hook (``train.hooks``) runs before each step, as in the timed window.
+
+Each rank returns its record (``summary.json``'s ``profile``, per rank): whether it traced,
+the trace's size or why there is none, its profiled steps' times (``StepTimer``, s) and the
+median of its own timed steady steps, whose ratio is what the profiler cost this rank, and
+the median over its traced steps of the time its training thread waited for a core
+(``runqueue_wait_s``: Linux's ``schedstat``; None elsewhere): on a busy host the scheduler
+takes a rank off its core, and what falls between two operators the trace cannot attribute.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from statistics import median
+from typing import Callable
+
+import torch
+
+from scalestudy.config.layout import profiled_ranks
+from scalestudy.config.point import Point
+from scalestudy.record.breakdown import TRACE_NAME, TRACES_DIR
+from scalestudy.train.metrics import StepTimer
+
+
+def is_profiled(point: Point, rank: int) -> bool:
+    """Whether ``rank`` of ``point`` writes a trace."""
+    sizes = {"pp": point.pp, "dp": int(point.dp), "cp": point.cp, "tp": point.tp}
+    return point.profile.enabled and rank in profiled_ranks(sizes, str(point.profile.ranks))
+
+
+def _activities(device: torch.device) -> list:
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    return acts
+
+
+def _export(prof, path: Path, max_bytes: float, out: dict) -> None:
+    """Write ``prof``'s trace to ``path`` (gzip'd, whole or not at all) within ``max_bytes``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name[:-len('.json.gz')]}.{os.getpid()}.tmp.json.gz")
+    try:
+        prof.export_chrome_trace(str(tmp))
+        size = tmp.stat().st_size
+        if size > max_bytes:
+            out.update(state="dropped", bytes=size,
+                       reason=f"trace of {size / 1e6:.1f} MB exceeds profile.max_mb "
+                              f"{max_bytes / 1e6:g}")
+            return
+        os.replace(tmp, path)
+        out.update(state="ok", bytes=size, file=f"{TRACES_DIR}/{path.name}")
+    except OSError as e:
+        out.update(state="failed", reason=f"trace not written: {e.strerror or e}")
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def runqueue_wait_s() -> float | None:
+    """Seconds this thread has waited on a run queue for a core since it started (the second
+    field of Linux's ``/proc/thread-self/schedstat``, ns), or None where it cannot be read."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def profiled_steps(train_step: Callable[[int], None], point: Point, rank: int,
+                   device: torch.device, run_dir: Path, timed_s: list[float],
+                   before_step: Callable[[int], None] | None = None) -> dict:
+    """Run the profiled steps (module doc): ``train_step(i)`` trains the i-th step of the
+    stream (``i`` from ``point.train.steps`` on), ``timed_s`` this rank's timed steps' times
+    (s, warm-up included). Returns this rank's record."""
+    prof_cfg, first = point.profile, point.train.steps
+    traced = is_profiled(point, rank)
+    out: dict = {"rank": rank, "traced": traced, "state": "off" if not traced else "ok",
+                 "reason": "" if traced else "not a profiled rank (profile.ranks)"}
+    timer, times, waits = StepTimer(device), [], []
+
+    def one(i: int) -> None:
+        if before_step is not None:
+            before_step(i)
+        q0 = runqueue_wait_s()
+        with timer:
+            train_step(i)
+        times.append(timer.last)
+        q1 = runqueue_wait_s()
+        waits.append(None if q0 is None or q1 is None else q1 - q0)
+
+    steps = range(first, first + prof_cfg.total_steps)
+    if traced:
+        schedule = torch.profiler.schedule(wait=0, warmup=prof_cfg.warmup,
+                                           active=prof_cfg.steps, repeat=1)
+        path = run_dir / TRACES_DIR / TRACE_NAME.format(rank=rank)
+        with torch.profiler.profile(activities=_activities(device), schedule=schedule,
+                                    on_trace_ready=lambda p: _export(p, path,
+                                                                     prof_cfg.max_mb * 1e6, out)
+                                    ) as prof:
+            for i in steps:
+                one(i)
+                prof.step()
+    else:
+        for i in steps:
+            one(i)
+    steady = timed_s[point.train.warmup_steps:]
+    out["profiled_step_s"] = median(times[prof_cfg.warmup:]) if len(times) > prof_cfg.warmup else None
+    kept = waits[prof_cfg.warmup:]
+    out["runqueue_wait_s"] = median(kept) if kept and None not in kept else None
+    out["timed_step_s"] = median(steady) if steady else None
+    return out

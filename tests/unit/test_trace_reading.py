@@ -1,0 +1,242 @@
+"""The profiler-trace reader on traces of known composition: a host (gloo) step read instant by
+instant into its terms, the waiting for the slowest rank paired across ranks, the pipeline
+bubble split from the transfers, a device (CUDA) step read on its streams with HTA beside it,
+and damaged traces giving an empty breakdown with one line of reason."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import pytest
+
+import synthetic_trace as st
+from scalestudy.config.layout import group_key, profiled_ranks, rank_coords
+from scalestudy.record import breakdown as rb
+from scalestudy.record import hta
+from scalestudy.record.terms import MEASURED_TERMS
+from scalestudy.record.timeline import Transfer, classify_chain, read_trace_steps, transfer_kind
+from scalestudy.record.trace import TraceError, read_trace
+
+US = 1e-6
+DP2 = {"dp": 2, "tp": 1, "pp": 1, "cp": 1}
+
+
+def _close(got: float, want: float, tol: float = 1e-9) -> bool:
+    return abs(got - want) <= tol
+
+
+def test_host_step_every_instant_given_to_one_term(tmp_path):
+    wait = 500.0
+    path = st.write(tmp_path / "rank0.json.gz", st.host_trace(0, 2, [st.dp_step(wait)], 2000))
+    (r,) = read_trace_steps(read_trace(path), DP2)
+    t = r.terms
+    assert _close(r.span_s, (360 + wait) * US)
+    assert _close(sum(t.values()), r.span_s)
+    assert _close(t["data_s"], 10 * US) and _close(t["gemm_s"], 148 * US)
+    assert _close(t["elementwise_s"], 40 * US) and _close(t["attention_s"], 50 * US)
+    # autograd's own time (its wrapper, the node between its operators) is host overhead,
+    # even while the all-reduce is in flight: it is not waiting
+    assert _close(t["overhead_s"], 29 * US)
+    # the launch (3 µs) and the wait in the backward's scope, no operator running (20 + wait)
+    assert _close(t["dp_comm_exposed_s"], (23 + wait) * US)
+    assert _close(t["optimizer_s"], 60 * US) and t["unattributed_s"] == 0
+    assert _close(r.overlapped["dp"], 22 * US)
+    (x,) = r.transfers
+    assert (x.kind, x.op, x.index) == ("dp", "gloo:all_reduce", 0)
+
+
+def test_a_gap_outside_every_operator_is_unattributed(tmp_path):
+    step = [("aten::mm", 0, 100, "main"), ("aten::add", 150, 50, "main")]
+    path = st.write(tmp_path / "rank0.json", st.host_trace(0, 1, [step], 1000))
+    (r,) = read_trace_steps(read_trace(path), DP2)
+    assert _close(r.terms["unattributed_s"], 50 * US) and _close(r.span_s, 200 * US)
+
+
+def test_the_slower_ranks_wait_is_the_other_ranks_sync_wait(tmp_path):
+    """Rank 1 reaches the all-reduce 400 µs late: rank 0 waits 400 µs more; the pairing moves
+    those to rank 0's sync_wait, leaves the transfer exposed, and names rank 1 the rank that
+    waited least."""
+    for rank, wait in ((0, 500.0), (1, 100.0)):
+        st.write(tmp_path / "traces" / f"rank{rank}.json.gz",
+                 st.host_trace(rank, 2, [st.dp_step(wait)] * 3, 2000))
+    rec = rb.run_breakdown(tmp_path, {"dp": 2, "tp": 1, "pp": 1, "cp": 1},
+                           expected_ranks=[0, 1])
+    assert rec["state"] == "ok", rec
+    r0, r1 = rec["per_rank"]["0"]["terms"], rec["per_rank"]["1"]["terms"]
+    assert _close(r0["sync_wait_s"], 400 * US) and _close(r1["sync_wait_s"], 0.0)
+    assert _close(r0["dp_comm_exposed_s"], 123 * US) and _close(r1["dp_comm_exposed_s"], 123 * US)
+    assert rec["rank_waited_least"] == 1
+    assert rb.check_breakdown(rec) is None
+    assert _close(sum(rec["terms"][k] for k in MEASURED_TERMS), rec["step_s"])
+
+
+def test_pipeline_waiting_beyond_one_transfer_is_the_bubble():
+    from scalestudy.record.timeline import StepReading
+
+    def reading(exposed: list[float], lives: list[float]):
+        ts = [Transfer("pp", "gloo:recv", i, 0.0, life, exposed=e)
+              for i, (e, life) in enumerate(zip(exposed, lives))]
+        terms = dict.fromkeys(MEASURED_TERMS, 0.0)
+        terms["pp_p2p_s"] = sum(exposed)
+        return StepReading("ProfilerStep#0", 1.0, terms, {}, ts)
+
+    readings = {0: [reading([0.3, 0.01], [0.3, 0.01])], 1: [reading([0.02], [0.05])]}
+    rb.split_pipeline(readings)
+    t0, t1 = readings[0][0].terms, readings[1][0].terms
+    assert _close(t0["pp_bubble_s"], 0.29) and _close(t0["pp_p2p_s"], 0.02)
+    assert _close(t1["pp_bubble_s"], 0.01) and _close(t1["pp_p2p_s"], 0.01)
+
+
+def test_transfer_kinds_from_the_launch_and_the_layout():
+    assert transfer_kind((), "gloo:send", DP2) == "pp"
+    assert transfer_kind(("FSDP::all_gather",), "gloo:all_gather", DP2) == "dp"
+    assert transfer_kind(("_c10d_functional::all_reduce",), "gloo:all_reduce",
+                         {"tp": 2}) == "tp"
+    assert transfer_kind(("_c10d_functional::all_reduce",), "gloo:all_reduce",
+                         {"tp": 1, "cp": 2}) == "cp"
+    assert transfer_kind(("scalestudy::clip_grad_norm", "c10d::allreduce_"),
+                         "gloo:all_reduce", DP2) == "optimizer"
+    assert transfer_kind((), "ncclDevKernel_AllReduce", {"tp": 2, "dp": 2}, "mesh_tp") == "tp"
+    assert transfer_kind((), "ncclDevKernel_AllReduce", {"tp": 2, "dp": 2}, "mesh_dp") == "dp"
+    assert classify_chain(("scalestudy::forward_backward", "aten::linear", "aten::addmm")) == "gemm_s"
+    assert classify_chain(("aten::addmm", "aten::empty")) == "gemm_s"  # an allocation inside
+    assert classify_chain(("aten::_scaled_dot_product_flash_attention", "aten::mm")) == \
+        "attention_s"
+    assert classify_chain(("Optimizer.step#AdamW.step", "aten::mm")) == "optimizer_s"
+
+
+def test_device_step_read_on_the_streams_exactly(tmp_path):
+    path = st.write(tmp_path / "rank0.json.gz", st.device_trace(0, 2, [st.STEP] * 2, 1000))
+    trace = read_trace(path)
+    assert trace.on_gpu and trace.rank == 0 and trace.world_size == 2
+    for r in read_trace_steps(trace, DP2):
+        got = {**r.terms, "dp_comm_overlapped_s": r.overlapped["dp"]}
+        for k, v in st.EXPECTED.items():
+            assert _close(got[k], v), (k, got[k], v)
+        assert _close(sum(r.terms.values()), r.span_s)
+        assert {k for k, v in r.terms.items() if v} == {k for k in st.EXPECTED
+                                                        if k in r.terms}
+
+
+def test_device_comm_of_the_tensor_parallel_group_is_tp(tmp_path):
+    step = [("gemm_s", 10, 100), ("comm:tp", 110, 50), ("gemm_s", 160, 100)]
+    path = st.write(tmp_path / "rank0.json", st.device_trace(0, 2, [step], 400))
+    (r,) = read_trace_steps(read_trace(path), {"tp": 2, "dp": 1})
+    assert _close(r.terms["tp_comm_s"], 50 * US) and r.terms["dp_comm_exposed_s"] == 0
+
+
+def test_hta_agrees_with_the_own_reading_on_device_traces(tmp_path):
+    if not hta.available():
+        if os.environ.get("SCALESTUDY_REQUIRE_HTA") == "1":
+            pytest.fail("SCALESTUDY_REQUIRE_HTA=1 but HTA (traceinsight) is not installed")
+        pytest.skip("HTA not installed (pip install 'scalestudy[hta]')")
+    steps = [st.STEP, [("gemm_s", 20, 300), ("comm:dp", 100, 400), ("elementwise_s", 600, 50)]]
+    for rank in (0, 1):
+        st.write(tmp_path / "traces" / f"rank{rank}.json.gz",
+                 st.device_trace(rank, 2, steps, 1000))
+    rec = rb.run_breakdown(tmp_path, {"dp": 2, "tp": 1, "pp": 1, "cp": 1}, expected_ranks=[0, 1])
+    assert rec["state"] == "ok" and rec["device"] == "gpu"
+    assert rec["hta"]["state"] == "ok" and rec["hta"]["agree"], rec["hta"]
+    own = rec["temporal"]["0"]
+    # two steps: 1880 µs of kernels, idle between, the all-reduce 200/400 µs under compute
+    assert _close(own["compute_s"], (400 + 150 + 100 + 80 + 300 + 50) * US)
+    assert 0 < own["comm_overlap"] < 1
+
+
+@pytest.mark.parametrize("damage,why", [
+    ("cut", "cut"), ("not_json", "not JSON"), ("no_steps", "no profiled step"),
+    ("bad_time", "no finite ts"), ("missing_rank", "no trace of rank"),
+    ("not_a_trace", "no traceEvents")])
+def test_a_damaged_trace_gives_an_empty_breakdown_with_its_reason(tmp_path, damage, why):
+    traces = tmp_path / "traces"
+    for rank in (0, 1):
+        st.write(traces / f"rank{rank}.json.gz", st.host_trace(rank, 2, [st.dp_step(50)], 900))
+    target = traces / "rank1.json.gz"
+    data = gzip.decompress(target.read_bytes())
+    doc = json.loads(data)
+    if damage == "cut":
+        target.write_bytes(target.read_bytes()[: len(target.read_bytes()) // 2])
+    elif damage == "not_json":
+        target.write_bytes(gzip.compress(data[: len(data) // 2]))
+    elif damage == "no_steps":
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if "ProfilerStep" not in e["name"]]
+        st.write(target, doc)
+    elif damage == "bad_time":
+        doc["traceEvents"][3]["ts"] = "soon"
+        st.write(target, doc)
+    elif damage == "missing_rank":
+        target.unlink()
+    else:
+        st.write(target, {"events": []})
+    rec = rb.run_breakdown(tmp_path, DP2 | {"pp": 1}, expected_ranks=[0, 1])
+    assert rec["state"] == "empty" and why in rec["reason"] and "\n" not in rec["reason"]
+    assert rb.check_breakdown(rec) is None
+    rb.write_breakdown(tmp_path, DP2, expected_ranks=[0, 1])
+    got, reason = rb.read_breakdown(tmp_path)
+    assert got is None and why in reason
+
+
+def test_a_trace_over_its_cap_or_a_fifo_is_refused_unread(tmp_path):
+    path = st.write(tmp_path / "rank0.json", st.host_trace(0, 1, [st.dp_step(1)], 500))
+    with pytest.raises(TraceError, match="more than the 10"):
+        read_trace(path, max_bytes=10)
+    fifo = tmp_path / "rank1.json.gz"
+    os.mkfifo(fifo)
+    with pytest.raises(TraceError, match="not a regular file"):
+        read_trace(fifo)
+
+
+@pytest.mark.parametrize("field,value", [("step_s", -1.0), ("state", "fine"),
+                                         ("rank_waited_least", 9), ("schema", 0),
+                                         ("runqueue_wait_s", -0.5)])
+def test_a_damaged_breakdown_record_is_refused_with_the_field(tmp_path, field, value):
+    for rank in (0, 1):
+        st.write(tmp_path / "traces" / f"rank{rank}.json.gz",
+                 st.host_trace(rank, 2, [st.dp_step(50)], 900))
+    rec = rb.write_breakdown(tmp_path, DP2, expected_ranks=[0, 1])
+    rec[field] = value
+    (tmp_path / rb.BREAKDOWN_FILE).write_text(json.dumps(rec))
+    got, reason = rb.read_breakdown(tmp_path)
+    assert got is None and field in reason
+
+
+def test_the_ranks_wait_for_a_core_comes_from_their_profile_records(tmp_path):
+    """``runqueue_wait_s``: the traced ranks' mean of their medians from ``summary.json``;
+    None where a rank has none (not Linux, a foreign trainer) or the record is damaged."""
+    for rank in (0, 1):
+        st.write(tmp_path / "traces" / f"rank{rank}.json.gz",
+                 st.host_trace(rank, 2, [st.dp_step(50)], 900))
+
+    def summary(*waits):
+        ranks = [{"rank": r, "traced": True, "state": "ok", "runqueue_wait_s": w}
+                 for r, w in enumerate(waits)]
+        (tmp_path / "summary.json").write_text(json.dumps({"profile": {"ranks": ranks}}))
+        return rb.run_breakdown(tmp_path, DP2)
+
+    assert summary(0.002, 0.004)["runqueue_wait_s"] == pytest.approx(0.003)
+    assert summary(0.002, None)["runqueue_wait_s"] is None
+    assert summary(0.002, -1.0)["runqueue_wait_s"] is None  # damaged: the profile's checks
+    assert rb.run_breakdown(tmp_path, DP2, expected_ranks=[0, 1])["runqueue_wait_s"] is None
+
+
+def test_a_rank_reads_its_own_wait_for_a_core():
+    from scalestudy.train.profile import runqueue_wait_s
+
+    first = runqueue_wait_s()
+    if first is None:
+        pytest.skip("no /proc/thread-self/schedstat here (not Linux)")
+    sum(range(2_000_000))  # some work; the figure never goes back
+    assert 0 <= first <= runqueue_wait_s()
+
+
+def test_mesh_coordinates_and_groups_follow_the_trainers_mesh():
+    sizes = {"pp": 2, "dp": 2, "tp": 2}
+    assert rank_coords(5, sizes) == {"pp": 1, "dp": 0, "tp": 1}
+    assert group_key(5, sizes, ("tp",)) == group_key(4, sizes, ("tp",))
+    assert group_key(5, sizes, ("dp",)) == group_key(7, sizes, ("dp",))
+    assert group_key(5, sizes, ("dp",)) != group_key(4, sizes, ("dp",))
+    # one rank per pipeline stage (dp 0) and per data-parallel rank (stage 0), tp rank 0
+    assert profiled_ranks(sizes, "groups") == [0, 2, 4]
+    assert profiled_ranks(sizes, "all") == list(range(8))
