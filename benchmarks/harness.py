@@ -119,7 +119,7 @@ def split(sweep_wall_s: float, runs: list[dict], jobs: list[dict]) -> dict:
 
 
 _NOOP = ("import os, torch, torch.distributed as d; d.init_process_group('gloo'); d.barrier(); "
-         "d.destroy_process_group(); os._exit(0)")  # ends like a trainer rank (train.exit_now)
+         "d.destroy_process_group(); os._exit(0)")  # ends like a trainer rank (process_exit.exit_now)
 
 
 def startup_floor(n: int, repeats: int = 1, timeout: float = 300) -> float:

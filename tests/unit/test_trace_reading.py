@@ -209,15 +209,17 @@ def test_the_ranks_wait_for_a_core_comes_from_their_profile_records(tmp_path):
         st.write(tmp_path / "traces" / f"rank{rank}.json.gz",
                  st.host_trace(rank, 2, [st.dp_step(50)], 900))
 
-    def summary(*waits):
-        ranks = [{"rank": r, "traced": True, "state": "ok", "runqueue_wait_s": w}
-                 for r, w in enumerate(waits)]
+    def summary(*waits, step=0.01):
+        ranks = [{"rank": r, "traced": True, "state": "ok", "runqueue_wait_s": w,
+                  "profiled_step_s": step} for r, w in enumerate(waits)]
         (tmp_path / "summary.json").write_text(json.dumps({"profile": {"ranks": ranks}}))
         return rb.run_breakdown(tmp_path, DP2)
 
     assert summary(0.002, 0.004)["runqueue_wait_s"] == pytest.approx(0.003)
     assert summary(0.002, None)["runqueue_wait_s"] is None
     assert summary(0.002, -1.0)["runqueue_wait_s"] is None  # damaged: the profile's checks
+    # read inside the step's timed window: a wait longer than the step is a damaged record
+    assert summary(0.002, 0.004, step=0.003)["runqueue_wait_s"] is None
     assert rb.run_breakdown(tmp_path, DP2, expected_ranks=[0, 1])["runqueue_wait_s"] is None
 
 

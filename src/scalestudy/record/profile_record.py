@@ -33,6 +33,10 @@ def profile_problem(rec) -> str | None:
         wait = r.get("runqueue_wait_s")
         if wait is not None and not (wait == 0 or _seconds(wait)):
             return f"ranks[{i}].runqueue_wait_s {wait!r} is not a number of seconds >= 0"
+        step = r.get("profiled_step_s")
+        if wait is not None and step is not None and wait > step * (1 + 1e-6):
+            return (f"ranks[{i}].runqueue_wait_s {wait!r} is longer than its profiled step "
+                    f"({step!r} s): it is read inside the step's timed window")
         if not isinstance(r.get("state"), str) or not isinstance(r.get("traced"), bool):
             return f"ranks[{i}] has no state or traced flag"
     return None

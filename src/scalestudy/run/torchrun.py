@@ -37,6 +37,7 @@ import subprocess
 import sys
 from datetime import timedelta
 
+from scalestudy.process_exit import exit_now
 from scalestudy.run import lifetime
 
 #: An inherited, bound (not yet listening) socket for the rendezvous store: its fd number.
@@ -167,4 +168,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # torchrun returns once its ranks ended (a failed launch raises before: torchrun's own
+    # error and exit code)
+    exit_now(main())

@@ -1,5 +1,6 @@
 """``python -m scalestudy.train POINT_JSON RUN_DIR``: one rank of a point (under torchrun)."""
 
-from scalestudy.train.loop import exit_now, main
+from scalestudy.process_exit import exit_now
+from scalestudy.train.loop import main
 
-exit_now(main())
+exit_now(main())  # (after ``run`` returned: the records written, the process group destroyed)

@@ -15,7 +15,6 @@ writes ``status.json`` after this process ends.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from datetime import timedelta
@@ -112,13 +111,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     run(Point.from_json(read_json(argv[0]), argv[0]), Path(argv[1]))
     return 0
-
-
-def exit_now(code: int) -> None:
-    """End a finished rank without the interpreter's teardown of torch's modules and
-    threads (~1.1 s per process on the 2-core dev host, measured around torchrun; more than
-    the rest of the start-up beyond ``import torch``). Only after ``run`` returned: every
-    record is written, closed and renamed, and the process group is destroyed."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

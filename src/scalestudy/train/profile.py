@@ -12,8 +12,10 @@ it); the step hook (``train.hooks``) runs before each step, as in the timed wind
 Each rank returns its record (``summary.json``'s ``profile``, per rank): whether it traced,
 the trace's size or why there is none, its profiled steps' times (``StepTimer``, s) and the
 median of its own timed steady steps, whose ratio is what the profiler cost this rank, and
-the median over its traced steps of the time its training thread waited for a core
-(``runqueue_wait_s``: Linux's ``schedstat``; None elsewhere): on a busy host the scheduler
+the median over its traced steps of the time its training thread waited for a core within
+each step's timed window (``runqueue_wait_s``: Linux's ``schedstat``; None elsewhere; at
+most the step's time, not bounded by the trace's span, which ends at its last operator): on
+a busy host the scheduler
 takes a rank off its core, and what falls between two operators the trace cannot attribute.
 """
 
@@ -90,11 +92,11 @@ def profiled_steps(train_step: Callable[[int], None], point: Point, rank: int,
     def one(i: int) -> None:
         if before_step is not None:
             before_step(i)
-        q0 = runqueue_wait_s()
-        with timer:
+        with timer:  # (the wait read inside the timed window: a part of the step's time)
+            q0 = runqueue_wait_s()
             train_step(i)
+            q1 = runqueue_wait_s()
         times.append(timer.last)
-        q1 = runqueue_wait_s()
         waits.append(None if q0 is None or q1 is None else q1 - q0)
 
     steps = range(first, first + prof_cfg.total_steps)
