@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -235,21 +236,27 @@ def transfer_kind(launch_chain: tuple[str, ...], op: str, layout: dict,
     return "dp"
 
 
-def _host_chains(events: list[Event]) -> dict:
-    """For each host event: the names of the events around it on its thread (outermost
-    first), by ``id(event)``."""
-    chains, by_tid = {}, {}
+def _nested(events: list[Event], pushed: Callable[[Event], bool] = lambda e: True):
+    """Each event with the events around it on its thread, outermost first: ``(event,
+    stack)``, the stack valid until the next item; ``pushed(e)``: whether ``e`` can enclose
+    those after it."""
+    by_tid: dict = {}
     for e in events:
         by_tid.setdefault(e.tid, []).append(e)
     for evs in by_tid.values():
-        stack = []
+        stack: list[Event] = []
         for e in evs:
             while stack and stack[-1].end <= e.start:
                 stack.pop()
-            chains[id(e)] = tuple(x.name for x in stack)
-            if not stack or e.end <= stack[-1].end:
+            yield e, stack
+            if pushed(e) and (not stack or e.end <= stack[-1].end):
                 stack.append(e)
-    return chains
+
+
+def _host_chains(events: list[Event]) -> dict:
+    """For each host event: the names of the events around it on its thread (outermost
+    first), by ``id(event)``."""
+    return {id(e): tuple(x.name for x in stack) for e, stack in _nested(events)}
 
 
 def _owner(op: Event | None, live: list[Transfer], starts: list[float]) -> Transfer | None:
@@ -424,19 +431,11 @@ def read_device_step(trace: Trace, step: Event, layout: dict,
 def launch_chains(trace: Trace) -> dict:
     """``id(launch event) -> (names, events)`` of the host events around each kernel launch of
     a device trace (outermost first)."""
-    out, by_tid = {}, {}
-    for e in trace.host:
-        by_tid.setdefault(e.tid, []).append(e)
-    for evs in by_tid.values():
-        stack = []
-        for e in evs:
-            while stack and stack[-1].end <= e.start:
-                stack.pop()
-            if e.cat in LAUNCH_CATEGORIES:
-                out[id(e)] = (tuple(x.name for x in stack), list(stack))
-            elif not stack or e.end <= stack[-1].end:
-                stack.append(e)
-    return out
+    def launch(e: Event) -> bool:
+        return e.cat in LAUNCH_CATEGORIES
+
+    return {id(e): (tuple(x.name for x in stack), list(stack))
+            for e, stack in _nested(trace.host, lambda e: not launch(e)) if launch(e)}
 
 
 def read_trace_steps(trace: Trace, layout: dict) -> list[StepReading]:
