@@ -77,7 +77,7 @@ class BareLoop:
     """The hand-written reference: same model, optimizer and clipping as the engine."""
 
     def __init__(self, cfg, device, *, seed: int, lr: float, weight_decay: float,
-                 grad_clip: float | None, grad_accum: int, betas=(0.9, 0.95)):
+                 grad_clip: float | None, grad_accum: int, betas: tuple[float, float]):
         import torch
 
         from scalestudy.models import build_model
@@ -132,7 +132,8 @@ def measure(point: Point | None = None, *, rounds: int = 9, block: int = 8, warm
     with single_process_group():
         engine = Engine(point, device)
         bare = BareLoop(cfg, device, seed=tr.seed, lr=tr.lr, weight_decay=tr.weight_decay,
-                        grad_clip=tr.grad_clip, grad_accum=int(point.grad_accum))
+                        grad_clip=tr.grad_clip, grad_accum=int(point.grad_accum),
+                        betas=tr.betas)
 
         def run_trainer() -> tuple[float, float, list[float]]:
             sync()
@@ -225,7 +226,8 @@ def equivalence(point: Point | None = None, steps: int = 3) -> dict:
     with single_process_group():
         engine = Engine(point, device)
         bare = BareLoop(cfg, device, seed=tr.seed, lr=tr.lr, weight_decay=tr.weight_decay,
-                        grad_clip=tr.grad_clip, grad_accum=int(point.grad_accum))
+                        grad_clip=tr.grad_clip, grad_accum=int(point.grad_accum),
+                        betas=tr.betas)
         losses_e, _ = train.timed_steps(engine, batches, device)
         losses_b = [bare.step(b) for b in batches]
         pe = dict(engine.named_params)  # names as in the single-process model's state_dict

@@ -24,7 +24,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from scalestudy.config.point import Point
-from scalestudy.config.parts import Model
+from scalestudy.config.parts import Model, Train
 from scalestudy.distributed.engine import Engine
 from scalestudy.distributed.mesh import is_dtensor
 from scalestudy.models import build_model
@@ -36,9 +36,12 @@ CFG = Model(vocab=64, seq_len=16, layers=2, hidden=32, heads=4, mlp="gelu",
 CFG4 = dataclasses.replace(CFG, layers=4)  # for 4 pipeline stages
 STEPS = 5
 GLOBAL_BATCH = 8
-OPT = dict(seed=0, lr=3e-3, weight_decay=0.01, betas=(0.9, 0.95),
-           grad_clip=float(os.environ.get("PARITY_GRAD_CLIP", "1.0")) or None)
-TRAIN = {k: v for k, v in OPT.items() if k != "betas"}  # the engine's AdamW uses these betas
+# the training settings of every layout and of the reference (AdamW betas: the declared
+# defaults, the engine taking them from the point)
+OPT = Train(seed=0, lr=3e-3, weight_decay=0.01,
+            grad_clip=float(os.environ.get("PARITY_GRAD_CLIP", "1.0")) or None)
+TRAIN = {k: getattr(OPT, k) for k in ("seed", "lr", "weight_decay", "adam_beta1", "adam_beta2",
+                                      "grad_clip")}
 
 
 def L(model: Model, **kw) -> Point:
@@ -117,19 +120,19 @@ LAYOUTS: dict[str, Point] = {
 
 def reference(cfg: Model) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Single process: the mean loss over the global batch, AdamW, global-norm clipping."""
-    torch.manual_seed(OPT["seed"])
+    torch.manual_seed(OPT.seed)
     model = build_model(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=OPT["lr"], betas=OPT["betas"],
-                            weight_decay=OPT["weight_decay"], foreach=True)
-    data = SyntheticTokens(cfg.vocab, cfg.seq_len, seed=OPT["seed"])
+    opt = torch.optim.AdamW(model.parameters(), lr=OPT.lr, betas=OPT.betas,
+                            weight_decay=OPT.weight_decay, foreach=True)
+    data = SyntheticTokens(cfg.vocab, cfg.seq_len, seed=OPT.seed)
     losses = []
     for step in range(STEPS):
         tok = data.rows(step, 0, GLOBAL_BATCH)
         logits = model(tok[:, :-1])
         loss = F.cross_entropy(logits.flatten(0, 1), tok[:, 1:].flatten())
         loss.backward()
-        if OPT["grad_clip"]:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), OPT["grad_clip"])
+        if OPT.grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), OPT.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
@@ -177,7 +180,7 @@ def run_layout(point: Point) -> tuple[list[float] | None, dict, dict | None]:
     from torch.distributed.tensor.debug import CommDebugMode
 
     eng = Engine(point, torch.device("cpu"))
-    data = SyntheticTokens(point.model.vocab, point.seq_len, seed=OPT["seed"])
+    data = SyntheticTokens(point.model.vocab, point.seq_len, seed=OPT.seed)
     rows = point.rows_per_rank
     losses, comms = [], None
     for step in range(STEPS):

@@ -12,6 +12,7 @@ from typing import Mapping
 
 from scalestudy.config.checks import (PointError, check_fields, check_name, coerce, is_integral,
                                       short)
+from scalestudy.config import limits, settings
 from scalestudy.config.settings import Hash, SeriesUse, setting
 from scalestudy.config.site import Site
 from scalestudy.config.vocab import (
@@ -121,16 +122,16 @@ class Parallel:
     (:mod:`scalestudy.config.settings`)."""
 
     dp_mode: DPMode = setting(
-        DPMode.DDP, ref="dp_mode", series=SeriesUse.SWEEP, tune=(), column=True,
+        DPMode.DDP, hash=Hash.ALWAYS, ref="dp_mode", series=SeriesUse.SWEEP, tune=(), column=True,
         placeholder=True, label="",
         doc="how the data-parallel ranks hold the model state: ddp, zero1 (sharded optimizer "
             "state), fsdp_grad_op (ZeRO-2-like) or fsdp (ZeRO-3)")
     pp_schedule: PPSchedule = setting(
-        PPSchedule.ONE_F_ONE_B, ref="pp_schedule", series=SeriesUse.SWEEP, tune=(),
+        PPSchedule.ONE_F_ONE_B, hash=Hash.ALWAYS, ref="pp_schedule", series=SeriesUse.SWEEP, tune=(),
         column=True, placeholder=True, label="",
         doc="the order of micro-batches in the pipeline: gpipe, 1f1b or interleaved1f1b")
     virtual_stages: int = setting(
-        1, unit="count", minimum=1, series=SeriesUse.OVERRIDE, tune=(1, 2), column=True,
+        1, hash=Hash.ALWAYS, unit="count", minimum=1, series=SeriesUse.OVERRIDE, tune=(1, 2), column=True,
         placeholder=True, doc="pipeline stages per pp rank (above 1: interleaved1f1b)")
     pp_partition: PPPartition | tuple[int, ...] = setting(
         PPPartition.UNIFORM, ref="pp_partition", hash=Hash.WHEN_SET, series=SeriesUse.OVERRIDE,
@@ -140,12 +141,12 @@ class Parallel:
             "DeepSpeed's partition_method=parameters), or the layers of every stage in stage "
             "order (e.g. Llama 3 405B: 7, 8 x 14, 7)")
     activation_checkpointing: Checkpointing = setting(
-        Checkpointing.NONE, ref="activation_checkpointing", series=SeriesUse.SWEEP,
+        Checkpointing.NONE, hash=Hash.ALWAYS, ref="activation_checkpointing", series=SeriesUse.SWEEP,
         tune=(Checkpointing.NONE, Checkpointing.FULL), column=True, placeholder=True,
         label="ac", doc="what the backward recomputes instead of keeping: none, full (every "
             "block), selective (every other block) or selective_attention (the attention core)")
     sequence_parallel: bool = setting(
-        False, series=SeriesUse.OVERRIDE, placeholder=True,
+        False, hash=Hash.ALWAYS, series=SeriesUse.OVERRIDE, placeholder=True,
         doc="norms run on sequence shards across the tp ranks")
     ddp_bucket_cap_mb: float | None = setting(
         None, unit="MiB", above=0, maximum=4096, hash=Hash.WHEN_SET, series=SeriesUse.SWEEP,
@@ -175,23 +176,33 @@ class Train:
     """The optimisation run of one point (AdamW on the synthetic token stream), each setting
     declared once (:mod:`scalestudy.config.settings`)."""
 
-    steps: int = setting(12, unit="count", minimum=2, maximum=1_000_000, placeholder=True,
+    steps: int = setting(12, hash=Hash.ALWAYS, unit="count", minimum=2,
+                         maximum=limits.MAX_STEPS, placeholder=True,
                          doc="optimizer steps, warm-up included")
-    warmup_steps: int = setting(3, unit="count", minimum=0, placeholder=True,
+    warmup_steps: int = setting(3, hash=Hash.ALWAYS, unit="count", minimum=0, placeholder=True,
                                 doc="first steps excluded from timing")
-    lr: float = setting(0.003, above=0, placeholder=True,
+    lr: float = setting(0.003, hash=Hash.ALWAYS, above=0, placeholder=True,
                         doc="AdamW learning rate (constant, no schedule)")
-    weight_decay: float = setting(0.0, minimum=0, placeholder=True,
+    weight_decay: float = setting(0.0, hash=Hash.ALWAYS, minimum=0, series=SeriesUse.SWEEP,
+                                  column=True, placeholder=True, label="wd",
                                   doc="AdamW decoupled weight decay coefficient")
-    grad_clip: float | None = setting(1.0, above=0,
+    # (when_set: points planned before the betas were settings keep their ids)
+    adam_beta1: float = setting(0.9, hash=Hash.WHEN_SET, minimum=0, below=1,
+                                series=SeriesUse.SWEEP, column=True, placeholder=True,
+                                label="b1", doc="AdamW's first-moment decay rate (beta1)")
+    adam_beta2: float = setting(0.95, hash=Hash.WHEN_SET, minimum=0, below=1,
+                                series=SeriesUse.SWEEP, column=True, placeholder=True,
+                                label="b2", doc="AdamW's second-moment decay rate (beta2; "
+                                                "0.95 as GPT-3 and Llama, torch's own 0.999)")
+    grad_clip: float | None = setting(1.0, hash=Hash.ALWAYS, above=0,
                                       doc="the largest global gradient L2 norm; null: no "
                                           "clipping")
-    seed: int = setting(0, minimum=0, placeholder=True,
+    seed: int = setting(0, hash=Hash.ALWAYS, minimum=0, placeholder=True,
                         doc="seed of the parameters' initialisation and the synthetic tokens")
-    precision: DType = setting(DType.FP32, ref="precision", column=True, placeholder=True,
-                               doc="fp32, or bf16: bf16 compute, fp32 master weights and "
+    precision: DType = setting(DType.FP32, hash=Hash.ALWAYS, ref="precision", column=True,
+                               placeholder=True, doc="fp32, or bf16: bf16 compute, fp32 master weights and "
                                    "optimizer state")
-    compile: bool = setting(False, doc="torch.compile every transformer block")
+    compile: bool = setting(False, hash=Hash.ALWAYS, doc="torch.compile every transformer block")
 
     def __post_init__(self):
         coerce(self, "precision", DType)
@@ -199,6 +210,11 @@ class Train:
             raise PointError(f"train.precision: {self.precision.value!r} is not trained; "
                              f"use one of {', '.join(TRAIN_PRECISIONS)}")
         check_fields(self)
+
+    @property
+    def betas(self) -> tuple[float, float]:
+        """AdamW's ``betas`` (first- and second-moment decay rates)."""
+        return (self.adam_beta1, self.adam_beta2)
 
 
 @dataclass(frozen=True)
@@ -209,19 +225,19 @@ class Profile:
     The timed steps are not profiled, so step times are what they are without it. The section
     is hashed only when enabled (``identity.config_hash``)."""
 
-    enabled: bool = setting(False, doc="trace the built-in trainer's steps after the timed "
+    enabled: bool = setting(False, hash=Hash.ALWAYS, doc="trace the built-in trainer's steps after the timed "
                                        "window (a command workload traces itself: "
                                        "workload.traces)")
-    steps: int = setting(3, unit="count", minimum=1, maximum=100,
+    steps: int = setting(3, hash=Hash.ALWAYS, unit="count", minimum=1, maximum=100,
                          doc="traced steps per point, after the timed window")
-    warmup: int = setting(1, unit="count", minimum=0, maximum=100,
+    warmup: int = setting(1, hash=Hash.ALWAYS, unit="count", minimum=0, maximum=100,
                           doc="profiler warm-up steps before them (run, not kept)")
     ranks: ProfileRanks = setting(
-        ProfileRanks.ALL, ref="profile_ranks",
+        ProfileRanks.ALL, hash=Hash.ALWAYS, ref="profile_ranks",
         doc="all: every rank writes a trace; groups: one rank per pipeline stage and one per "
             "data-parallel rank (tensor- and context-parallel rank 0), for large N")
     # (64, not 64.0: the default is what a profiled point's hash has always held)
-    max_mb: float = setting(64, unit="MB (1e6 B), compressed", above=0, maximum=4096,
+    max_mb: float = setting(64, hash=Hash.ALWAYS, unit="MB (1e6 B), compressed", above=0, maximum=4096,
                             doc="the largest trace file one rank keeps; a larger one is "
                                 "dropped and the breakdown says so")
 
@@ -237,6 +253,17 @@ class Profile:
 
 #: The study's sections of declared settings (:mod:`scalestudy.config.settings`) by their key.
 SETTING_SECTIONS = {"parallel": Parallel, "train": Train, "profile": Profile}
+#: ``{setting: section}`` of every setting a series may set or sweep, of every section (a
+#: series names a setting without its section: names are unique among these).
+SERIES_SETTINGS = settings.owners(SETTING_SECTIONS, series_use=True)
+#: Every tuned setting (an axis of a tuning search; one a series may set) with the values it
+#: takes when ``tune.space`` leaves it out, in section and declaration order.
+TUNED_SETTINGS = settings.tuned_in(SETTING_SECTIONS)
+
+
+def section_of(name: str) -> type:
+    """The section (its dataclass) declaring the series-settable setting ``name``."""
+    return SETTING_SECTIONS[SERIES_SETTINGS[name]]
 
 #: Platform settings that do not change what is measured: not hashed, so changing them never
 #: reruns a point. (``memory_limit_mb`` is hashed: RLIMIT_AS changes the allocator's

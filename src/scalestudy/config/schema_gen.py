@@ -21,7 +21,8 @@ import yaml
 from scalestudy.numbers import plain
 from scalestudy import paths
 from scalestudy.config import settings
-from scalestudy.config.parts import SETTING_SECTIONS
+from scalestudy.config.parts import (SERIES_SETTINGS, SETTING_SECTIONS, TUNED_SETTINGS,
+                                     section_of)
 from scalestudy.config.settings import SeriesUse
 from scalestudy.config.vocab import SCHEMA_ENUMS
 
@@ -36,7 +37,7 @@ def value_schema(cls, name: str, s: settings.Setting) -> dict:
     else:
         out = {"type": _TYPES[settings.value_type(cls, name)]}
         for key, bound in (("minimum", s.minimum), ("maximum", s.maximum),
-                           ("exclusiveMinimum", s.above)):
+                           ("exclusiveMinimum", s.above), ("exclusiveMaximum", s.below)):
             if bound is not None:
                 out[key] = bound
     if settings.nullable(cls, name):
@@ -61,13 +62,13 @@ def section_properties(cls) -> dict:
             for f, s in settings.declared(cls)}
 
 
-def series_properties(cls) -> dict:
-    """What a series may give over the study's section: a value, or a list of values to sweep
-    where the setting is swept."""
+def series_properties(_=None) -> dict:
+    """What a series may give over the study's sections (every section's series settings): a
+    value, or a list of values to sweep where the setting is swept."""
     out = {}
-    for f, s in settings.declared(cls):
-        if s.series == SeriesUse.NONE:
-            continue
+    for name, key in SERIES_SETTINGS.items():
+        cls = SETTING_SECTIONS[key]
+        f, s = next((f, s) for f, s in settings.declared(cls) if f.name == name)
         value = value_schema(cls, f.name, s)
         if s.series == SeriesUse.SWEEP:
             value = {"oneOf": [value, _list_of(value)]}
@@ -78,10 +79,11 @@ def series_properties(cls) -> dict:
     return out
 
 
-def tune_properties(cls) -> dict:
-    """The tuning axes: a list of the values each may take."""
+def tune_properties(_=None) -> dict:
+    """The tuning axes of every section: a list of the values each may take."""
     out = {}
-    for name, values in settings.tuned(cls).items():
+    for name, values in TUNED_SETTINGS.items():
+        cls = section_of(name)
         s = settings.meta(cls, name)
         words = ", ".join(str(v) for v in values)
         out[name] = {**_list_of(value_schema(cls, name, s)),
@@ -98,8 +100,9 @@ def _fill(node):
         node = {k: _fill(v) for k, v in node.items()}
         for marker, make in _MARKERS.items():
             if marker in node:
-                cls = SETTING_SECTIONS[node.pop(marker)]
-                node["properties"] = {**node.get("properties", {}), **make(cls)}
+                key = node.pop(marker)
+                node["properties"] = {**node.get("properties", {}),
+                                      **make(SETTING_SECTIONS.get(key))}
         return node
     if isinstance(node, list):
         return [_fill(v) for v in node]
@@ -157,6 +160,8 @@ def reference_text() -> str:
                 rng.append(f"> {plain(s.above)}")
             if s.maximum is not None:
                 rng.append(f"<= {plain(s.maximum)}")
+            if s.below is not None:
+                rng.append(f"< {plain(s.below)}")
             tune = ("" if s.tune is None else
                     ", ".join(str(v) for v in settings.tuned(cls)[f.name]))
             default = json.dumps(settings.json_default(f))

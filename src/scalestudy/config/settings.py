@@ -46,16 +46,19 @@ class SeriesUse(StrEnum):
     SWEEP = "sweep"  # a series may give its own value or a list of them (one series per value)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Setting:
-    """What a declared field is, beside its name, type and default."""
+    """What a declared field is, beside its name, type and default. ``hash`` has no default:
+    every declaration says whether its value enters the point id (a new setting that must
+    not rerun finished points is ``when_set``)."""
 
     doc: str  # one line: what it sets (the schema's description, the docs' reference)
+    hash: Hash  # its role in the point's id
     unit: str = ""  # of a number: "count", "s", "MB (1e6 B)", ...; "" for words and flags
     minimum: float | None = None  # smallest allowed value (None: no bound)
     maximum: float | None = None  # largest allowed value (None: no bound)
     above: float | None = None  # the value must exceed this (an exclusive minimum)
-    hash: Hash = Hash.ALWAYS  # its role in the point's id
+    below: float | None = None  # the value must stay under this (an exclusive maximum)
     series: SeriesUse = SeriesUse.NONE  # whether a series may set or sweep it
     tune: tuple | None = None  # a tuning axis: the values an axis left out of tune.space takes
     # (() : every word of its enum); None: not searched
@@ -66,7 +69,8 @@ class Setting:
 
 
 def setting(default, **meta) -> dataclasses.Field:
-    """A dataclass field with its :class:`Setting` (``meta``: its fields)."""
+    """A dataclass field with its :class:`Setting` (``meta``: its fields; ``doc`` and
+    ``hash`` required)."""
     return dataclasses.field(default=default, metadata={KEY: Setting(**meta)})
 
 
@@ -102,6 +106,34 @@ def tuned(cls) -> dict[str, tuple]:
             enum = value_type(cls, f.name)
             out[f.name] = (tuple(enum) if not s.tune and isinstance(enum, type)
                            and issubclass(enum, Enum) else tuple(s.tune))
+    return out
+
+
+def owners(sections: typing.Mapping[str, type], **where) -> dict[str, str]:
+    """``{setting: section key}`` of the declared fields of every section of ``sections``
+    whose settings pass ``where`` (``series_use=True``: a series may set it; other keys as in
+    :func:`names`). A series and a tuning search name settings without their section, so two
+    sections may not both offer one name (ValueError)."""
+    series_use = where.pop("series_use", False)
+    out: dict[str, str] = {}
+    for key, cls in sections.items():
+        for f, s in declared(cls):
+            if series_use and s.series == SeriesUse.NONE:
+                continue
+            if not all(getattr(s, k) == v for k, v in where.items()):
+                continue
+            if f.name in out:
+                raise ValueError(f"setting {f.name!r} is declared by sections {out[f.name]} "
+                                 f"and {key}: a series or search names it alone; rename one")
+            out[f.name] = key
+    return out
+
+
+def tuned_in(sections: typing.Mapping[str, type]) -> dict[str, tuple]:
+    """The tuning axes of every section of ``sections`` (:func:`tuned`), by setting name."""
+    out: dict[str, tuple] = {}
+    for cls in sections.values():
+        out.update(tuned(cls))
     return out
 
 
@@ -145,16 +177,18 @@ def allowed(s: Setting, integer: bool) -> str:
     what = "an integer" if integer else "a number"
     lo = (f"> {plain(s.above)}" if s.above is not None else
           f">= {plain(s.minimum)}" if s.minimum is not None else None)
-    if s.maximum is None:
+    hi = (f"< {plain(s.below)}" if s.below is not None else
+          f"<= {plain(s.maximum)}" if s.maximum is not None else None)
+    if hi is None:
         return f"{what} {lo}" if lo else what
-    if s.minimum is not None and s.above is None:
+    if s.minimum is not None and s.above is None and s.below is None:
         return f"{what} from {plain(s.minimum)} to {plain(s.maximum)}"
-    return f"{what} {lo + ' and ' if lo else ''}<= {plain(s.maximum)}"
-
+    return f"{what} {lo + ' and ' if lo else ''}{hi}"
 
 
 def out_of_range(s: Setting, value) -> bool:
     """Whether a number lies outside a setting's range."""
     return ((s.minimum is not None and value < s.minimum)
             or (s.maximum is not None and value > s.maximum)
-            or (s.above is not None and value <= s.above))
+            or (s.above is not None and value <= s.above)
+            or (s.below is not None and value >= s.below))

@@ -12,15 +12,15 @@ is the JSON form (:meth:`Study.to_json`: the keys of the validated document).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, make_dataclass, replace
 from typing import Mapping
 
-from scalestudy.config.parts import Model, Parallel, Platform, Profile, Train, Workload, json_value
+from scalestudy.config.parts import (SERIES_SETTINGS, TUNED_SETTINGS, Model, Parallel, Platform, Profile, Train,
+                                     Workload, json_value, section_of)
 from scalestudy.config import settings
-from scalestudy.config.settings import coerce_value, series_settable
+from scalestudy.config.settings import coerce_value
 from scalestudy.config.vocab import (
-    Checkpointing, DPMode, DType, FigureStyle, FlopsConvention, PPSchedule,
-    Reference, Sampler, ScalingMode,
+    DType, FigureStyle, FlopsConvention, Reference, Sampler, ScalingMode,
 )
 
 
@@ -36,6 +36,11 @@ def _typed(value, enum):
 def _counts(value):
     """A count, or a list of counts to sweep (a tuple)."""
     return tuple(value) if isinstance(value, (list, tuple)) else value
+
+
+#: The shape axes of a series a list sweeps (counts), also the shape of a tuned layout; the
+#: swept settings are declared (``parts.SERIES_SETTINGS``).
+SHAPE_AXES = ("tp", "pp", "cp", "micro_batch")
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,7 @@ class Series:
     grad_accum: int  # weak: micro-batches per optimizer step per data-parallel rank
     global_batch: int | None = None  # strong: sequences per optimizer step (fixed)
     baseline: int | None = None  # N0 of the efficiency curve (devices); None: smallest feasible
-    # the parallel settings this series gives over the study's (settings.series_settable:
+    # the settings of any section this series gives over the study's (parts.SERIES_SETTINGS:
     # name -> value; a tuple of values of a swept setting is a sweep)
     settings: Mapping[str, object] = field(default_factory=dict)
     workload: Workload | None = None  # what this series runs; None: the study's workload
@@ -65,19 +70,26 @@ class Series:
         set_(self, "gpus", tuple(self.gpus))
         for name in ("micro_batch", "tp", "pp", "cp"):
             set_(self, name, _counts(getattr(self, name)))
-        unknown = set(self.settings) - set(series_settable(Parallel))
+        unknown = set(self.settings) - set(SERIES_SETTINGS)
         if unknown:
             raise ValueError(f"series {self.name}: not a series setting: {sorted(unknown)}")
-        set_(self, "settings", {k: coerce_value(Parallel, k, v) for k, v in self.settings.items()})
+        set_(self, "settings", {k: coerce_value(section_of(k), k, v)
+                                for k, v in self.settings.items()})
+
+    def section(self, key: str, base):
+        """``base`` (the study's section ``key``: ``parallel``, ``train``, ...) with this
+        series' own settings of that section over it."""
+        own = {k: v for k, v in self.settings.items() if SERIES_SETTINGS[k] == key}
+        return replace(base, **own) if own else base
 
     def parallel(self, base: Parallel) -> Parallel:
         """``base`` (the study's parallel settings) with this series' own over it."""
-        return replace(base, **self.settings)
+        return self.section("parallel", base)
 
     @classmethod
     def from_validated(cls, doc: Mapping) -> "Series":
         """The series of a validated ``series:`` entry."""
-        own = series_settable(Parallel)
+        own = SERIES_SETTINGS
         kw = {k: v for k, v in doc.items() if k != "workload" and k not in own}
         if "workload" in doc:
             kw["workload"] = Workload.from_study(doc["workload"])
@@ -131,28 +143,23 @@ class Report:
         object.__setattr__(self, "figure_style", FigureStyle(self.figure_style))
 
 
-@dataclass(frozen=True)
-class TuneSpace:
-    """The values each layout axis of a tuning search may take; ``None``: every value the
-    trainer has (``scalestudy.tune.space.axis_values``). Besides the shape, one field per
-    tuned setting (``settings.tuned(Parallel)``; a test holds them equal)."""
+def _space_from_validated(cls, doc: Mapping):
+    """The space of a validated ``tune.space`` mapping (an axis left out: None)."""
+    return cls(**{name: (None if doc.get(name) is None else
+                         tuple(coerce_value(section_of(name), name, doc[name]))
+                         if name in TUNED_SETTINGS else tuple(doc[name]))
+                  for name in (*SHAPE_AXES, *TUNED_SETTINGS)})
 
-    tp: tuple[int, ...] | None  # tensor-parallel ranks (count)
-    pp: tuple[int, ...] | None  # pipeline-parallel ranks (count)
-    cp: tuple[int, ...] | None  # context-parallel ranks (count)
-    micro_batch: tuple[int, ...] | None  # sequences per micro-batch per data-parallel rank
-    virtual_stages: tuple[int, ...] | None  # interleaved stages per pipeline rank (count)
-    pp_schedule: tuple[PPSchedule, ...] | None
-    dp_mode: tuple[DPMode, ...] | None
-    activation_checkpointing: tuple[Checkpointing, ...] | None
 
-    @classmethod
-    def from_validated(cls, doc: Mapping) -> "TuneSpace":
-        tuned = settings.tuned(Parallel)
-        return cls(**{f.name: (None if doc.get(f.name) is None else
-                               tuple(coerce_value(Parallel, f.name, doc[f.name]))
-                               if f.name in tuned else tuple(doc[f.name]))
-                      for f in fields(cls)})
+#: The values each layout axis of a tuning search may take; ``None``: every value the trainer
+#: has (``scalestudy.tune.space.axis_values``). The shape's axes (:data:`SHAPE_AXES`), then
+#: one field per tuned setting of any section (``parts.TUNED_SETTINGS``), made from them.
+TuneSpace = make_dataclass(
+    "TuneSpace", [(name, "tuple | None") for name in (*SHAPE_AXES, *TUNED_SETTINGS)],
+    frozen=True, namespace={"from_validated": classmethod(_space_from_validated),
+                            "__doc__": "The values each axis of a tuning search may take "
+                                       "(None: every value the trainer has).",
+                            "__module__": __name__})
 
 
 @dataclass(frozen=True)

@@ -80,16 +80,16 @@ def distributed_data_parallel(model: nn.Module, group, device: torch.device,
                find_unused_parameters=find_unused, **{sync: False}, **bucket)
 
 
-def make_optimizer(params: list, point: Point, dp_mesh: DeviceMesh, device: torch.device,
-                   betas=(0.9, 0.95)):
-    """AdamW (fp32 state; fused on CUDA, foreach elsewhere) over ``params``, sharded over the
+def make_optimizer(params: list, point: Point, dp_mesh: DeviceMesh, device: torch.device):
+    """AdamW (the point's ``train`` lr, betas and weight decay; fp32 state; fused on CUDA,
+    foreach elsewhere) over ``params``, sharded over the
     dp group for ``zero1`` (``ZeroRedundancyOptimizer``). DTensor and plain parameters go into
     separate groups: foreach/fused kernels cannot mix them."""
     from scalestudy.distributed.mesh import is_dtensor
 
     groups = [[p for p in params if is_dtensor(p)], [p for p in params if not is_dtensor(p)]]
     param_groups = [{"params": g} for g in groups if g]
-    kw = dict(lr=point.train.lr, betas=tuple(betas), weight_decay=point.train.weight_decay)
+    kw = dict(lr=point.train.lr, betas=point.train.betas, weight_decay=point.train.weight_decay)
     kw["fused" if device.type == "cuda" else "foreach"] = True
     if point.parallel.dp_mode == DPMode.ZERO1 and point.dp_cp > 1:
         from torch.distributed.optim import ZeroRedundancyOptimizer

@@ -19,12 +19,12 @@ from pathlib import Path
 
 from scalestudy.config import limits, settings
 from scalestudy.config.point import Point
-from scalestudy.config.parts import SETTING_SECTIONS, Parallel, Profile, Train
+from scalestudy.config.parts import SERIES_SETTINGS, SETTING_SECTIONS, Profile, section_of
 from scalestudy.config.settings import SeriesUse
 from scalestudy.config.checks import PointError
 from scalestudy.config.identity import identify, point_id
 from scalestudy.config.study_yaml import StudyError
-from scalestudy.config.studyspec import Series, Study
+from scalestudy.config.studyspec import SHAPE_AXES, Series, Study
 from scalestudy.config.template import TemplateError, command_argv
 from scalestudy.config.vocab import ScalingMode
 from scalestudy.perf import memory
@@ -32,19 +32,21 @@ from scalestudy.plan import constraints
 from scalestudy.record.io import write_json, write_text
 from scalestudy.record.source import with_source
 
-#: The series' shape axes a list sweeps (the swept settings are declared: settings.SeriesUse).
-SHAPE_AXES = ("tp", "pp", "cp", "micro_batch")
 #: A swept value's prefix in an expanded series' name (the settings' own: Setting.label).
 SHAPE_LABELS = {"micro_batch": "mb"}
 #: plan.tsv's columns: the point's shape and batch, its declared settings' columns
-#: (Setting.column), then its verdict.
+#: (Setting.column) of every section, then its verdict.
 PLAN_COLUMNS = [
     "point_id", "config_hash", "series", "mode", "model", "n", "dp", "tp", "pp", "cp", "nodes",
     "procs_per_node", "micro_batch", "grad_accum", "global_batch", "seq_len", "tokens_per_step",
-    "tokens_per_device_step", *settings.names(Parallel, column=True),
-    *settings.names(Train, column=True), "repeat", "baseline_n", "feasible", "reason",
-    "mem_estimate_gb", "workload",
+    "tokens_per_device_step",
+    *(name for cls in SETTING_SECTIONS.values() for name in settings.names(cls, column=True)),
+    "repeat", "baseline_n", "feasible", "reason", "mem_estimate_gb", "workload",
 ]
+#: Every sweepable axis of a series: the shape's, then the swept settings of every section.
+SWEEP_AXES = SHAPE_AXES + tuple(
+    name for name, key in SERIES_SETTINGS.items()
+    if settings.meta(SETTING_SECTIONS[key], name).series == SeriesUse.SWEEP)
 
 
 def _axis(series: Series, axis: str):
@@ -55,14 +57,13 @@ def _axis(series: Series, axis: str):
 def _label(axis: str) -> str:
     if axis in SHAPE_AXES:
         return SHAPE_LABELS.get(axis, axis)
-    label = settings.meta(Parallel, axis).label
+    label = settings.meta(section_of(axis), axis).label
     return axis if label is None else label
 
 
 def _swept(series: Series) -> list[str]:
     """The sweepable axes of ``series`` that hold several values (a tuple)."""
-    swept = settings.names(Parallel, series=SeriesUse.SWEEP)
-    return [a for a in SHAPE_AXES + swept if isinstance(_axis(series, a), tuple)]
+    return [a for a in SWEEP_AXES if isinstance(_axis(series, a), tuple)]
 
 
 def expand_series(series: Series) -> list[Series]:
@@ -132,7 +133,9 @@ def series_points(study: Study, series: Series) -> list[Point]:
     """The points of one concrete series (no list-valued axes left), feasible or not, without
     repeats or ids."""
     model = study.models[series.model]
-    parallel = series.parallel(study.parallel)
+    parallel = series.section("parallel", study.parallel)
+    train = series.section("train", study.train)
+    profile = series.section("profile", study.profile)
     platform = study.platform
     workload = series.workload or study.workload
     capacities: dict[int, float | None] = {}
@@ -142,13 +145,13 @@ def series_points(study: Study, series: Series) -> list[Point]:
                  else {"grad_accum": series.grad_accum})
         p = Point.build(model, n=n, tp=series.tp, pp=series.pp, cp=series.cp,
                         micro_batch=series.micro_batch, **batch, parallel=parallel,
-                        train=study.train, platform=platform, study=study.name,
+                        train=train, platform=platform, study=study.name,
                         series=series.name, mode=series.mode,
                         flops_convention=study.flops_convention,
                         references=study.references, retries=study.retries,
                         workload=workload,
                         # a command profiles itself (workload.traces): the setting is the trainer's
-                        profile=Profile() if workload.is_command else study.profile)
+                        profile=Profile() if workload.is_command else profile)
         if workload.is_command:
             _check_command(p, series.name)
         reason = constraints.violation(p)
@@ -215,9 +218,8 @@ def plan_rows(points: list[Point]) -> list[dict]:
         doc = p.to_json()
         row = {k: doc.get(k) for k in PLAN_COLUMNS}
         row["model"] = p.model.name
-        for section in ("parallel", "train"):
-            row.update({k: doc[section][k] for k in settings.names(SETTING_SECTIONS[section],
-                                                                    column=True)})
+        for section, cls in SETTING_SECTIONS.items():
+            row.update({k: doc[section][k] for k in settings.names(cls, column=True)})
         part = p.parallel.pp_partition
         row["pp_partition"] = ",".join(map(str, part)) if isinstance(part, tuple) else part
         row["workload"] = p.workload.kind

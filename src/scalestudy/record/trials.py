@@ -16,7 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from scalestudy.config import settings
-from scalestudy.config.parts import Parallel
+from scalestudy.config.parts import TUNED_SETTINGS, section_of
 from scalestudy.record.reading import RecordError
 from scalestudy.record.states import FAILED, RunState
 
@@ -50,13 +50,13 @@ FAILED_TRIALS = tuple(TrialState(s.value) for s in FAILED) + (TrialState.INVALID
 #: The columns of trials.csv, in order (units in the names; ``reused``: the point's record
 #: existed before the search asked for it, so nothing ran).
 TRIAL_COLUMNS = (
-    "trial", "layout", "tp", "pp", "cp", "dp", "micro_batch", *settings.tuned(Parallel),
+    "trial", "layout", "tp", "pp", "cp", "dp", "micro_batch", *TUNED_SETTINGS,
     "steps", "fidelity", "state", "reason",
     "predicted_tokens_per_s_per_device", "measured_tokens_per_s_per_device", "peak_memory_gb",
     "wall_s", "device_hours", "warm_start", "reused", "point_id")
 
 _COUNTS = ("tp", "pp", "cp", "micro_batch",
-           *(k for k in settings.tuned(Parallel) if settings.value_type(Parallel, k) is int))
+           *(k for k in TUNED_SETTINGS if settings.value_type(section_of(k), k) is int))
 #: Counts that may be empty: a refused layout whose shape does not divide N has no dp, an
 #: evaluation that ran nothing no steps.
 _OPTIONAL_COUNTS = ("dp", "steps")

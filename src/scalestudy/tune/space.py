@@ -7,42 +7,43 @@ id."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, make_dataclass, replace
 
 from scalestudy.config import settings
-from scalestudy.config.parts import Parallel
+from scalestudy.config.parts import TUNED_SETTINGS, section_of
 from scalestudy.config.point import Point
 from scalestudy.config.settings import coerce_value
-from scalestudy.config.studyspec import Series, Study, Tune
-from scalestudy.config.vocab import Checkpointing, DPMode, PPSchedule, ScalingMode
+from scalestudy.config.studyspec import SHAPE_AXES, Series, Study, Tune
+from scalestudy.config.vocab import DPMode, PPSchedule, ScalingMode
 from scalestudy.plan.planner import series_points
 
 #: What an axis left out of ``tune.space`` takes besides the divisors of N (tp, pp): the
-#: shape's here, the tuned settings' their own (``Setting.tune``).
-DEFAULT_AXES = {"cp": (1,), "micro_batch": (1, 2, 4, 8), **settings.tuned(Parallel)}
+#: shape's here, the tuned settings' their own (``Setting.tune``, of every section).
+DEFAULT_AXES = {"cp": (1,), "micro_batch": (1, 2, 4, 8), **TUNED_SETTINGS}
+#: The tuned settings a layout's name spells its own way (:meth:`_Layout.name`); any other
+#: tuned setting follows as ``-<label><value>``.
+_NAMED = ("pp_schedule", "virtual_stages", "dp_mode", "activation_checkpointing")
 
 
-@dataclass(frozen=True, order=True)
-class TrialLayout:
-    """One parallel layout of the tuned model on N devices: the shape, then one field per tuned
-    setting (``settings.tuned(Parallel)``; a test holds them equal)."""
+def _value(name: str, raw):
+    """A tuned setting's value from the search engine's parameter (a word or a number)."""
+    t = settings.value_type(section_of(name), name)
+    return t(raw) if t in (int, float) else coerce_value(section_of(name), name, raw)
 
-    tp: int  # tensor-parallel ranks
-    pp: int  # pipeline-parallel ranks
-    cp: int  # context-parallel ranks
-    micro_batch: int  # sequences per micro-batch per data-parallel rank
-    pp_schedule: PPSchedule
-    virtual_stages: int  # stages per pipeline rank
-    dp_mode: DPMode
-    activation_checkpointing: Checkpointing
+
+class _Layout:
+    """The methods of :class:`TrialLayout` (its fields are made from the declarations)."""
 
     @property
     def name(self) -> str:
         """The layout as a series name (also the search's trial label): readable, unique."""
         sched = "" if self.pp == 1 else f"-{self.pp_schedule}" + (
             f"v{self.virtual_stages}" if self.virtual_stages > 1 else "")
+        more = "".join(f"-{_label(k)}{getattr(self, k)}" for k in TUNED_SETTINGS
+                       if k not in _NAMED)
         return (f"tp{self.tp}-pp{self.pp}" + (f"-cp{self.cp}" if self.cp > 1 else "")
-                + f"-mb{self.micro_batch}{sched}-{self.dp_mode}-ac{self.activation_checkpointing}")
+                + f"-mb{self.micro_batch}{sched}-{self.dp_mode}-ac{self.activation_checkpointing}"
+                + more)
 
     def params(self) -> dict:
         """The layout as the search engine's parameters (words and counts)."""
@@ -51,10 +52,8 @@ class TrialLayout:
 
     @classmethod
     def from_params(cls, params: dict) -> "TrialLayout":
-        shape = {k: int(params[k]) for k in ("tp", "pp", "cp", "micro_batch")}
-        return cls(**shape, **{k: int(params[k]) if settings.value_type(Parallel, k) is int
-                               else coerce_value(Parallel, k, params[k])
-                               for k in settings.tuned(Parallel)})
+        shape = {k: int(params[k]) for k in SHAPE_AXES}
+        return cls(**shape, **{k: _value(k, params[k]) for k in TUNED_SETTINGS})
 
     def canonical(self, n: int) -> "TrialLayout | None":
         """The layout that runs the same thing, with the axes that do not apply set to one
@@ -79,7 +78,22 @@ class TrialLayout:
         return Series(name=self.name, mode=ScalingMode.STRONG, model=model or tune.model,
                       gpus=(tune.gpus,), micro_batch=self.micro_batch, tp=self.tp, pp=self.pp,
                       cp=self.cp, grad_accum=1, global_batch=tune.global_batch,
-                      settings={k: getattr(self, k) for k in settings.tuned(Parallel)})
+                      settings={k: getattr(self, k) for k in TUNED_SETTINGS})
+
+
+def _label(name: str) -> str:
+    label = settings.meta(section_of(name), name).label
+    return name if label is None else label
+
+
+#: One parallel layout of the tuned model on N devices: the shape (:data:`SHAPE_AXES`:
+#: counts), then one field per tuned setting of any section (``parts.TUNED_SETTINGS``), made
+#: from those declarations.
+TrialLayout = make_dataclass(
+    "TrialLayout", [(k, "int") for k in SHAPE_AXES] + [(k, "object") for k in TUNED_SETTINGS],
+    bases=(_Layout,), frozen=True, order=True,
+    namespace={"__doc__": "One layout of the tuned model on N devices (the shape, then one "
+                          "field per tuned setting).", "__module__": __name__})
 
 
 def _divisors(n: int) -> tuple[int, ...]:
