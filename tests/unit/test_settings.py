@@ -6,19 +6,21 @@ alone."""
 from __future__ import annotations
 
 import dataclasses
+from enum import Enum
 
 import pytest
 
 from scalestudy.config import settings
 from scalestudy.config.checks import PointError
-from scalestudy.config.parts import SETTING_SECTIONS, Parallel, Train
+from scalestudy.config.parts import (SERIES_SETTINGS, SETTING_SECTIONS, TUNED_SETTINGS, Parallel,
+                                     Train, json_value, section_of)
 from scalestudy.config.schema_gen import generated_files
 from scalestudy.config.settings import Hash, SeriesUse
 from scalestudy.config.study import validate
 from scalestudy.config.study_yaml import StudyError
 from scalestudy.config.studyspec import TuneSpace
 from scalestudy.config.template import PLACEHOLDERS, command_argv
-from scalestudy.plan.planner import PLAN_COLUMNS, plan_points, plan_rows
+from scalestudy.plan.planner import PLAN_COLUMNS, plan_points, plan_rows, plan_table
 from scalestudy.tune.space import TrialLayout
 
 SHAPE = ("tp", "pp", "cp", "micro_batch")
@@ -51,8 +53,25 @@ def test_every_declaration_is_sound(cls):
             assert not settings.out_of_range(s, value), f.name
         if s.label is not None:
             assert s.series == SeriesUse.SWEEP, f.name
-        if s.tune is not None:
-            assert settings.tuned(cls)[f.name], f.name
+        if s.tune is not None:  # a tuned layout is a series giving its value
+            assert settings.tuned(cls)[f.name] and s.series != SeriesUse.NONE, f.name
+        if s.series == SeriesUse.SWEEP or s.tune is not None:  # a plan.tsv column shows it
+            assert s.column, f.name
+
+
+def test_a_declaration_states_its_hash_role():
+    with pytest.raises(TypeError, match="hash"):
+        settings.Setting(doc="x")
+
+
+def test_a_series_names_a_setting_of_one_section_only():
+    @dataclasses.dataclass(frozen=True)
+    class Other:
+        weight_decay: float = settings.setting(0.1, hash=Hash.ALWAYS, series=SeriesUse.SWEEP,
+                                               doc="x")
+
+    with pytest.raises(ValueError, match="'weight_decay' is declared by sections train and other"):
+        settings.owners({**SETTING_SECTIONS, "other": Other}, series_use=True)
 
 
 def test_a_range_comes_from_the_declaration_with_one_line():
@@ -68,7 +87,8 @@ def test_a_range_comes_from_the_declaration_with_one_line():
 
 def test_the_tune_axes_are_the_declared_ones():
     """TuneSpace and TrialLayout carry one field per tuned setting besides the shape."""
-    tuned = set(settings.tuned(Parallel))
+    tuned = {name for cls in SETTING_SECTIONS.values() for name in settings.tuned(cls)}
+    assert tuned == set(TUNED_SETTINGS) and set(SERIES_SETTINGS) >= tuned
     assert {f.name for f in dataclasses.fields(TuneSpace)} - set(SHAPE) == tuned
     assert {f.name for f in dataclasses.fields(TrialLayout)} - set(SHAPE) == tuned
 
@@ -101,3 +121,65 @@ def test_a_setting_its_wrapper_does_not_have_is_refused_by_its_constraint():
     assert verdict[("w-fsdp", 1)][0]  # one rank: no wrapper, nothing to refuse
     ok, reason = verdict[("w-fsdp", 2)]
     assert not ok and "ddp_bucket_cap_mb" in reason and "fully_shard" in reason
+
+
+def _two_values(cls, name: str) -> list:
+    """Two distinct values of a declared setting within its range (its tuning values first,
+    an enum's first words, a number's default and the middle of its range above it)."""
+    f, s = next((f, s) for f, s in settings.declared(cls) if f.name == name)
+    kind = settings.value_type(cls, name)
+    if s.tune is not None:
+        return list(settings.tuned(cls)[name][:2])
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return list(kind)[:2]
+    if kind is bool:
+        return [False, True]
+    lo = s.minimum if s.minimum is not None else (s.above + 1 if s.above is not None else 0)
+    first = f.default if f.default is not None else lo
+    hi = s.below if s.below is not None else s.maximum
+    second = first * 2 + 1 if hi is None else (first + hi) / 2
+    return [first, int(second) if kind is int else second]
+
+
+def _cell(value) -> str:
+    return "" if value is None else str(value.value if isinstance(value, Enum) else value)
+
+
+SWEPT = {n for n in SERIES_SETTINGS if settings.meta(section_of(n), n).series == SeriesUse.SWEEP}
+
+
+@pytest.mark.parametrize("name", sorted(SWEPT | set(TUNED_SETTINGS)))
+def test_every_declared_sweep_is_planned_with_its_value_in_point_json_and_plan_tsv(name):
+    """A setting a series sweeps (a list) or a search tunes (a series giving each value) plans
+    into two points per N, with the value in the point's JSON and in its plan.tsv column."""
+    cls, key = section_of(name), SERIES_SETTINGS[name]
+    values = _two_values(cls, name)
+    words = [json_value(v.value if isinstance(v, Enum) else v) for v in values]
+    if settings.meta(cls, name).series == SeriesUse.SWEEP:
+        doc = _with({name: words})
+    else:
+        doc = {**STUDY, "series": [{**STUDY["series"][0], "name": f"w{i}", name: w}
+                                   for i, w in enumerate(words)]}
+    points = plan_points(validate(doc))
+    assert len(points) == 4 and len({p.point_id for p in points}) == 4
+    table = plan_table(points).splitlines()
+    column = table[0].split("\t").index(name)
+    cells = {line.split("\t")[column] for line in table[1:]}
+    assert cells == {_cell(v) for v in values}, (name, cells)
+    for p in points:
+        assert p.to_json()[key][name] in words
+    assert {p.to_json()[key][name] for p in points if p.n == 1} == set(words)
+
+
+def test_the_optimizer_takes_the_points_betas_and_weight_decay():
+    import torch
+
+    from scalestudy.config.parts import Model
+    from scalestudy.config.point import Point
+    from scalestudy.distributed.data_parallel import make_optimizer
+
+    p = Point.for_layout(Model(), device="cpu", adam_beta1=0.8, adam_beta2=0.99,
+                         weight_decay=0.1)
+    opt = make_optimizer([torch.nn.Parameter(torch.ones(2))], p, None, torch.device("cpu"))
+    assert opt.defaults["betas"] == (0.8, 0.99) and opt.defaults["weight_decay"] == 0.1
+    assert Train().betas == (0.9, 0.95)

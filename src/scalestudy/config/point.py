@@ -145,9 +145,15 @@ class Point:
         return DPWrapper.DDP
 
     @property
+    def stages_per_rank(self) -> int:
+        """Pipeline stages each pp rank holds: ``parallel.virtual_stages``, one without a
+        pipeline (pp = 1)."""
+        return self.parallel.virtual_stages if self.pp > 1 else 1
+
+    @property
     def stages(self) -> int:
-        """Pipeline stages in total (pp · virtual stages)."""
-        return self.pp * self.parallel.virtual_stages
+        """Pipeline stages in total (pp · :attr:`stages_per_rank`)."""
+        return self.pp * self.stages_per_rank
 
     def replace(self, **changes) -> "Point":
         """A copy with ``changes``; only the changed fields are checked again (the planner

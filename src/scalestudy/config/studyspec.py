@@ -17,7 +17,6 @@ from typing import Mapping
 
 from scalestudy.config.parts import (SERIES_SETTINGS, TUNED_SETTINGS, Model, Parallel, Platform, Profile, Train,
                                      Workload, json_value, section_of)
-from scalestudy.config import settings
 from scalestudy.config.settings import coerce_value
 from scalestudy.config.vocab import (
     DType, FigureStyle, FlopsConvention, Reference, Sampler, ScalingMode,

@@ -215,7 +215,7 @@ def estimate(point: Point) -> dict:
     tp, pp, cp = point.tp, point.pp, point.cp
     dp = int(point.dp) * cp  # the parameters' replicas: dp_mode shards over dp·cp
     dp_mode, ckpt = par.dp_mode, par.activation_checkpointing
-    virtual = par.virtual_stages if pp > 1 else 1
+    virtual = point.stages_per_rank
     layers = model.layers
     half = is_16bit(point.train.precision)
     wb = 2 if half else 4  # compute weights / grads / activations

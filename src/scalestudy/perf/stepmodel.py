@@ -47,7 +47,7 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     model, par, fw = point.model, point.parallel, hw.framework
     tp, pp = point.tp, point.pp
     b, m, s = point.micro_batch, max(1, int(point.grad_accum)), model.seq_len
-    v, ckpt = (par.virtual_stages if pp > 1 else 1), par.activation_checkpointing
+    v, ckpt = point.stages_per_rank, par.activation_checkpointing
     sp, dtype = par.sequence_parallel and tp > 1, DType(point.train.precision)
     if tp > hw.devices_per_node:
         raise ValueError(f"tp={tp} exceeds devices_per_node={hw.devices_per_node} of hardware {hw.name!r}")
@@ -144,7 +144,7 @@ def _stages(point: Point) -> tuple[list, list, list]:
     """Per pipeline rank: its layers (uneven partitions), the layers it recomputes, its
     parameters (one TP rank's)."""
     model, par, pp = point.model, point.parallel, point.pp
-    v = par.virtual_stages if pp > 1 else 1
+    v = point.stages_per_rank
     layers_of = partition.rank_layers(point)
     ckpts = [memory.checkpointed_layers(model.layers, pp, r, v, par.activation_checkpointing,
                                         partition.stage_layers(point)) for r in range(pp)]

@@ -345,7 +345,7 @@ def dp_step_exposed_seconds(point: Point, hw: HardwareSpec, t_dp_step: float, t_
     and compute ``t_comp`` of one micro-batch."""
     fw, par = hw.framework, point.parallel
     pp, m = point.pp, max(1, int(point.grad_accum))
-    v = par.virtual_stages if pp > 1 else 1
+    v = point.stages_per_rank
     chunks = (point.model.layers / pp if pp == 1 else v) if fw.dp_exposes_one_chunk else None
     # the distributed optimizer's parameter all-gather (half of zero1's per-step traffic) may
     # run under the next step's first forward instead (Megatron-Core --overlap-param-gather)

@@ -1,8 +1,8 @@
 """Rank the feasible parallel shapes of a model on N devices by predicted throughput, and
 write the best k as a study the user can run (``scalestudy tune``: ``scalestudy.commands.tune``).
 
-The search is exhaustive over (tp, pp, micro-batch, schedule, virtual stages, dp_mode,
-activation checkpointing) under the constraints the trainer has: ``N = dp·tp·pp``, ``tp``
+The search is exhaustive over (tp, pp, micro-batch, and the tuned settings' declared values:
+schedule, virtual stages, dp_mode, activation checkpointing) under the constraints the trainer has: ``N = dp·tp·pp``, ``tp``
 divides heads and hidden and fits in a node, ``layers`` split into ``pp × virtual`` stages,
 at least ``pp`` micro-batches for a pipelined schedule, ``global_batch`` a multiple of
 ``dp × micro_batch``, and the memory estimate within ``headroom`` of the device. Each shape
@@ -16,10 +16,10 @@ import dataclasses
 
 from scalestudy.config.devices import device_key
 from scalestudy.config.point import Point
-from scalestudy.config.parts import Model, Parallel, Platform, Train
+from scalestudy.config.parts import TUNED_SETTINGS, Model, Parallel, Platform, Train
 from scalestudy.config.presets import LLAMA3
 from scalestudy.config.study_yaml import dump_study
-from scalestudy.config.vocab import Checkpointing, DPMode, PPSchedule
+from scalestudy.config.vocab import DPMode, PPSchedule
 from scalestudy.perf import memory, stepmodel
 from scalestudy.perf.hardware import HardwareSpec
 from scalestudy.perf.rates import Measured
@@ -53,11 +53,15 @@ def _divisors(n: int) -> list[int]:
 
 def candidates(model: Model, n: int, global_batch: int, hw: HardwareSpec,
                precision: str = "bf16", micro_batches=(1, 2, 4, 8),
-               dp_modes=tuple(DPMode), checkpointing=(Checkpointing.NONE, Checkpointing.FULL),
+               dp_modes=TUNED_SETTINGS["dp_mode"],
+               checkpointing=TUNED_SETTINGS["activation_checkpointing"],
                headroom: float = constraints.MEMORY_HEADROOM):
     """Yield ``(point, feasible, reason)`` for every shape of ``model`` on ``n`` devices that
     keeps the constraints' shape rules (``feasible``: the memory estimate fits ``headroom``
-    of the device)."""
+    of the device). The schedules, virtual stages, dp modes and checkpointing are the tuned
+    settings' declared values (``parts.TUNED_SETTINGS``)."""
+    piped = [(s, v) for s in TUNED_SETTINGS["pp_schedule"]
+             for v in TUNED_SETTINGS["virtual_stages"]]
     platform = Platform(device="cpu" if hw.device == "cpu" else "cuda",
                         devices_per_node=hw.devices_per_node, max_nodes=10**9)
     train = Train(precision=precision)
@@ -66,9 +70,9 @@ def candidates(model: Model, n: int, global_batch: int, hw: HardwareSpec,
             continue
         for pp in _divisors(n // tp):
             dp = n // (tp * pp)
-            scheds = [(PPSchedule.ONE_F_ONE_B, 1)] if pp == 1 else [
-                (PPSchedule.GPIPE, 1), (PPSchedule.ONE_F_ONE_B, 1)] + [
-                (PPSchedule.INTERLEAVED_1F1B, v) for v in (2, 4)]
+            # (one stage per rank without a pipeline; the constraints refuse the pairs that
+            # contradict each other: interleaving with one stage, several without it)
+            scheds = [(PPSchedule.ONE_F_ONE_B, 1)] if pp == 1 else piped
             for mb in micro_batches:
                 for sched, v in scheds:
                     for mode in (dp_modes if dp > 1 else (DPMode.DDP,)):
