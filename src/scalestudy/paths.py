@@ -33,11 +33,6 @@ def schema_file() -> Path:
     return workflow_dir() / "schemas" / "study.schema.json"
 
 
-def schema_frame() -> Path:
-    """The hand-written frame the schema is generated from (config.schema_gen)."""
-    return workflow_dir() / "schemas" / "study.schema.yaml"
-
-
 def profile(name: str) -> Path:
     """A shipped Snakemake profile (``local``, ``slurm``, ``frontier``, ``slurm-ci``)."""
     return workflow_dir() / "profiles" / name

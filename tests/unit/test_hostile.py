@@ -243,7 +243,8 @@ def test_schema_maxima_are_the_limits():
     (lambda: Train(lr=math.nan), "train.lr: nan is not allowed (a finite number)"),
     (lambda: Train(steps=0), "train.steps: 0 is not allowed (an integer from 2 to 1000000)"),
     (lambda: Platform(timeout_s=math.inf), "platform.timeout_s: inf is not allowed"),
-    (lambda: Platform(timeout_s=0), "platform.timeout_s: 0 is not allowed (a number > 0)"),
+    (lambda: Platform(timeout_s=0), "platform.timeout_s: 0 is not allowed (a number > 0 and "
+                                    "<= 2592000)"),
     (lambda: Platform(devices_per_node=10**12), "platform.devices_per_node: 1000000000000"),
     (lambda: Platform(memory_per_device_gb=math.nan), "platform.memory_per_device_gb: nan"),
     (lambda: Parallel(virtual_stages=0), "parallel.virtual_stages: 0 is not allowed"),

@@ -45,22 +45,15 @@ KINDS = {
     "str": (lambda x: isinstance(x, str), "text"),
     "str | None": (lambda x: x is None or isinstance(x, str), "text or null"),
 }
-#: Lower and upper bounds of the counts of the parts without declared settings (a declared
-#: setting's range is its own: :mod:`scalestudy.config.settings`; None: no bound on that side).
+#: Lower and upper bounds of the point's own counts (its parts' settings are declared, each
+#: with its range: :mod:`scalestudy.config.settings`; None: no bound on that side).
 RANGES = {
     "n": (1, limits.MAX_DEVICES), "tp": (1, limits.MAX_DEVICES), "pp": (1, limits.MAX_DEVICES),
     "cp": (1, limits.MAX_DEVICES),
     "micro_batch": (1, None), "nodes": (1, None),
     "procs_per_node": (1, limits.MAX_DEVICES_PER_NODE),
-    "devices_per_node": (1, limits.MAX_DEVICES_PER_NODE), "max_nodes": (1, None),
     "repeat": (0, limits.MAX_REPEATS - 1), "retries": (0, limits.MAX_RETRIES),
-    "layers": (1, None), "hidden": (1, None), "heads": (1, None), "kv_heads": (1, None),
-    "multiple_of": (1, None),
-    "seq_len": (1, limits.MAX_SEQ_LEN), "vocab": (1, None), "ffn_hidden": (1, None),
-    "memory_limit_mb": (1, None),
 }
-#: Numbers that must be > 0 (of the parts without declared settings).
-POSITIVE = ("timeout_s", "collective_timeout_s", "memory_per_device_gb")
 #: What a point id and the names in it may hold (they are folder names and Snakemake
 #: wildcards).
 ID_PATTERN = re.compile(r"[A-Za-z0-9_.-]+")
@@ -90,8 +83,6 @@ def check_fields(obj, names=None) -> None:
                                  f"({settings.allowed(declared, settings.value_type(type(obj), name) is int)})")
             continue
         lo, hi = RANGES.get(name, (None, None))
-        if name in POSITIVE and value <= 0:
-            raise PointError(f"{owner}.{name}: {value} is not allowed (a number > 0)")
         if (lo is not None and value < lo) or (hi is not None and value > hi):
             rng = f">= {lo}" if hi is None else f"from {lo} to {hi}"
             raise PointError(f"{owner}.{name}: {short(value)} is not allowed (an integer "

@@ -8,8 +8,7 @@ import json
 
 from scalestudy.config import settings
 from scalestudy.config.checks import PointError
-from scalestudy.config.parts import (HASHED_SITE, SETTING_SECTIONS, UNHASHED_PLATFORM,
-                                     UNHASHED_WORKLOAD, Site)
+from scalestudy.config.parts import HASHED_SITE, POINT_SECTIONS, Site
 from scalestudy.config.point import Point
 from scalestudy.config.sitepolicy import is_secret
 from scalestudy.config.settings import Hash
@@ -51,21 +50,17 @@ def config_hash(point: Point) -> str:
     doc = point.to_json()
     for key in UNHASHED + ("schema_version",):
         doc.pop(key, None)
-    doc["platform"] = {k: v for k, v in doc["platform"].items() if k not in UNHASHED_PLATFORM}
-    if doc["platform"].get("memory_limit_mb") is None:  # (ids of points without one unchanged)
-        doc["platform"].pop("memory_limit_mb", None)
-    measured = measured_site(point.platform.site, cpu=point.platform.device == Device.CPU)
-    if measured:  # (a point without such settings keeps its id)
-        doc["platform"]["site"] = measured
     for key, default in HASHED_WHEN_SET.items():
         if doc.get(key) == default:
             del doc[key]
-    for key, cls in SETTING_SECTIONS.items():  # each setting's own role
+    for key, cls in POINT_SECTIONS.items():  # each setting's own role (its declaration)
         for f, s in settings.declared(cls):
             if s.hash == Hash.NEVER or (s.hash == Hash.WHEN_SET
                                         and doc[key].get(f.name) == settings.json_default(f)):
                 doc[key].pop(f.name, None)
-    doc["workload"] = {k: v for k, v in doc["workload"].items() if k not in UNHASHED_WORKLOAD}
+    measured = measured_site(point.platform.site, cpu=point.platform.device == Device.CPU)
+    if measured:  # (a point without such settings keeps its id)
+        doc["platform"]["site"] = measured
     if not point.profile.enabled:  # (a point planned before profiling existed keeps its id)
         del doc["profile"]
     blob = json.dumps(doc, sort_keys=True, default=str).encode()

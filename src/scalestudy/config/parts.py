@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping as AbcMapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Mapping
 
 from scalestudy.config.checks import (PointError, check_fields, check_name, coerce, is_integral,
@@ -41,23 +41,51 @@ class Model:
     ``kv_heads`` key/value heads; SwiGLU and no biases by default). ``mlp`` / ``bias`` None:
     the architecture's default."""
 
-    name: str = "model"  # the study's name for it (a key of the study's models)
-    layers: int = 2  # transformer blocks (count)
-    hidden: int = 64  # model width (features)
-    heads: int = 4  # attention heads (count; divides hidden)
-    seq_len: int = 64  # tokens per sequence
-    vocab: int = 256  # vocabulary size (tokens)
-    ffn_hidden: int | None = None  # None: 4h (gelu) or Llama's width rule (swiglu, see ffn)
-    mlp: MLPKind | None = None  # None: gelu for gpt, swiglu for llama
-    tied_embeddings: bool = False  # the output head shares the input embedding's weights
-    bias: bool | None = None  # None: True for gpt, False for llama
-    attention: AttentionKernel = AttentionKernel.FUSED  # fused (SDPA kernels) or math (s x s)
-    arch: Arch = Arch.GPT  # gpt or llama (the class docstring)
-    kv_heads: int | None = None  # key/value heads (grouped-query attention); None: heads
-    multiple_of: int | None = None  # SwiGLU width rounded up to this (None: 8)
-    ffn_dim_multiplier: float | None = None  # SwiGLU width scale (Llama 3: 1.3 / 1.2)
-    rope_theta: float = 10000.0  # rotary base (llama; Llama 3: 500000)
-    norm_eps: float = 1e-5  # LayerNorm / RMSNorm epsilon
+    name: str = setting("model", hash=Hash.ALWAYS, study=False,
+                        doc="the study's name for it (its key of the study's models)")
+    # (the shape is required of a study's model; the defaults are a tiny model for tests)
+    layers: int = setting(2, hash=Hash.ALWAYS, unit="count", minimum=1, required=True,
+                          doc="transformer blocks")
+    hidden: int = setting(64, hash=Hash.ALWAYS, unit="features", minimum=1, required=True,
+                          doc="model width")
+    heads: int = setting(4, hash=Hash.ALWAYS, unit="count", minimum=1, required=True,
+                         doc="attention heads (dividing hidden)")
+    seq_len: int = setting(64, hash=Hash.ALWAYS, unit="tokens", minimum=1,
+                           maximum=limits.MAX_SEQ_LEN, required=True,
+                           doc="tokens per sequence")
+    vocab: int = setting(256, hash=Hash.ALWAYS, unit="tokens", minimum=2, required=True,
+                         doc="vocabulary size")
+    ffn_hidden: int | None = setting(
+        None, hash=Hash.ALWAYS, unit="features", minimum=1,
+        doc="null: 4*hidden (gelu) or Llama's rule (swiglu): int(8*hidden/3), times "
+            "ffn_dim_multiplier, rounded up to multiple_of")
+    mlp: MLPKind | None = setting(None, hash=Hash.ALWAYS, ref="mlp",
+                                  doc="null: the arch's own (gelu for gpt, swiglu for llama)")
+    tied_embeddings: bool = setting(False, hash=Hash.ALWAYS,
+                                    doc="the output head shares the input embedding's weights")
+    bias: bool | None = setting(None, hash=Hash.ALWAYS,
+                                doc="null: the arch's own (true for gpt, false for llama)")
+    attention: AttentionKernel = setting(
+        AttentionKernel.FUSED, hash=Hash.ALWAYS, ref="attention",
+        doc="fused: SDPA's flash / memory-efficient kernels; math: the s x s scores are "
+            "materialised")
+    arch: Arch = setting(Arch.GPT, hash=Hash.ALWAYS, ref="arch",
+                         doc="gpt: LayerNorm, learned positions; llama: RMSNorm, rotary "
+                             "positions, grouped-query attention, SwiGLU, no biases")
+    kv_heads: int | None = setting(
+        None, hash=Hash.ALWAYS, unit="count", minimum=1,
+        doc="llama: key/value heads (grouped-query attention), dividing heads; null: heads")
+    multiple_of: int | None = setting(
+        None, hash=Hash.ALWAYS, minimum=1,
+        doc="swiglu width rounded up to a multiple of this (null: 8; Llama 3: 1024 for 8B, "
+            "4096 for 70B/405B)")
+    ffn_dim_multiplier: float | None = setting(
+        None, hash=Hash.ALWAYS, above=0,
+        doc="swiglu width scale (Llama 3: 1.3 for 8B/70B, 1.2 for 405B)")
+    rope_theta: float = setting(10000.0, hash=Hash.ALWAYS, above=0,
+                                doc="llama: rotary base (Llama 3: 500000)")
+    norm_eps: float = setting(1e-5, hash=Hash.ALWAYS, above=0,
+                              doc="LayerNorm / RMSNorm epsilon")
 
     def __post_init__(self):
         coerce(self, "arch", Arch)
@@ -265,38 +293,53 @@ def section_of(name: str) -> type:
     """The section (its dataclass) declaring the series-settable setting ``name``."""
     return SETTING_SECTIONS[SERIES_SETTINGS[name]]
 
-#: Platform settings that do not change what is measured: not hashed, so changing them never
-#: reruns a point. (``memory_limit_mb`` is hashed: RLIMIT_AS changes the allocator's
-#: behaviour; of ``site`` only :data:`HASHED_SITE` is.)
-UNHASHED_PLATFORM = ("timeout_s", "collective_timeout_s", "site", "max_nodes", "straggler_ratio")
 #: Default of ``platform.straggler_ratio`` (``scalestudy.record.stragglers``).
 STRAGGLER_RATIO = 1.2
-#: ``platform.site`` keys that change what is measured, hashed when set: the ranks'
-#: environment (runtime variables: OMP_NUM_THREADS, NCCL_*, ...; a secret-looking name's value
-#: is never hashed, only its name), cores per process and per node, devices per node,
-#: whole-node exclusivity, and the sbatch/srun/torchrun options (CPU and GPU binding). The
-#: others (partition, account, qos, constraint, memory requests, gpu_request,
-#: runtime_margin_min, rdzv_port) only choose or size the allocation: not hashed.
-HASHED_SITE = ("env", "cpus_per_proc", "cpus_per_node", "gpus_per_node", "exclusive", "extra",
-               "srun_extra", "torchrun_extra")
 
 
 @dataclass(frozen=True)
 class Platform:
-    """Where a point runs. ``hardware`` names a device of the hardware table (None: detect)."""
+    """Where a point runs, each setting declared once (:mod:`scalestudy.config.settings`).
+    Settings that do not change what is measured (timeouts, the nodes available, the
+    straggler threshold) are not hashed: changing them never reruns a point;
+    ``memory_limit_mb`` is (RLIMIT_AS changes the allocator's behaviour); of ``site`` only
+    :data:`HASHED_SITE` is."""
 
-    device: Device = Device.AUTO  # auto: cuda when a GPU is visible, else cpu
-    hardware: str | None = None  # a device of data/hardware.yaml; None: detect it
-    devices_per_node: int = 8  # ranks one node runs (its GPUs; on a CPU host, processes)
-    max_nodes: int = 1  # nodes available (count); points needing more are skipped
-    memory_per_device_gb: float | None = None  # capacity for the memory check (GB, 1e9 B)
-    timeout_s: float = 900  # watchdog on the whole point (seconds)
-    collective_timeout_s: float = 120  # process-group timeout (seconds)
-    memory_limit_mb: int | None = None  # CPU only: RLIMIT_AS per training process (MiB)
-    # a run whose ranks' slowest/fastest step time (median over steady steps) exceeds this is
-    # flagged as shaped by a straggler, and retried within ``retries``
-    straggler_ratio: float = STRAGGLER_RATIO
-    site: Site = field(default_factory=Site)  # Slurm specifics (a mapping is resolved: Site)
+    device: Device = setting(Device.AUTO, hash=Hash.ALWAYS, ref="device",
+                             doc="auto: cuda when a GPU is visible, else cpu (gloo)")
+    hardware: str | None = setting(None, hash=Hash.ALWAYS,
+                                   doc="row of the peaks table (e.g. H200-SXM); null: detect "
+                                       "from the device")
+    devices_per_node: int = setting(8, hash=Hash.ALWAYS, unit="count", minimum=1,
+                                    maximum=limits.MAX_DEVICES_PER_NODE,
+                                    doc="ranks one node runs (its GPUs; on a CPU host, "
+                                        "processes)")
+    max_nodes: int = setting(1, hash=Hash.NEVER, unit="count", minimum=1,
+                             maximum=limits.MAX_NODES_PER_POINT,
+                             doc="nodes available; points needing more are skipped")
+    memory_per_device_gb: float | None = setting(
+        None, hash=Hash.ALWAYS, unit="GB (1e9 B)", above=0,
+        doc="capacity for the memory feasibility check; null: from the peaks table, or no "
+            "check")
+    timeout_s: float = setting(900, hash=Hash.NEVER, unit="s", above=0,
+                               maximum=limits.MAX_TIMEOUT_S,
+                               doc="watchdog on a whole point")
+    collective_timeout_s: float = setting(120, hash=Hash.NEVER, unit="s", above=0,
+                                          maximum=limits.MAX_TIMEOUT_S,
+                                          doc="process-group timeout: a hung collective fails "
+                                              "after this")
+    memory_limit_mb: int | None = setting(
+        None, hash=Hash.WHEN_SET, unit="MiB", minimum=1,
+        doc="CPU only: address-space limit (RLIMIT_AS) of each training process; a point "
+            "that needs more fails with the allocator's error (oom). null: no limit")
+    straggler_ratio: float = setting(
+        STRAGGLER_RATIO, hash=Hash.NEVER, minimum=1, maximum=1000,
+        doc="a run whose ranks were out of step by more than this (slowest/fastest rank step "
+            "time, median over steady steps) is flagged as shaped by a straggler and retried "
+            "within retries; not part of the point id (docs/failures.md)")
+    site: Site = setting(factory=Site, hash=Hash.NEVER,
+                         doc="cluster specifics for Slurm jobs (its keys hashed when set: "
+                             "HASHED_SITE)")
 
     def __post_init__(self):
         coerce(self, "device", Device)
@@ -308,13 +351,47 @@ class Platform:
         elif not isinstance(self.site, Site):
             raise PointError(f"platform.site: {short(self.site)} is not allowed (an object)")
         check_fields(self)
-        if not 1 <= self.straggler_ratio <= 1000:
-            raise PointError(f"platform.straggler_ratio: {short(self.straggler_ratio)} is not "
-                             "allowed (a number from 1 to 1000)")
 
 
-#: Workload fields that do not change what is measured: not hashed.
-UNHASHED_WORKLOAD = ("cwd", "traces")
+#: ``platform.site`` keys that change what is measured, hashed when set (their declarations:
+#: ``config.site.Site``).
+HASHED_SITE = settings.names(Site, hash=Hash.WHEN_SET)
+
+
+@dataclass(frozen=True)
+class LogPatterns:
+    """``metrics: {log: ...}`` of a command workload: named regular expressions over its
+    ``stdout.log`` (colour codes removed), each one's first group the number (',' separators
+    allowed). A line matching ``line`` (or, without it, the step-time / throughput expression)
+    is one logged step (``scalestudy.run.logparse``)."""
+
+    line: str | None = setting(None, hash=Hash.ALWAYS, doc="only lines matching this are read")
+    step: str | None = setting(None, hash=Hash.ALWAYS,
+                               doc="the optimizer step (iteration) number")
+    step_time_s: str | None = setting(None, hash=Hash.ALWAYS, doc="step time (s)")
+    step_time_ms: str | None = setting(None, hash=Hash.ALWAYS, doc="step time (ms)")
+    loss: str | None = setting(None, hash=Hash.ALWAYS, doc="the training loss")
+    tokens: str | None = setting(None, hash=Hash.ALWAYS,
+                                 doc="tokens per optimizer step (all ranks)")
+    samples: str | None = setting(None, hash=Hash.ALWAYS,
+                                  doc="sequences per optimizer step (global batch); tokens = "
+                                      "samples x seq_len")
+    tokens_per_s: str | None = setting(None, hash=Hash.ALWAYS,
+                                       doc="throughput of all ranks together")
+    tokens_per_s_per_device: str | None = setting(None, hash=Hash.ALWAYS,
+                                                  doc="throughput per device")
+    peak_memory_gib: str | None = setting(None, hash=Hash.ALWAYS,
+                                          doc="a negative value is unmeasured (left empty, "
+                                              "memory_note says why)")
+    global_batch: str | None = setting(None, hash=Hash.ALWAYS,
+                                       doc="sequences per optimizer step the trainer says it "
+                                           "runs (any line); checked against the point")
+    seq_len: str | None = setting(None, hash=Hash.ALWAYS,
+                                  doc="tokens per sequence the trainer says it runs (any "
+                                      "line); checked against the point")
+    total_steps: str | None = setting(None, hash=Hash.ALWAYS,
+                                      doc="optimizer steps the trainer says it runs (any "
+                                          "line); checked against the point")
 
 
 @dataclass(frozen=True)
@@ -327,13 +404,41 @@ class Workload:
     ``unknown`` (no MFU). ``cwd``: the command's working folder (absolute; the study file's
     folder by default; not hashed)."""
 
-    kind: WorkloadKind = WorkloadKind.BUILTIN
-    command: tuple[str, ...] = ()
-    metrics: MetricsFormat = MetricsFormat.STEPS_JSONL
-    patterns: Mapping[str, str] = field(default_factory=dict)  # metrics "log": name -> regex
-    flops_per_token: FlopsSource | float = FlopsSource.SHAPE
-    cwd: str | None = None
-    traces: str | None = None  # where the command's own profiler writes its traces (a glob)
+    kind: WorkloadKind = setting(WorkloadKind.BUILTIN, hash=Hash.ALWAYS, study=False,
+                                 doc="builtin (scalestudy's trainer) or command")
+    command: tuple[str, ...] = setting(
+        (), hash=Hash.ALWAYS, required=True,
+        schema={"type": "array", "minItems": 1, "items": {"type": "string"}},
+        doc="argv template, a list (never a shell string); each {placeholder} is filled from "
+            "the point inside its own argument (docs/workloads.md lists them; {python}: this "
+            "Python); '{{' and '}}' are literal braces")
+    metrics: MetricsFormat = setting(
+        MetricsFormat.STEPS_JSONL, hash=Hash.ALWAYS,
+        schema={"oneOf": [{"$ref": "#/$defs/metrics_format"},
+                          {"type": "object", "additionalProperties": False,
+                           "required": ["log"],
+                           "properties": {"log": {"$ref": "#/$defs/log_patterns"}}}]},
+        doc="steps_jsonl (the command writes $SCALESTUDY_POINT_DIR/steps.jsonl), megatron, "
+            "torchtitan, or {log: {name: regex}}")
+    patterns: Mapping[str, str] = setting(factory=dict, hash=Hash.ALWAYS, study=False,
+                                          doc="metrics log: name -> regex (LogPatterns)")
+    flops_per_token: FlopsSource | float = setting(
+        FlopsSource.SHAPE, hash=Hash.ALWAYS,
+        schema={"oneOf": [{"$ref": "#/$defs/flops_source"},
+                          {"type": "number", "exclusiveMinimum": 0}]},
+        doc="shape (from the model block, under the study's convention), unknown (no MFU), or "
+            "model FLOPs per token (forward + backward) as a number")
+    cwd: str | None = setting(None, hash=Hash.NEVER, schema={"type": "string"}, optional=True,
+                              doc="working folder of the command, relative to the study "
+                                  "file's folder (default: that folder)")
+    traces: str | None = setting(
+        None, hash=Hash.NEVER, optional=True,
+        schema={"type": "string", "minLength": 1, "maxLength": 512,
+                "pattern": "^[^/\\s][^\\n\\r]*$"},
+        doc="where the command's own profiler writes its traces (Kineto JSON, one per rank), a "
+            "glob relative to the run folder ({point_dir}), e.g. "
+            "titan/profile_traces/iteration_*/rank*_trace.json: they are read into the run's "
+            "breakdown")
 
     def __post_init__(self):
         coerce(self, "kind", WorkloadKind)
@@ -406,6 +511,11 @@ class Workload:
             if getattr(self, key) is not None:
                 spec[key] = getattr(self, key)
         return spec
+
+
+#: The point's parts by their key in ``point.json``: the config hash applies each declared
+#: setting's role (``identity.config_hash``).
+POINT_SECTIONS = {"model": Model, **SETTING_SECTIONS, "platform": Platform, "workload": Workload}
 
 
 def json_value(value):

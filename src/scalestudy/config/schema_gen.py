@@ -1,47 +1,82 @@
 """The study schema and the settings reference, generated from the declarations
 (:mod:`scalestudy.config.settings`) and checked in: ``make schema`` writes them, a test fails
-when a checked-in file differs from what this module generates.
+when a checked-in file differs from what this module generates. Nothing of them is written by
+hand.
 
-- ``workflow/schemas/study.schema.yaml`` is the schema's frame, written by hand: the study's
-  structure, with a marker where declared settings go: ``x-settings: <section>`` (the
-  section's properties, with defaults), ``x-series-settings: parallel`` (what a series may set
-  or sweep), ``x-tune-settings: parallel`` (the tuning axes). The ``enum`` lists come from
+- ``workflow/schemas/study.schema.json`` is the schema studies are validated against
+  (draft 2020-12, with defaults): the declared fields of :class:`~scalestudy.config.studyspec.
+  Study`, each section's (a field whose type is a declared dataclass) in turn, what a series
+  may set or sweep of every section, the tuning axes; the ``enum`` lists come from
   :data:`scalestudy.config.vocab.SCHEMA_ENUMS`.
-- ``workflow/schemas/study.schema.json`` is the schema studies are validated against.
-- ``docs/reference/settings.md`` is the settings reference.
+- ``docs/reference/settings.md`` is the settings reference, section by section.
+- The ``point.json`` example of ``docs/architecture.md`` and the placeholder list of
+  ``docs/workloads.md`` are generated blocks between markers (:mod:`scalestudy.config.docs_gen`).
+
+A new section is one module of declarations: a frozen dataclass whose fields are
+:func:`~scalestudy.config.settings.setting`\\ s, and one declared field of ``Study`` of its type.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+import typing
 from pathlib import Path
 
-import yaml
-
-from scalestudy.numbers import plain
-from scalestudy import paths
 from scalestudy.config import settings
-from scalestudy.config.parts import (SERIES_SETTINGS, SETTING_SECTIONS, TUNED_SETTINGS,
-                                     section_of)
+from scalestudy.config.parts import (SERIES_SETTINGS, TUNED_SETTINGS,
+                                     LogPatterns, Model, Parallel, Workload, section_of)
 from scalestudy.config.settings import SeriesUse
-from scalestudy.config.vocab import SCHEMA_ENUMS
+from scalestudy.config.studyspec import SHAPE_AXES, Series, Study
+from scalestudy.config.vocab import SCHEMA_ENUMS, TRAIN_PRECISIONS
+from scalestudy.numbers import plain
 
 _TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
+#: What a name in a path or a shell command may hold (study, series, model names).
+SAFE_NAME = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+def _item_type(hint):
+    """The item type of a list (``tuple[int, ...]``), else None."""
+    if typing.get_origin(hint) is tuple:
+        return typing.get_args(hint)[0]
+    return None
+
+
+def _bounds(s: settings.Setting) -> dict:
+    return {key: bound for key, bound in (("minimum", s.minimum), ("maximum", s.maximum),
+                                          ("exclusiveMinimum", s.above),
+                                          ("exclusiveMaximum", s.below)) if bound is not None}
+
+
+def _is_section(t) -> bool:
+    return isinstance(t, type) and dataclasses.is_dataclass(t) and bool(settings.declared(t))
 
 
 def value_schema(cls, name: str, s: settings.Setting) -> dict:
-    """The schema of one value of a declared setting (its ``$defs`` entry, or its type and
-    range; null allowed where the field may be None)."""
-    if s.ref:
+    """The schema of one value of a declared setting: its special form, a list (its items'
+    type and range), its ``$defs`` entry, a section, or its type and range; null allowed
+    where the field may be None and the study may say so."""
+    hint = settings.value_type(cls, name)
+    item = _item_type(hint)
+    if s.schema is not None:
+        out = copy.deepcopy(s.schema)
+    elif item is not None:
+        one = ({"$ref": f"#/$defs/{s.ref}"} if s.ref else {"type": _TYPES[item], **_bounds(s)})
+        out = {"type": "array", "items": one, "minItems": 1, "uniqueItems": True}
+        if s.max_items is not None:
+            out["maxItems"] = s.max_items
+    elif s.ref:
         out = {"$ref": f"#/$defs/{s.ref}"}
+    elif _is_section(hint):
+        out = object_schema(hint)
     else:
-        out = {"type": _TYPES[settings.value_type(cls, name)]}
-        for key, bound in (("minimum", s.minimum), ("maximum", s.maximum),
-                           ("exclusiveMinimum", s.above), ("exclusiveMaximum", s.below)):
-            if bound is not None:
-                out[key] = bound
-    if settings.nullable(cls, name):
-        out = ({"oneOf": [out, {"type": "null"}]} if s.ref
+        out = {"type": _TYPES[hint], **_bounds(s)}
+        if s.pattern:
+            out["pattern"] = s.pattern
+    if settings.nullable(cls, name) and not s.optional:
+        out = ({"oneOf": [out, {"type": "null"}]} if "type" not in out
                else {**out, "type": [out["type"], "null"]})
     return out
 
@@ -55,33 +90,46 @@ def _list_of(value: dict) -> dict:
     return {"type": "array", "items": value, "minItems": 1, "uniqueItems": True}
 
 
-def section_properties(cls) -> dict:
-    """A study section's properties: every declared setting with its default."""
-    return {f.name: {**value_schema(cls, f.name, s), "default": settings.json_default(f),
-                     "description": _described(s)}
-            for f, s in settings.declared(cls)}
+def object_schema(cls, defaults: bool = True) -> dict:
+    """A section: every declared setting a study writes, with its default (``defaults``)
+    unless the study must give it (``required``) or may leave it out (``optional``)."""
+    props, required = {}, []
+    for f, s in settings.declared(cls):
+        if not s.study:
+            continue
+        prop = value_schema(cls, f.name, s)
+        if defaults and settings.has_default(f) and not (s.required or s.optional):
+            prop["default"] = settings.json_default(f)
+        props[f.name] = {**prop, "description": _described(s)}
+        if s.required:
+            required.append(f.name)
+    out = {"type": "object", "additionalProperties": False}
+    if required:
+        out["required"] = required
+    return {**out, "properties": props}
 
 
-def series_properties(_=None) -> dict:
+def series_properties() -> dict:
     """What a series may give over the study's sections (every section's series settings): a
     value, or a list of values to sweep where the setting is swept."""
     out = {}
-    for name, key in SERIES_SETTINGS.items():
-        cls = SETTING_SECTIONS[key]
-        f, s = next((f, s) for f, s in settings.declared(cls) if f.name == name)
-        value = value_schema(cls, f.name, s)
+    for name in SERIES_SETTINGS:
+        cls = section_of(name)
+        s = settings.meta(cls, name)
+        value = value_schema(cls, name, s)
         if s.series == SeriesUse.SWEEP:
             value = {"oneOf": [value, _list_of(value)]}
             more = "; a list sweeps it, one series per value"
         else:
             more = ""
-        out[f.name] = {**value, "description": _described(s, f"{more} (default: the study's)")}
+        out[name] = {**value, "description": _described(s, f"{more} (default: the study's)")}
     return out
 
 
-def tune_properties(_=None) -> dict:
-    """The tuning axes of every section: a list of the values each may take."""
-    out = {}
+def tune_properties() -> dict:
+    """The axes of a tuning search: the shape's and every section's tuned settings, a list of
+    the values each may take."""
+    out = {axis: _list_of({"$ref": "#/$defs/pos_int"}) for axis in SHAPE_AXES}
     for name, values in TUNED_SETTINGS.items():
         cls = section_of(name)
         s = settings.meta(cls, name)
@@ -91,31 +139,49 @@ def tune_properties(_=None) -> dict:
     return out
 
 
-_MARKERS = {"x-settings": section_properties, "x-series-settings": series_properties,
-            "x-tune-settings": tune_properties}
-
-
-def _fill(node):
-    if isinstance(node, dict):
-        node = {k: _fill(v) for k, v in node.items()}
-        for marker, make in _MARKERS.items():
-            if marker in node:
-                key = node.pop(marker)
-                node["properties"] = {**node.get("properties", {}),
-                                      **make(SETTING_SECTIONS.get(key))}
-        return node
-    if isinstance(node, list):
-        return [_fill(v) for v in node]
-    return node
+def _defs() -> dict:
+    """The schema's ``$defs``: the vocabulary's enums and the forms several fields share."""
+    defs = {name: {"enum": [str(v) for v in values], "description": "vocab." + (
+        "TRAIN_PRECISIONS" if values is TRAIN_PRECISIONS else type(values[0]).__name__)}
+        for name, values in SCHEMA_ENUMS.items()}
+    series = object_schema(Series)
+    series["properties"].update(series_properties())
+    log = object_schema(LogPatterns, defaults=False)
+    defs.update({
+        "safe_name": {"type": "string", "pattern": SAFE_NAME,
+                      "description": "letters, digits, '_', '.', '-'; starts with a letter or "
+                                     "digit; at most 64 characters"},
+        "pos_int": {"type": "integer", "minimum": 1},
+        "int_or_list": {"description": "one positive integer, or a list of them to sweep",
+                        "oneOf": [{"$ref": "#/$defs/pos_int"},
+                                  _list_of({"$ref": "#/$defs/pos_int"})]},
+        "pp_partition": {
+            "description": settings.meta(Parallel, "pp_partition").doc,
+            "oneOf": [{"$ref": "#/$defs/pp_partition_method"},
+                      {"type": "array", "items": {"type": "integer", "minimum": 1},
+                       "minItems": 1}]},
+        "log_patterns": {**log, "minProperties": 1, "description": LogPatterns.__doc__.split(
+            "\n\n")[0].replace("\n    ", " ")},
+        "workload": {"description": "builtin (scalestudy's trainer) or {command: [argv "
+                                    "template], metrics, flops_per_token, cwd, traces}",
+                     "oneOf": [{"$ref": "#/$defs/workload_kind"},
+                               object_schema(Workload, defaults=False)]},
+        "parallel": object_schema(Parallel),
+        "model": object_schema(Model),
+        "series": series,
+        "tune_space": {"type": "object", "additionalProperties": False,
+                       "properties": tune_properties()},
+    })
+    return dict(sorted(defs.items()))
 
 
 def generate_schema() -> dict:
-    """The study schema: the frame with its markers and enum lists filled."""
-    root = _fill(yaml.safe_load(paths.schema_frame().read_text()))
-    for name, values in SCHEMA_ENUMS.items():
-        if name in root["$defs"]:
-            root["$defs"][name]["enum"] = [str(v) for v in values]
-    return root
+    """The study schema (module docstring)."""
+    root = object_schema(Study)
+    doc = " ".join(line.strip() for line in Study.__doc__.split("\n"))
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": "https://scalestudy.invalid/study.schema.json",
+            "title": "scalestudy study file", "description": doc, **root, "$defs": _defs()}
 
 
 def schema_text() -> str:
@@ -128,44 +194,86 @@ def _cell(text) -> str:
 
 
 def _type_word(cls, name: str, s: settings.Setting) -> str:
-    word = s.ref or _TYPES[settings.value_type(cls, name)]
-    return f"{word} or null" if settings.nullable(cls, name) else word
+    hint = settings.value_type(cls, name)
+    item = _item_type(hint)
+    word = (s.ref or (f"list of {_TYPES.get(item, 'values')}" if item is not None else
+                      "object" if _is_section(hint) or s.schema else
+                      _TYPES.get(hint, "value")))
+    return f"{word} or null" if settings.nullable(cls, name) and not s.optional else word
+
+
+def sections() -> list[tuple[str, type]]:
+    """Every section of the study, as its key path (``platform.site``, ``models.<name>``,
+    ``series[]``) and its dataclass: the declared fields of :class:`Study` whose type (or
+    item type) is itself a declared dataclass, walked in declaration order."""
+    out = [("", Study)]
+
+    def walk(prefix: str, cls) -> None:
+        for f, s in settings.declared(cls):
+            hint = settings.value_type(cls, f.name)
+            args = typing.get_args(hint)
+            inner, key = hint, f"{prefix}{f.name}"
+            if typing.get_origin(hint) is tuple:
+                inner, key = args[0], f"{key}[]"
+            elif typing.get_origin(hint) in (typing.Mapping, dict) or (
+                    args and typing.get_origin(hint) is not None and len(args) == 2):
+                inner, key = args[1], f"{key}.<name>"
+            if _is_section(inner) and (inner, key) not in out:
+                out.append((key, inner))
+                walk(f"{key}.", inner)
+
+    walk("", Study)
+    return out
+
+
+def _range(s: settings.Setting) -> str:
+    rng = []
+    if s.minimum is not None:
+        rng.append(f">= {plain(s.minimum)}")
+    if s.above is not None:
+        rng.append(f"> {plain(s.above)}")
+    if s.maximum is not None:
+        rng.append(f"<= {plain(s.maximum)}")
+    if s.below is not None:
+        rng.append(f"< {plain(s.below)}")
+    return ", ".join(rng)
+
+
+def _default_word(f, s: settings.Setting) -> str:
+    if s.required:
+        return "required"
+    if not settings.has_default(f) or s.optional:
+        return ""
+    return f"`{json.dumps(settings.json_default(f))}`"
 
 
 def reference_text() -> str:
     """``docs/reference/settings.md``: every declared setting, section by section."""
     lines = ["# Settings", "",
-             "Every setting of a study's `parallel:`, `train:` and `profile:` sections, as "
-             "declared once in `src/scalestudy/config/parts.py` "
-             "(`scalestudy.config.settings`). This page, the study schema's sections, the "
-             "point id's roles, the series and tuning axes, the `plan.tsv` columns and the "
-             "command template's placeholders are generated from those declarations "
-             "(`make schema`; a test fails when this page differs).", "",
-             "Columns: *allowed* is the range (bounds included unless `>`); *id*: whether "
-             "the value enters the point's id (`always`, `when_set`: only when not the "
-             "default, `never`); *series*: whether a series may give its own value "
+             "Every setting of a study file, section by section, as declared once "
+             "(`scalestudy.config.settings`: the fields of `config/parts.py`, "
+             "`config/site.py` and `config/studyspec.py`). This page, the whole study "
+             "schema, the point id's roles, the series and tuning axes, the `plan.tsv` "
+             "columns and the command template's placeholders are generated from those "
+             "declarations (`make schema`; a test fails when this page differs).", "",
+             "Columns: *allowed* is the range (bounds included unless `>` or `<`); *id*: "
+             "whether the value enters the point's id (`always`, `when_set`: only when not "
+             "the default, `never`); *series*: whether a series may give its own value "
              "(`override`) or a list to sweep (`sweep`); *tune*: the values a tuning axis "
              "takes when `tune.space` leaves it out; *plan*: a `plan.tsv` column; "
              "*{}*: a placeholder of a command workload's template.", ""]
-    for key, cls in SETTING_SECTIONS.items():
-        lines += [f"## `{key}:`", "",
+    for key, cls in sections():
+        title = f"`{key}:`" if key else "The study file (top level)"
+        lines += [f"## {title}", "",
                   "| setting | type | default | allowed | unit | id | series | tune | plan "
                   "| {} | what it sets |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         for f, s in settings.declared(cls):
-            rng = []
-            if s.minimum is not None:
-                rng.append(f">= {plain(s.minimum)}")
-            if s.above is not None:
-                rng.append(f"> {plain(s.above)}")
-            if s.maximum is not None:
-                rng.append(f"<= {plain(s.maximum)}")
-            if s.below is not None:
-                rng.append(f"< {plain(s.below)}")
+            if not s.study:
+                continue
             tune = ("" if s.tune is None else
                     ", ".join(str(v) for v in settings.tuned(cls)[f.name]))
-            default = json.dumps(settings.json_default(f))
-            cells = [f"`{f.name}`", _type_word(cls, f.name, s), f"`{default}`", ", ".join(rng),
+            cells = [f"`{f.name}`", _type_word(cls, f.name, s), _default_word(f, s), _range(s),
                      s.unit, str(s.hash), "" if s.series == SeriesUse.NONE else str(s.series),
                      tune, "yes" if s.column else "", "yes" if s.placeholder else "", s.doc]
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
@@ -175,8 +283,11 @@ def reference_text() -> str:
 
 def generated_files(repo: Path) -> dict[Path, str]:
     """Each generated file of the repository at ``repo`` with its text."""
+    from scalestudy.config.docs_gen import generated_blocks
+
     return {repo / "workflow" / "schemas" / "study.schema.json": schema_text(),
-            repo / "docs" / "reference" / "settings.md": reference_text()}
+            repo / "docs" / "reference" / "settings.md": reference_text(),
+            **generated_blocks(repo)}
 
 
 def write_generated(repo: Path) -> list[Path]:

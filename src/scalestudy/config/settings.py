@@ -66,12 +66,22 @@ class Setting:
     placeholder: bool = False  # a {name} of a command workload's template
     ref: str | None = None  # the schema's $defs entry of its values (enums, special forms)
     label: str | None = None  # its value's prefix in a swept series' name (None: its name)
+    # --- the study file's form (the schema; :mod:`scalestudy.config.schema_gen`) ---
+    required: bool = False  # the study must give it (the schema has no default for it)
+    optional: bool = False  # the study may leave it out: no default filled in, and no null
+    # (absent: the field's None)
+    pattern: str | None = None  # text: the regular expression it must match (anchored)
+    max_items: int | None = None  # a list: its most entries (minimum/maximum bound each one)
+    schema: dict | None = None  # the schema of a value the type cannot say (a special form)
+    study: bool = True  # False: a field of the typed form that a study file never writes
 
 
-def setting(default, **meta) -> dataclasses.Field:
+def setting(default=dataclasses.MISSING, *, factory=dataclasses.MISSING,
+            **meta) -> dataclasses.Field:
     """A dataclass field with its :class:`Setting` (``meta``: its fields; ``doc`` and
-    ``hash`` required)."""
-    return dataclasses.field(default=default, metadata={KEY: Setting(**meta)})
+    ``hash`` required); ``factory`` makes a mutable default; neither: the field has none."""
+    return dataclasses.field(default=default, default_factory=factory,
+                             metadata={KEY: Setting(**meta)})
 
 
 @lru_cache(maxsize=None)
@@ -137,9 +147,22 @@ def tuned_in(sections: typing.Mapping[str, type]) -> dict[str, tuple]:
     return out
 
 
+def has_default(f: dataclasses.Field) -> bool:
+    return not (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+
+
 def json_default(f: dataclasses.Field):
-    """A field's default as the JSON a study or point holds."""
-    v = f.default
+    """A field's default as the JSON a study or point holds (a section: ``{}``, every
+    setting at its own default; a tuple: a list)."""
+    v = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+    if hasattr(v, "to_study"):  # a section whose study form is its own (a workload)
+        return v.to_study()
+    if dataclasses.is_dataclass(v):
+        return {}
+    if isinstance(v, tuple):
+        return [x.value if isinstance(x, Enum) else x for x in v]
+    if isinstance(v, dict):
+        return dict(v)
     return v.value if isinstance(v, Enum) else v
 
 
@@ -150,8 +173,11 @@ def _hints(cls) -> dict:
 
 def value_type(cls, name: str):
     """The type of field ``name`` without its ``None`` (``int | None`` -> ``int``; an enum;
-    for a union of several: the first)."""
+    ``tuple[int, ...]`` as it is; for a union of several: the first)."""
     hint = _hints(cls)[name]
+    if typing.get_origin(hint) in (tuple, dict) or typing.get_origin(hint) is typing.get_origin(
+            typing.Mapping[str, str]):
+        return hint
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     return args[0] if args else hint
 
@@ -165,8 +191,14 @@ def coerce_value(cls, name: str, value):
     """``value`` as field ``name`` holds it: an enum's word as its member, a list as a tuple
     (of members); anything else unchanged (the dataclass checks it)."""
     t = value_type(cls, name)
+    if typing.get_origin(t) is tuple:  # a list of values: its items' type
+        t = typing.get_args(t)[0]
+    return _coerced(t, value)
+
+
+def _coerced(t, value):
     if isinstance(value, (list, tuple)):
-        return tuple(coerce_value(cls, name, v) for v in value)
+        return tuple(_coerced(t, v) for v in value)
     if isinstance(t, type) and issubclass(t, Enum) and isinstance(value, str):
         return t(value)
     return value

@@ -15,63 +15,84 @@ only :data:`scalestudy.config.parts.HASHED_SITE` of it enters the point's config
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Mapping
 
-from scalestudy.config import sitepolicy
+from scalestudy.config import settings, sitepolicy
+from scalestudy.config.settings import Hash, setting
 from scalestudy.config.vocab import GPURequest, allowed, did_you_mean
 
 
-def _doc(text: str, **default):
-    """A field with its one-line description (``SITE_KEYS``), default None unless given."""
-    if "default_factory" not in default:
-        default.setdefault("default", None)
-    return field(metadata={"doc": text}, **default)
+#: What Slurm's names and the extra options may hold (a study's site text is passed to sbatch).
+_NAME = "^[A-Za-z0-9_.-]*$"
+_OPTIONS = "^[A-Za-z0-9_.,=:/@ -]*$"
 
 
 @dataclass(frozen=True)
 class Site:
-    """Cluster specifics of a point (module docstring); every field is optional."""
+    """Cluster specifics of a point (module docstring); every field is optional. Those that
+    change what is measured are hashed when set (``when_set``): the ranks' environment (a
+    secret-looking name's value is never hashed, only its name), cores per process and per
+    node, devices per node, whole-node exclusivity, and the sbatch/srun/torchrun options (CPU
+    and GPU binding); the others only choose or size the allocation (``never``)."""
 
-    partition: str | None = _doc("Slurm partition (sbatch -p); null: the cluster default")
-    account: str | None = _doc("Slurm account (sbatch -A); null: the user's default")
-    qos: str | None = _doc("Slurm QoS (sbatch --qos); null: none")
-    constraint: str | None = _doc("node feature constraint (sbatch -C); null: none")
-    gpus_per_node: int | None = _doc(
-        "accelerators per node (count); null: the point's platform.devices_per_node")
-    cpus_per_node: int | None = _doc(
-        "usable cores per node (count); sets cores per process on GPU sites")
-    cpus_per_proc: int | None = _doc(
-        "cores per training process (count); null: cpus_per_node // gpus_per_node (GPU) or 1 "
-        "(CPU)")
-    mem_per_node_mb: int | None = _doc(
-        "memory per node (MB); a point using P of G devices asks for P/G of it")
-    mem_per_proc_mb: int | None = _doc(
-        "memory per training process (MB); wins over mem_per_node_mb")
-    gpu_request: GPURequest = _doc(
-        "'gres' (--gres=gpu:P per node, default), 'gpus-per-node' (--gpus-per-node=P, e.g. "
-        "Frontier) or 'none' (the nodes' GPUs come with the node)", default=GPURequest.GRES)
-    exclusive: bool = _doc(
-        "true: whole nodes per point (sbatch --exclusive), for timing isolation", default=False)
-    extra: str | None = _doc(
-        "further sbatch options from an allow-list (e.g. '--gpu-bind=closest'; "
-        "config/sitepolicy.py SBATCH_OPTIONS; others with --trust-site)")
-    srun_extra: str | None = _doc(
-        "further options of the multi-node srun from an allow-list (sitepolicy.SRUN_OPTIONS; "
-        "others with --trust-site)")
-    torchrun_extra: str | None = _doc(
-        "further torchrun options from an allow-list (e.g. '--numa-binding=node'; never the "
-        "program, shape or rendezvous)")
-    env: Mapping[str, str] = _doc(
-        "environment of the ranks (name: text), e.g. NCCL/RCCL settings; names from an "
-        "allow-list (sitepolicy: NCCL_*, FI_*, OMP_*, ...; others with --trust-site); values "
-        "of secret-looking names are redacted in every record", default_factory=dict)
-    runtime_margin_min: int | None = _doc(
-        "minutes added to platform.timeout_s for the Slurm time limit (default 5), so the "
-        "runner's own watchdog fires first")
-    rdzv_port: int | None = _doc(
-        "TCP port of the c10d rendezvous on the first node of a multi-node point; null: a free "
-        "port the first node binds at job start")
+    partition: str | None = setting(None, hash=Hash.NEVER, pattern="^[A-Za-z0-9_.,-]*$",
+                                    doc="Slurm partition (sbatch -p); null: the cluster default")
+    account: str | None = setting(None, hash=Hash.NEVER, pattern=_NAME,
+                                  doc="Slurm account (sbatch -A); null: the user's default")
+    qos: str | None = setting(None, hash=Hash.NEVER, pattern=_NAME,
+                              doc="Slurm QoS (sbatch --qos); null: none")
+    constraint: str | None = setting(None, hash=Hash.NEVER, pattern="^[A-Za-z0-9_.,&|()-]*$",
+                                     doc="node feature constraint (sbatch -C); null: none")
+    gpus_per_node: int | None = setting(
+        None, hash=Hash.WHEN_SET, unit="count", minimum=0,
+        doc="accelerators per node; null: the point's platform.devices_per_node")
+    cpus_per_node: int | None = setting(
+        None, hash=Hash.WHEN_SET, unit="count", minimum=1,
+        doc="usable cores per node; sets cores per process on GPU sites")
+    cpus_per_proc: int | None = setting(
+        None, hash=Hash.WHEN_SET, unit="count", minimum=1,
+        doc="cores per training process; null: cpus_per_node // gpus_per_node (GPU) or 1 (CPU)")
+    mem_per_node_mb: int | None = setting(
+        None, hash=Hash.NEVER, unit="MB", minimum=1,
+        doc="memory per node; a point using P of G devices asks for P/G of it")
+    mem_per_proc_mb: int | None = setting(
+        None, hash=Hash.NEVER, unit="MB", minimum=1,
+        doc="memory per training process; wins over mem_per_node_mb")
+    gpu_request: GPURequest = setting(
+        GPURequest.GRES, hash=Hash.NEVER, ref="gpu_request",
+        doc="'gres' (--gres=gpu:P per node, default), 'gpus-per-node' (--gpus-per-node=P, e.g. "
+            "Frontier) or 'none' (the nodes' GPUs come with the node)")
+    exclusive: bool = setting(
+        False, hash=Hash.WHEN_SET,
+        doc="true: whole nodes per point (sbatch --exclusive), for timing isolation")
+    extra: str | None = setting(
+        None, hash=Hash.WHEN_SET, pattern=_OPTIONS,
+        doc="further sbatch options from an allow-list (e.g. '--gpu-bind=closest'; "
+            "config/sitepolicy.py SBATCH_OPTIONS; others with --trust-site)")
+    srun_extra: str | None = setting(
+        None, hash=Hash.WHEN_SET, pattern=_OPTIONS,
+        doc="further options of the multi-node srun from an allow-list (sitepolicy.SRUN_OPTIONS; "
+            "others with --trust-site)")
+    torchrun_extra: str | None = setting(
+        None, hash=Hash.WHEN_SET, pattern=_OPTIONS,
+        doc="further torchrun options from an allow-list (e.g. '--numa-binding=node'; never the "
+            "program, shape or rendezvous)")
+    env: Mapping[str, str] = setting(
+        factory=dict, hash=Hash.WHEN_SET,
+        schema={"type": "object", "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                "additionalProperties": {"type": ["string", "number", "boolean"]}},
+        doc="environment of the ranks (name: text), e.g. NCCL/RCCL settings; names from an "
+            "allow-list (sitepolicy: NCCL_*, FI_*, OMP_*, ...; others with --trust-site); values "
+            "of secret-looking names are redacted in every record")
+    runtime_margin_min: int | None = setting(
+        None, hash=Hash.NEVER, unit="min", minimum=0,
+        doc="minutes added to platform.timeout_s for the Slurm time limit (default 5), so the "
+            "runner's own watchdog fires first")
+    rdzv_port: int | None = setting(
+        None, hash=Hash.NEVER, minimum=1024, maximum=65535,
+        doc="TCP port of the c10d rendezvous on the first node of a multi-node point; null: a "
+            "free port the first node binds at job start")
 
     @classmethod
     def resolve(cls, *layers: Mapping | None) -> "Site":
@@ -116,7 +137,7 @@ class Site:
 
 
 #: Every site key and what it sets (the profiles' site.yaml files name them).
-SITE_KEYS: dict[str, str] = {f.name: f.metadata["doc"] for f in fields(Site)}
+SITE_KEYS: dict[str, str] = {f.name: s.doc for f, s in settings.declared(Site)}
 #: Keys whose value is a count, a size or a port (an integer).
 _INT_KEYS = frozenset(f.name for f in fields(Site) if f.type == "int | None")
 #: Words a profile writes for "not set".

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from scalestudy.config import limits
 from scalestudy.config.devices import device_key
 from scalestudy.config.point import Point
 from scalestudy.config.parts import TUNED_SETTINGS, Model, Parallel, Platform, Train
@@ -63,7 +64,8 @@ def candidates(model: Model, n: int, global_batch: int, hw: HardwareSpec,
     piped = [(s, v) for s in TUNED_SETTINGS["pp_schedule"]
              for v in TUNED_SETTINGS["virtual_stages"]]
     platform = Platform(device="cpu" if hw.device == "cpu" else "cuda",
-                        devices_per_node=hw.devices_per_node, max_nodes=10**9)
+                        devices_per_node=hw.devices_per_node,
+                        max_nodes=limits.MAX_NODES_PER_POINT)
     train = Train(precision=precision)
     for tp in _divisors(n):
         if tp > hw.devices_per_node:
