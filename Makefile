@@ -39,9 +39,10 @@ test: setup
 test-quick: setup
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 tests/unit
 
-# the study schema and the settings reference, generated from the declared settings
+# the study schema, the settings reference and the docs' generated blocks (point.json example,
+# template placeholders), generated from the declared settings
 schema:
-	$(PY) -c "from pathlib import Path; from scalestudy.config.schema_gen import write_generated; print(*write_generated(Path('.')) or ['up to date'])"
+	$(PY) -c "from pathlib import Path; from scalestudy.plan.docs_gen import write_generated; print(*write_generated(Path('.')) or ['up to date'])"
 
 # the benchmarks are not installed: `python -m benchmarks` from the repository root
 bench: setup

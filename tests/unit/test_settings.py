@@ -14,7 +14,7 @@ from scalestudy.config import settings
 from scalestudy.config.checks import PointError
 from scalestudy.config.parts import (SERIES_SETTINGS, SETTING_SECTIONS, TUNED_SETTINGS, Parallel,
                                      Train, json_value, section_of)
-from scalestudy.config.schema_gen import generated_files
+from scalestudy.plan.docs_gen import generated_files
 from scalestudy.config.settings import Hash, SeriesUse
 from scalestudy.config.study import validate
 from scalestudy.config.study_yaml import StudyError

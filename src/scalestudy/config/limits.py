@@ -3,8 +3,9 @@
 A study file may come from someone else: it is read with libyaml's safe loader, never with a
 constructor that builds objects, and within these bounds, so that no file (binary, deeply
 nested, an alias bomb, gigabytes of device counts) can make ``scalestudy plan`` hang, run out
-of memory or print a traceback. The schema (``workflow/schemas/study.schema.yaml``) states the
-per-field maxima below as ``maximum``/``maxItems`` (``tests/unit/test_hostile.py`` checks they agree).
+of memory or print a traceback. The declared settings take their bounds from here, and the
+generated schema (``workflow/schemas/study.schema.json``, :mod:`scalestudy.config.schema_gen`)
+states them as ``maximum``/``maxItems`` (``tests/unit/test_hostile.py`` checks they agree).
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ hand.
   :data:`scalestudy.config.vocab.SCHEMA_ENUMS`.
 - ``docs/reference/settings.md`` is the settings reference, section by section.
 - The ``point.json`` example of ``docs/architecture.md`` and the placeholder list of
-  ``docs/workloads.md`` are generated blocks between markers (:mod:`scalestudy.config.docs_gen`).
+  ``docs/workloads.md`` are generated too (they need the planner: ``scalestudy.plan.docs_gen``,
+  which ``make schema`` runs).
 
 A new section is one module of declarations: a frozen dataclass whose fields are
 :func:`~scalestudy.config.settings.setting`\\ s, and one declared field of ``Study`` of its type.
@@ -282,22 +283,6 @@ def reference_text() -> str:
 
 
 def generated_files(repo: Path) -> dict[Path, str]:
-    """Each generated file of the repository at ``repo`` with its text."""
-    from scalestudy.config.docs_gen import generated_blocks
-
+    """Each file of the repository at ``repo`` this module generates, with its text."""
     return {repo / "workflow" / "schemas" / "study.schema.json": schema_text(),
-            repo / "docs" / "reference" / "settings.md": reference_text(),
-            **generated_blocks(repo)}
-
-
-def write_generated(repo: Path) -> list[Path]:
-    """Write the generated files of ``repo`` that differ (each whole: a temporary file
-    renamed over it); the paths written."""
-    written = []
-    for path, text in generated_files(repo).items():
-        if not path.is_file() or path.read_text() != text:
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(text)
-            tmp.replace(path)
-            written.append(path)
-    return written
+            repo / "docs" / "reference" / "settings.md": reference_text()}

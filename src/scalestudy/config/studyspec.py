@@ -4,10 +4,11 @@ by the planner, the CLI, the workflow's rules and the reports.
 
 The model, training, parallel and platform settings are the point's own types
 (:mod:`scalestudy.config.point`: units there), the site settings
-:class:`scalestudy.config.site.Site`. Defaults are the schema's
-(``workflow/schemas/study.schema.yaml``), filled before these are built, so the fields here
-have none; a series' ``None`` means "not given" (the study's setting applies). ``study.json``
-is the JSON form (:meth:`Study.to_json`: the keys of the validated document).
+:class:`scalestudy.config.site.Site`. Every field is a declared setting
+(:mod:`scalestudy.config.settings`): the study schema, its defaults (filled before these are
+built) and the settings reference are generated from these declarations. A series' ``None``
+means "not given" (the study's setting applies). ``study.json`` is the JSON form
+(:meth:`Study.to_json`: the keys of the validated document).
 """
 
 from __future__ import annotations

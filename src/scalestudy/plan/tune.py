@@ -107,7 +107,7 @@ def rank(model: Model, n: int, global_batch: int, hw: HardwareSpec, top: int = 5
 
 
 def study_yaml(model: Model, best: list[dict], hw: HardwareSpec) -> str:
-    """A study file (``study.schema.yaml``) with one strong-scaling series of one point per
+    """A study file (``study.schema.json``) with one strong-scaling series of one point per
     ranked shape; the prediction of each is in a comment beside it."""
     mname = model.name.replace(" ", "-")
     series, notes = [], []
