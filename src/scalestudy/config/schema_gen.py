@@ -206,24 +206,23 @@ def _type_word(cls, name: str, s: settings.Setting) -> str:
 def sections() -> list[tuple[str, type]]:
     """Every section of the study, as its key path (``platform.site``, ``models.<name>``,
     ``series[]``) and its dataclass: the declared fields of :class:`Study` whose type (or
-    item type) is itself a declared dataclass, walked in declaration order."""
-    out = [("", Study)]
-
-    def walk(prefix: str, cls) -> None:
-        for f, s in settings.declared(cls):
+    item type) is itself a declared dataclass, breadth first (a section met twice: its
+    shortest path)."""
+    out, queue, seen = [("", Study)], [("", Study)], {Study}
+    while queue:
+        prefix, cls = queue.pop(0)
+        for f, _ in settings.declared(cls):
             hint = settings.value_type(cls, f.name)
             args = typing.get_args(hint)
             inner, key = hint, f"{prefix}{f.name}"
             if typing.get_origin(hint) is tuple:
                 inner, key = args[0], f"{key}[]"
-            elif typing.get_origin(hint) in (typing.Mapping, dict) or (
-                    args and typing.get_origin(hint) is not None and len(args) == 2):
+            elif len(args) == 2 and typing.get_origin(hint) is not None:  # a mapping
                 inner, key = args[1], f"{key}.<name>"
-            if _is_section(inner) and (inner, key) not in out:
+            if _is_section(inner) and inner not in seen:
+                seen.add(inner)
                 out.append((key, inner))
-                walk(f"{key}.", inner)
-
-    walk("", Study)
+                queue.append((f"{key}.", inner))
     return out
 
 
@@ -264,8 +263,15 @@ def reference_text() -> str:
              "takes when `tune.space` leaves it out; *plan*: a `plan.tsv` column; "
              "*{}*: a placeholder of a command workload's template.", ""]
     for key, cls in sections():
+        if not any(s.study for _, s in settings.declared(cls)):
+            continue  # (a section with a form of its own: the row of its field says it)
         title = f"`{key}:`" if key else "The study file (top level)"
-        lines += [f"## {title}", "",
+        lines += [f"## {title}", ""]
+        if cls is Series:
+            lines += ["Besides these, a series may give any section's setting whose *series* "
+                      "column says so: " + ", ".join(
+                          f"`{n}` (`{k}:`)" for n, k in SERIES_SETTINGS.items()) + ".", ""]
+        lines += [
                   "| setting | type | default | allowed | unit | id | series | tune | plan "
                   "| {} | what it sets |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]

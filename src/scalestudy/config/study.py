@@ -81,14 +81,17 @@ def _deref(sch: dict, root: dict) -> dict:
 
 
 def _allowed(sch: dict, root: dict) -> str:
-    """What a schema fragment allows, in words."""
+    """What a schema fragment allows, in words (a pattern: its shared form's own words, e.g.
+    a safe name's, or the pattern)."""
+    form = (root["$defs"][sch["$ref"].rsplit("/", 1)[-1]] if "$ref" in sch
+            else sch if any(sch is d for d in root["$defs"].values()) else {})
     sch = _deref(sch, root)
     if "enum" in sch:
         return "one of " + ", ".join(map(str, sch["enum"]))
     if "oneOf" in sch:
         return " or ".join(_allowed(s, root) for s in sch["oneOf"])
     if "pattern" in sch:
-        return sch.get("description", f"a string matching {sch['pattern']}")
+        return form.get("description") or f"a string matching {sch['pattern']}"
     if sch.get("type") == "array":
         return "a list of " + _allowed(sch.get("items", {}), root)
     t = sch.get("type")
@@ -101,6 +104,8 @@ def _allowed(sch: dict, root: dict) -> str:
             word += f" > {sch['exclusiveMinimum']}"
         if "maximum" in sch:
             word += f" and <= {sch['maximum']}"
+        elif "exclusiveMaximum" in sch:
+            word += f" and < {sch['exclusiveMaximum']}"
         return word + (" or null" if isinstance(t, list) and "null" in t else "")
     t = sch.get("type")
     return f"a {t}" if isinstance(t, str) else ("one of types " + ", ".join(t) if t else "see the schema")
