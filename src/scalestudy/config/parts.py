@@ -279,19 +279,6 @@ class Profile:
         return self.warmup + self.steps if self.enabled else 0
 
 
-#: The study's sections of declared settings (:mod:`scalestudy.config.settings`) by their key.
-SETTING_SECTIONS = {"parallel": Parallel, "train": Train, "profile": Profile}
-#: ``{setting: section}`` of every setting a series may set or sweep, of every section (a
-#: series names a setting without its section: names are unique among these).
-SERIES_SETTINGS = settings.owners(SETTING_SECTIONS, series_use=True)
-#: Every tuned setting (an axis of a tuning search; one a series may set) with the values it
-#: takes when ``tune.space`` leaves it out, in section and declaration order.
-TUNED_SETTINGS = settings.tuned_in(SETTING_SECTIONS)
-
-
-def section_of(name: str) -> type:
-    """The section (its dataclass) declaring the series-settable setting ``name``."""
-    return SETTING_SECTIONS[SERIES_SETTINGS[name]]
 
 #: Default of ``platform.straggler_ratio`` (``scalestudy.record.stragglers``).
 STRAGGLER_RATIO = 1.2
@@ -356,6 +343,23 @@ class Platform:
 #: ``platform.site`` keys that change what is measured, hashed when set (their declarations:
 #: ``config.site.Site``).
 HASHED_SITE = settings.names(Site, hash=Hash.WHEN_SET)
+
+
+#: The sections of a point the study states once and a series may give its own settings of
+#: (:mod:`scalestudy.config.settings`), by their key in the study and in ``point.json``.
+SETTING_SECTIONS = {"parallel": Parallel, "train": Train, "profile": Profile,
+                    "platform": Platform}
+#: ``{setting: section}`` of every setting a series may set or sweep, of every section (a
+#: series names a setting without its section: names are unique among these).
+SERIES_SETTINGS = settings.owners(SETTING_SECTIONS, series_use=True)
+#: Every tuned setting (an axis of a tuning search; one a series may set) with the values it
+#: takes when ``tune.space`` leaves it out, in section and declaration order.
+TUNED_SETTINGS = settings.tuned_in(SETTING_SECTIONS)
+
+
+def section_of(name: str) -> type:
+    """The section (its dataclass) declaring the series-settable setting ``name``."""
+    return SETTING_SECTIONS[SERIES_SETTINGS[name]]
 
 
 @dataclass(frozen=True)
@@ -515,7 +519,7 @@ class Workload:
 
 #: The point's parts by their key in ``point.json``: the config hash applies each declared
 #: setting's role (``identity.config_hash``).
-POINT_SECTIONS = {"model": Model, **SETTING_SECTIONS, "platform": Platform, "workload": Workload}
+POINT_SECTIONS = {"model": Model, **SETTING_SECTIONS, "workload": Workload}
 
 
 def json_value(value):

@@ -133,25 +133,23 @@ def series_points(study: Study, series: Series) -> list[Point]:
     """The points of one concrete series (no list-valued axes left), feasible or not, without
     repeats or ids."""
     model = study.models[series.model]
-    parallel = series.section("parallel", study.parallel)
-    train = series.section("train", study.train)
-    profile = series.section("profile", study.profile)
-    platform = study.platform
+    # each section of settings: the study's, with the series' own over it
+    own = {key: series.section(key, getattr(study, key)) for key in SETTING_SECTIONS}
+    platform = own["platform"]
     workload = series.workload or study.workload
+    if workload.is_command:  # a command profiles itself (workload.traces): the trainer's
+        own["profile"] = Profile()
     capacities: dict[int, float | None] = {}
     out = []
     for n in series.gpus:
         batch = ({"global_batch": series.global_batch} if series.mode == ScalingMode.STRONG
                  else {"grad_accum": series.grad_accum})
         p = Point.build(model, n=n, tp=series.tp, pp=series.pp, cp=series.cp,
-                        micro_batch=series.micro_batch, **batch, parallel=parallel,
-                        train=train, platform=platform, study=study.name,
+                        micro_batch=series.micro_batch, **batch, **own, study=study.name,
                         series=series.name, mode=series.mode,
                         flops_convention=study.flops_convention,
                         references=study.references, retries=study.retries,
-                        workload=workload,
-                        # a command profiles itself (workload.traces): the setting is the trainer's
-                        profile=Profile() if workload.is_command else profile)
+                        workload=workload)
         if workload.is_command:
             _check_command(p, series.name)
         reason = constraints.violation(p)

@@ -17,7 +17,8 @@ import dataclasses
 from scalestudy.config import limits
 from scalestudy.config.devices import device_key
 from scalestudy.config.point import Point
-from scalestudy.config.parts import TUNED_SETTINGS, Model, Parallel, Platform, Train
+from scalestudy.config.parts import (SERIES_SETTINGS, TUNED_SETTINGS, Model, Parallel, Platform,
+                                     Train, json_value)
 from scalestudy.config.presets import LLAMA3
 from scalestudy.config.study_yaml import dump_study
 from scalestudy.config.vocab import DPMode, PPSchedule
@@ -118,9 +119,10 @@ def study_yaml(model: Model, best: list[dict], hw: HardwareSpec) -> str:
         series.append({
             "name": sname, "mode": "strong", "model": mname, "gpus": [p.n],
             "tp": p.tp, "pp": p.pp, "micro_batch": p.micro_batch,
-            "global_batch": p.global_batch, "dp_mode": str(par.dp_mode),
-            "pp_schedule": str(par.pp_schedule), "virtual_stages": par.virtual_stages,
-            "activation_checkpointing": str(par.activation_checkpointing),
+            "global_batch": p.global_batch,
+            # every tuned setting, as the point holds it
+            **{k: json_value(getattr(getattr(p, SERIES_SETTINGS[k]), k))
+               for k in TUNED_SETTINGS},
         })
         notes.append(f"#   {sname}: {par.pp_schedule} v={par.virtual_stages} {par.dp_mode} "
                      f"ckpt={par.activation_checkpointing}: predicted {q.step_time_s:.4g} "
