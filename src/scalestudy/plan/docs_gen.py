@@ -5,7 +5,8 @@ between a ``<!-- generated: NAME -->`` and a ``<!-- end generated -->`` line:
 - ``docs/architecture.md``, ``point.json``: the JSON of a planned point of the default study
   (``workflow/config/default.yaml``), every key a point carries;
 - ``docs/workloads.md``, ``placeholders``: a command template's placeholders
-  (``config.template.PLACEHOLDERS``).
+  (``config.template.PLACEHOLDERS``);
+- ``docs/studies.md``, ``defaults``: every key of a study file with its default.
 
 A test fails when a checked-in file differs from what this module generates.
 """
@@ -16,8 +17,10 @@ import json
 import re
 from pathlib import Path
 
-from scalestudy.config import schema_gen
+from scalestudy.config import schema_gen, settings
 from scalestudy.config.study import load_study
+from scalestudy.config.study_yaml import parse, read_text
+from scalestudy.config.studyspec import Study
 from scalestudy.config.template import PLACEHOLDERS
 from scalestudy.plan.planner import plan_points
 
@@ -57,6 +60,56 @@ def point_example(repo: Path) -> str:
     return "\n".join(["```json", "{", *_compact(point.to_json()), "}", "```"])
 
 
+def _flow(key: str, value, comment: str) -> list[str]:
+    """``key: value`` as YAML (JSON's flow forms), a mapping wrapped onto continuation lines
+    of at most about :data:`_WIDTH` characters, ``# comment`` after it."""
+    if not isinstance(value, dict) or not value:
+        head = f"{key}: {json.dumps(value)}"
+        return [f"{head:<30}# {comment}" if len(head) < 30 else f"{head}   # {comment}"]
+    items = [f"{k}: {json.dumps(v)}" for k, v in value.items()]
+    lines, line = [], f"{key}: {{"
+    pad = " " * (len(key) + 3)
+    for i, item in enumerate(items):
+        token = item + ("," if i < len(items) - 1 else "}")
+        if len(line) + 1 + len(token) > _WIDTH and not line.endswith("{"):
+            lines.append(line)
+            line = pad + token
+        else:
+            line = f"{line}{'' if line.endswith('{') else ' '}{token}"
+    lines.append(line)
+    return [f"# {comment}", *lines]
+
+
+def defaults_yaml(repo: Path) -> str:
+    """Every key of a study file with its default: each section as a flow mapping of its
+    settings' defaults; what the study must give (its name, models, series) as the default
+    study (``workflow/config/default.yaml``) gives it."""
+    path = repo / "workflow" / "config" / "default.yaml"
+    example = parse(read_text(path), str(path))  # (as written: what a study gives)
+    lines = ["```yaml"]
+    for f, s in settings.declared(Study):
+        if s.required or not settings.has_default(f) or f.name == "series":
+            value = example[f.name]
+        elif s.schema is not None:  # a form of its own: as the validated default study has it
+            value = load_study(path).to_json()[f.name]
+        else:
+            value = settings.json_default(f)
+            kind = settings.value_type(Study, f.name)
+            if isinstance(value, dict) and not value and schema_gen._is_section(kind):
+                value = {g.name: settings.json_default(g) for g, t in settings.declared(kind)
+                         if t.study and settings.has_default(g) and not t.optional}
+        comment = re.split(r"; | \(|: |, ", s.doc)[0]
+        if f.name in ("models", "series"):
+            lines.append(f"{f.name + ':':<30}# {comment}")
+            entries = value.items() if isinstance(value, dict) else enumerate(value)
+            for k, v in entries:
+                lines.append(f"  - {json.dumps(v)}" if f.name == "series" else
+                             f"  {k}: {json.dumps(v)}")
+            continue
+        lines += _flow(f.name, value, comment)
+    return "\n".join(lines + ["```"])
+
+
 def placeholder_table() -> str:
     """The placeholders of a command template with what each holds."""
     rows = ["| placeholder | what it holds |", "|---|---|"]
@@ -67,6 +120,7 @@ def placeholder_table() -> str:
 
 def _blocks(repo: Path) -> dict[tuple[str, str], str]:
     return {("docs/architecture.md", "point.json"): point_example(repo),
+            ("docs/studies.md", "defaults"): defaults_yaml(repo),
             ("docs/workloads.md", "placeholders"): placeholder_table()}
 
 
