@@ -44,47 +44,47 @@ class Model:
     name: str = setting("model", hash=Hash.ALWAYS, study=False,
                         doc="the study's name for it (its key of the study's models)")
     # (the shape is required of a study's model; the defaults are a tiny model for tests)
-    layers: int = setting(2, hash=Hash.ALWAYS, unit="count", minimum=1, required=True,
+    layers: int = setting(2, hash=Hash.ALWAYS, placeholder=True, unit="count", minimum=1, required=True,
                           doc="transformer blocks")
-    hidden: int = setting(64, hash=Hash.ALWAYS, unit="features", minimum=1, required=True,
+    hidden: int = setting(64, hash=Hash.ALWAYS, placeholder=True, unit="features", minimum=1, required=True,
                           doc="model width")
-    heads: int = setting(4, hash=Hash.ALWAYS, unit="count", minimum=1, required=True,
+    heads: int = setting(4, hash=Hash.ALWAYS, placeholder=True, unit="count", minimum=1, required=True,
                          doc="attention heads (dividing hidden)")
     seq_len: int = setting(64, hash=Hash.ALWAYS, unit="tokens", minimum=1,
                            maximum=limits.MAX_SEQ_LEN, required=True,
                            doc="tokens per sequence")
-    vocab: int = setting(256, hash=Hash.ALWAYS, unit="tokens", minimum=2, required=True,
+    vocab: int = setting(256, hash=Hash.ALWAYS, placeholder=True, unit="tokens", minimum=2, required=True,
                          doc="vocabulary size")
     ffn_hidden: int | None = setting(
         None, hash=Hash.ALWAYS, unit="features", minimum=1,
         doc="null: 4*hidden (gelu) or Llama's rule (swiglu): int(8*hidden/3), times "
             "ffn_dim_multiplier, rounded up to multiple_of")
-    mlp: MLPKind | None = setting(None, hash=Hash.ALWAYS, ref="mlp",
+    mlp: MLPKind | None = setting(None, hash=Hash.ALWAYS, placeholder=True, ref="mlp",
                                   doc="null: the arch's own (gelu for gpt, swiglu for llama)")
-    tied_embeddings: bool = setting(False, hash=Hash.ALWAYS,
+    tied_embeddings: bool = setting(False, hash=Hash.ALWAYS, placeholder=True,
                                     doc="the output head shares the input embedding's weights")
-    bias: bool | None = setting(None, hash=Hash.ALWAYS,
+    bias: bool | None = setting(None, hash=Hash.ALWAYS, placeholder=True,
                                 doc="null: the arch's own (true for gpt, false for llama)")
     attention: AttentionKernel = setting(
         AttentionKernel.FUSED, hash=Hash.ALWAYS, ref="attention",
         doc="fused: SDPA's flash / memory-efficient kernels; math: the s x s scores are "
             "materialised")
-    arch: Arch = setting(Arch.GPT, hash=Hash.ALWAYS, ref="arch",
+    arch: Arch = setting(Arch.GPT, hash=Hash.ALWAYS, placeholder=True, ref="arch",
                          doc="gpt: LayerNorm, learned positions; llama: RMSNorm, rotary "
                              "positions, grouped-query attention, SwiGLU, no biases")
     kv_heads: int | None = setting(
         None, hash=Hash.ALWAYS, unit="count", minimum=1,
         doc="llama: key/value heads (grouped-query attention), dividing heads; null: heads")
     multiple_of: int | None = setting(
-        None, hash=Hash.ALWAYS, minimum=1,
+        None, hash=Hash.ALWAYS, placeholder=True, minimum=1,
         doc="swiglu width rounded up to a multiple of this (null: 8; Llama 3: 1024 for 8B, "
             "4096 for 70B/405B)")
     ffn_dim_multiplier: float | None = setting(
-        None, hash=Hash.ALWAYS, above=0,
+        None, hash=Hash.ALWAYS, placeholder=True, above=0,
         doc="swiglu width scale (Llama 3: 1.3 for 8B/70B, 1.2 for 405B)")
-    rope_theta: float = setting(10000.0, hash=Hash.ALWAYS, above=0,
+    rope_theta: float = setting(10000.0, hash=Hash.ALWAYS, placeholder=True, above=0,
                                 doc="llama: rotary base (Llama 3: 500000)")
-    norm_eps: float = setting(1e-5, hash=Hash.ALWAYS, above=0,
+    norm_eps: float = setting(1e-5, hash=Hash.ALWAYS, placeholder=True, above=0,
                               doc="LayerNorm / RMSNorm epsilon")
 
     def __post_init__(self):

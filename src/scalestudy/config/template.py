@@ -26,13 +26,13 @@ import sys
 from pathlib import Path
 
 from scalestudy.config import settings
-from scalestudy.config.parts import SETTING_SECTIONS
+from scalestudy.config.parts import SETTING_SECTIONS, Model
 from scalestudy.config.point import Point
 from scalestudy.config.checks import PointError
 
 #: The declared settings a template may use (``Setting.placeholder``), by section.
 SETTING_PLACEHOLDERS = {key: settings.names(cls, placeholder=True)
-                        for key, cls in SETTING_SECTIONS.items()}
+                        for key, cls in {**SETTING_SECTIONS, "model": Model}.items()}
 
 #: The point's values a template may use, with what each is.
 PLACEHOLDERS: dict[str, str] = {
@@ -48,26 +48,14 @@ PLACEHOLDERS: dict[str, str] = {
     "global_batch": "sequences per optimizer step",
     "seq_len": "tokens per sequence",
     "tokens_per_step": "tokens per optimizer step (global_batch x seq_len)",
-    # the declared settings: parallel, training
-    **{f.name: s.doc for key, cls in SETTING_SECTIONS.items() for f, s in settings.declared(cls)
-       if f.name in SETTING_PLACEHOLDERS[key]},
-    # the model block
+    # the declared settings: parallel, training, ..., the model block (Setting.placeholder)
+    **{f.name: s.doc for key, cls in {**SETTING_SECTIONS, "model": Model}.items()
+       for f, s in settings.declared(cls) if f.name in SETTING_PLACEHOLDERS[key]},
+    # the model block's derived values
     "model": "the model's name (its key in models:)",
-    "arch": "gpt | llama",
-    "layers": "transformer layers",
-    "hidden": "hidden size",
-    "heads": "attention heads",
     "kv_heads": "key/value heads (= heads without grouped-query attention)",
     "head_dim": "hidden / heads",
     "ffn": "MLP width (ffn_hidden or the arch's rule)",
-    "vocab": "vocabulary size",
-    "mlp": "gelu | swiglu",
-    "multiple_of": "SwiGLU width multiple (only when set)",
-    "ffn_dim_multiplier": "SwiGLU width scale (only when set)",
-    "rope_theta": "rotary base",
-    "norm_eps": "norm epsilon",
-    "tied_embeddings": "true | false",
-    "bias": "true | false",
     # where and who
     "point_dir": "the run folder (absolute; also $SCALESTUDY_POINT_DIR)",
     "point_id": "the run's id",
@@ -138,11 +126,7 @@ def values(point: Point, point_dir: str | Path, python: str = sys.executable) ->
         "tokens_per_step": point.tokens_per_step,
         **{k: getattr(getattr(point, key), k)
            for key, names in SETTING_PLACEHOLDERS.items() for k in names},
-        "model": m.name, "arch": m.arch, "layers": m.layers, "hidden": m.hidden,
-        "heads": m.heads, "kv_heads": m.n_kv_heads, "head_dim": m.head_dim, "ffn": m.ffn,
-        "vocab": m.vocab, "mlp": m.mlp, "multiple_of": m.multiple_of,
-        "ffn_dim_multiplier": m.ffn_dim_multiplier, "rope_theta": m.rope_theta,
-        "norm_eps": m.norm_eps, "tied_embeddings": m.tied_embeddings, "bias": m.bias,
+        "model": m.name, "kv_heads": m.n_kv_heads, "head_dim": m.head_dim, "ffn": m.ffn,
         "point_dir": str(point_dir), "point_id": point.point_id, "study": point.study,
         "series": point.series, "repeat": point.repeat, "python": python,
     }
