@@ -19,7 +19,7 @@ from scalestudy.config.settings import Hash, SeriesUse
 from scalestudy.config.study import validate
 from scalestudy.config.study_yaml import StudyError
 from scalestudy.config.parts import Model, Platform, Profile, Workload
-from scalestudy.config.schema_gen import sections
+from scalestudy.config.schema_gen import object_schema, sections
 from scalestudy.config.site import Site
 from scalestudy.config.studyspec import (Microbench, Predict, Report, Series, Study, Tune,
                                          TuneSpace)
@@ -60,6 +60,30 @@ def test_every_section_of_the_study_is_declared():
         undeclared = {f.name for f in dataclasses.fields(cls)} - {
             f.name for f, _ in settings.declared(cls)}
         assert not undeclared, (cls.__name__, undeclared)
+
+
+def test_a_new_section_is_one_module_of_declarations():
+    """A section's dataclass of declared settings and one declared field of the study make its
+    schema (with defaults and ranges), its place among the sections and its typed value."""
+    @dataclasses.dataclass(frozen=True)
+    class Export:
+        format: str = settings.setting("csv", hash=Hash.NEVER, pattern="^[a-z]+$",
+                                       doc="file format")
+        digits: int = settings.setting(4, hash=Hash.NEVER, minimum=1, maximum=17,
+                                       doc="significant digits")
+
+    Extended = dataclasses.make_dataclass(
+        "Extended", [("export", Export, settings.setting(factory=Export, hash=Hash.NEVER,
+                                                         doc="how tables are exported"))],
+        bases=(Study,), frozen=True, kw_only=True)
+    prop = object_schema(Extended)["properties"]["export"]
+    assert prop["default"] == {} and prop["additionalProperties"] is False
+    assert prop["properties"]["digits"] == {"type": "integer", "minimum": 1, "maximum": 17,
+                                            "default": 4, "description": "significant digits"}
+    assert prop["properties"]["format"]["pattern"] == "^[a-z]+$"
+    assert ("export", Export) in sections(Extended)
+    doc = validate(STUDY).to_json()
+    assert Extended.from_validated({**doc, "export": {"digits": 6}}).export == Export(digits=6)
 
 
 @pytest.mark.parametrize("key, cls", sections(), ids=[k or "study" for k, _ in sections()])

@@ -203,12 +203,12 @@ def _type_word(cls, name: str, s: settings.Setting) -> str:
     return f"{word} or null" if settings.nullable(cls, name) and not s.optional else word
 
 
-def sections() -> list[tuple[str, type]]:
+def sections(root: type = Study) -> list[tuple[str, type]]:
     """Every section of the study, as its key path (``platform.site``, ``models.<name>``,
-    ``series[]``) and its dataclass: the declared fields of :class:`Study` whose type (or
-    item type) is itself a declared dataclass, breadth first (a section met twice: its
-    shortest path)."""
-    out, queue, seen = [("", Study)], [("", Study)], {Study}
+    ``series[]``) and its dataclass: the declared fields of ``root`` (:class:`Study`) whose
+    type (or item type) is itself a declared dataclass, breadth first (a section met twice:
+    its shortest path)."""
+    out, queue, seen = [("", root)], [("", root)], {root}
     while queue:
         prefix, cls = queue.pop(0)
         for f, _ in settings.declared(cls):
