@@ -21,6 +21,7 @@ import yaml
 from scalestudy.numbers import plain
 from scalestudy import paths
 from scalestudy.config import settings
+from scalestudy.config.export import EXPORT_ENUMS, EXPORT_SECTIONS
 from scalestudy.config.parts import SETTING_SECTIONS
 from scalestudy.config.settings import SeriesUse
 from scalestudy.config.vocab import SCHEMA_ENUMS
@@ -89,6 +90,9 @@ def tune_properties(cls) -> dict:
     return out
 
 
+#: Every declared section by its marker's key (the point's, then the study's export parts).
+SECTIONS = {**SETTING_SECTIONS, **EXPORT_SECTIONS}
+
 _MARKERS = {"x-settings": section_properties, "x-series-settings": series_properties,
             "x-tune-settings": tune_properties}
 
@@ -98,7 +102,7 @@ def _fill(node):
         node = {k: _fill(v) for k, v in node.items()}
         for marker, make in _MARKERS.items():
             if marker in node:
-                cls = SETTING_SECTIONS[node.pop(marker)]
+                cls = SECTIONS[node.pop(marker)]
                 node["properties"] = {**node.get("properties", {}), **make(cls)}
         return node
     if isinstance(node, list):
@@ -109,7 +113,7 @@ def _fill(node):
 def generate_schema() -> dict:
     """The study schema: the frame with its markers and enum lists filled."""
     root = _fill(yaml.safe_load(paths.schema_frame().read_text()))
-    for name, values in SCHEMA_ENUMS.items():
+    for name, values in {**SCHEMA_ENUMS, **EXPORT_ENUMS}.items():
         if name in root["$defs"]:
             root["$defs"][name]["enum"] = [str(v) for v in values]
     return root
@@ -133,7 +137,8 @@ def reference_text() -> str:
     """``docs/reference/settings.md``: every declared setting, section by section."""
     lines = ["# Settings", "",
              "Every setting of a study's `parallel:`, `train:` and `profile:` sections, as "
-             "declared once in `src/scalestudy/config/parts.py` "
+             "declared once in `src/scalestudy/config/parts.py`, and of its `export:` "
+             "section, declared in `src/scalestudy/config/export.py` "
              "(`scalestudy.config.settings`). This page, the study schema's sections, the "
              "point id's roles, the series and tuning axes, the `plan.tsv` columns and the "
              "command template's placeholders are generated from those declarations "
@@ -144,7 +149,7 @@ def reference_text() -> str:
              "(`override`) or a list to sweep (`sweep`); *tune*: the values a tuning axis "
              "takes when `tune.space` leaves it out; *plan*: a `plan.tsv` column; "
              "*{}*: a placeholder of a command workload's template.", ""]
-    for key, cls in SETTING_SECTIONS.items():
+    for key, cls in SECTIONS.items():
         lines += [f"## `{key}:`", "",
                   "| setting | type | default | allowed | unit | id | series | tune | plan "
                   "| {} | what it sets |",

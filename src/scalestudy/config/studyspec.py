@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Mapping
 
+from scalestudy.config.export import Export
 from scalestudy.config.parts import Model, Parallel, Platform, Profile, Train, Workload, json_value
 from scalestudy.config import settings
 from scalestudy.config.settings import coerce_value, series_settable
@@ -201,6 +202,7 @@ class Study:
     predict: Predict  # the performance model's prediction before the run
     profile: Profile = Profile()  # profiler traces of every point after its timed window
     tune: Tune | None = None  # a layout search by measurement (None: none)
+    export: Export = Export()  # copies for experiment trackers (config.export; none: off)
 
     @classmethod
     def from_validated(cls, doc: Mapping) -> "Study":
@@ -220,7 +222,8 @@ class Study:
             microbench=Microbench(**doc["microbench"]),
             predict=Predict(before_run_max_n=before["calibrate_on_max_n"] if before else None),
             profile=Profile(**doc.get("profile", {})),
-            tune=Tune.from_validated(doc["tune"]) if doc.get("tune") else None)
+            tune=Tune.from_validated(doc["tune"]) if doc.get("tune") else None,
+            export=Export.from_validated(doc.get("export")))
 
     def to_json(self) -> dict:
         """``study.json``: the validated document's keys and values."""
