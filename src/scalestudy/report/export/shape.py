@@ -82,10 +82,13 @@ class StudyShape:
 
     @property
     def digest(self) -> str:
+        """Of what the study's own run exports (its curves, tables, files, and the names of
+        its points' parameters and metrics, which the TensorBoard HParams table lists)."""
         files = [(p.name, hashlib.sha256(p.read_bytes()).hexdigest())
                  for p in [*self.figures, *([self.summary_md] if self.summary_md else [])]]
+        names = sorted({f"{k}" for r in self.runs for k in (*r.params, *r.summary)})
         return digest([FORMAT, self.name, self.curves, self.breakdown, self.loss, files,
-                       self.tags])
+                       self.tags, names])
 
 
 def digest(obj) -> str:
