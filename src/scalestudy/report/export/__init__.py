@@ -7,7 +7,7 @@ content is left alone, a changed one is written again, a new one added.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 from dataclasses import dataclass
 
 
@@ -20,11 +20,13 @@ PACKAGES = {"mlflow": "mlflow", "wandb": "wandb", "tensorboard": "tensorboard"}
 
 
 def require(tool: str) -> None:
-    """ExportError naming the extra when ``tool``'s package is not installed."""
-    if importlib.util.find_spec(PACKAGES[tool]) is None:
+    """ExportError naming the extra when ``tool``'s package cannot be imported."""
+    try:
+        importlib.import_module(PACKAGES[tool])
+    except ImportError:
         raise ExportError(f"export.{tool}: the {PACKAGES[tool]} package is not installed; "
                           f"pip install 'scalestudy[{tool}]' (or remove export.{tool} from "
-                          "the study)")
+                          "the study)") from None
 
 
 @dataclass
