@@ -13,6 +13,8 @@ it); an unchanged point is not touched.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import time
 import urllib.error
@@ -145,7 +147,8 @@ def export(shape: StudyShape, settings) -> Outcome:
                 if shape.summary_md is not None:
                     client.log_artifact(rid, str(shape.summary_md))
             ok = run is None or run.state == "ok"
-            client.set_terminated(rid, "FINISHED" if ok else "FAILED")
+            with contextlib.redirect_stdout(io.StringIO()):  # (MLflow prints two links a run)
+                client.set_terminated(rid, "FINISHED" if ok else "FAILED")
             out.updated += bool(old)
             out.created += not old
     except MlflowException as e:
