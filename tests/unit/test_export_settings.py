@@ -74,3 +74,55 @@ def test_the_schema_and_reference_come_from_the_declarations():
         assert set(part["properties"]) == {f.name for f, _ in settings.declared(cls)}
         assert f"## `{key}:`" in reference_text()
     assert props["wandb"]["properties"]["mode"]["default"] == "offline"
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory):
+    from synthetic_study import make_study
+
+    from scalestudy.report.aggregate import aggregate_study
+
+    folder = make_study(tmp_path_factory.mktemp("shape"))
+    aggregate_study(folder)
+    return folder
+
+
+def test_the_shape_holds_every_point_failed_ones_with_their_state(synth):
+    import pandas as pd
+
+    from scalestudy.report.export.shape import NOT_PARAMS, read_study_shape
+
+    shape = read_study_shape(synth)
+    runs = pd.read_csv(synth / "runs.csv", dtype=str, keep_default_na=False)
+    plan = pd.read_csv(synth / "plan.tsv", sep="\t", dtype=str, keep_default_na=False)
+    assert [r.point_id for r in shape.runs] == list(runs["point_id"])
+    by_id = {r.point_id: r for r in shape.runs}
+    for row in runs.to_dict("records"):
+        run = by_id[row["point_id"]]
+        assert (run.state, run.reason, run.tags["state"]) == (row["status"], row["reason"],
+                                                              row["status"])
+        for k, v in row.items():  # a summary number is the table's; an empty cell is left out
+            if k in ("step_time_median_s", "mfu", "peak_memory_gb"):
+                assert (k in run.summary) == (v != "") and (v == "" or run.summary[k] == float(v))
+    for p in plan.to_dict("records"):
+        params = by_id[p["point_id"]].params
+        assert params == {k: v for k, v in p.items() if k not in NOT_PARAMS and v != ""}
+    states = {r.state for r in shape.runs}
+    assert {"ok", "oom", "infeasible"} <= states
+    ok = next(r for r in shape.runs if r.state == "ok")
+    assert len(ok.steps) == 10 and all({"step", "step_time_s", "loss"} <= set(s) for s in ok.steps)
+    eff = pd.read_csv(synth / "efficiency.csv")
+    weak = eff[eff["series"] == "weak-dp"].dropna(subset=["efficiency"])
+    assert dict(shape.curves["weak-dp"])[4]["efficiency"] == pytest.approx(
+        float(weak.loc[weak["n"] == 4, "efficiency"].iloc[0]))
+
+
+def test_a_run_digest_follows_its_content(synth):
+    from scalestudy.report.export.shape import read_study_shape
+
+    a, b = read_study_shape(synth), read_study_shape(synth)
+    assert [r.digest for r in a.runs] == [r.digest for r in b.runs] and a.digest == b.digest
+    run = a.runs[0]
+    before = run.digest
+    run.steps[-1]["loss"] += 1e-9
+    assert run.digest != before
