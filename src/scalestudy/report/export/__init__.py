@@ -7,7 +7,6 @@ content is left alone, a changed one is written again, a new one added.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 
@@ -22,7 +21,7 @@ PACKAGES = {"mlflow": "mlflow", "wandb": "wandb", "tensorboard": "tensorboard"}
 def require(tool: str) -> None:
     """ExportError naming the extra when ``tool``'s package cannot be imported."""
     try:
-        importlib.import_module(PACKAGES[tool])
+        __import__(PACKAGES[tool])  # (a tracker's package, never one of ours)
     except ImportError:
         raise ExportError(f"export.{tool}: the {PACKAGES[tool]} package is not installed; "
                           f"pip install 'scalestudy[{tool}]' (or remove export.{tool} from "

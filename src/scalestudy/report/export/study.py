@@ -5,7 +5,6 @@ written) says so in one line and the others still run; the study's tables are on
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 from scalestudy.config.export import EXPORT_SECTIONS, Export
@@ -15,8 +14,19 @@ from scalestudy.record.reading import RecordError, one_line
 from scalestudy.report.export import ExportError, Outcome, require
 from scalestudy.report.export.shape import read_study_shape
 
-#: Each tool's writer module (its ``export(shape, settings) -> Outcome``).
-WRITERS = {"mlflow": "to_mlflow", "wandb": "to_wandb", "tensorboard": "to_tensorboard"}
+
+
+def writer(tool: str):
+    """The module that writes ``tool`` (its ``export(shape, settings) -> Outcome``), imported
+    on use (each imports its tracker's package)."""
+    if tool == "mlflow":
+        from scalestudy.report.export import to_mlflow as module
+    elif tool == "wandb":
+        from scalestudy.report.export import to_wandb as module
+    else:
+        from scalestudy.report.export import to_tensorboard as module
+    return module
+
 #: What a finished export writes in the study's folder: what each tool holds (the workflow's
 #: export rule's output).
 MANIFEST = Path("export") / "exported.json"
@@ -48,8 +58,7 @@ def export_study(folder: str | Path, tools: tuple[str, ...] = ()
             require(tool)
             shape = shape or read_study_shape(folder)
             chosen = getattr(settings, tool) or EXPORT_SECTIONS[f"export.{tool}"]()
-            writer = importlib.import_module(f"scalestudy.report.export.{WRITERS[tool]}")
-            done.append(writer.export(shape, chosen))
+            done.append(writer(tool).export(shape, chosen))
         except ExportError as e:
             failed.append(str(e))
         except RecordError as e:
