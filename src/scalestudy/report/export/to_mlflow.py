@@ -118,11 +118,16 @@ def export(shape: StudyShape, settings) -> Outcome:
         exp = client.get_experiment_by_name(name)
         exp_id = exp.experiment_id if exp else client.create_experiment(
             name, tags={PREFIX + "study": shape.name})
-        have = {}
-        for r in client.search_runs([exp_id], max_results=50000):
-            have.setdefault(r.data.tags.get(PREFIX + "point_id")
-                            or (STUDY_RUN if r.data.tags.get(PREFIX + "kind") == "study"
-                                else None), []).append(r)
+        have, token = {}, None
+        while True:  # every run of the experiment, a page at a time
+            page = client.search_runs([exp_id], max_results=1000, page_token=token)
+            for r in page:
+                have.setdefault(r.data.tags.get(PREFIX + "point_id")
+                                or (STUDY_RUN if r.data.tags.get(PREFIX + "kind") == "study"
+                                    else None), []).append(r)
+            token = page.token
+            if not token:
+                break
         now = int(time.time() * 1000)
         for key, run, digest in ([(r.point_id, r, r.digest) for r in shape.runs]
                                  + [(STUDY_RUN, None, shape.digest)]):
