@@ -81,9 +81,10 @@ def mlflow_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def exported(tiny_study_run, mlflow_server, tmp_path_factory):
-    """The shared tiny study's folder, copied and run again through Snakemake with its
-    export: section turning on MLflow (the server), W&B (offline) and TensorBoard."""
+def exported(mlflow_server, tiny_study_run, tmp_path_factory):
+    """The shared tiny study's folder, copied and run again through Snakemake up to its
+    export job, with its export: section turning on MLflow (the server), W&B (offline) and
+    TensorBoard."""
     shared_study, shared_results, _ = tiny_study_run
     root = tmp_path_factory.mktemp("exported")
     study_file, results = root / "tiny.yaml", root / "results"
@@ -92,8 +93,9 @@ def exported(tiny_study_run, mlflow_server, tmp_path_factory):
     doc = dict(TINY, export={"mlflow": {"tracking_uri": mlflow_server}, "wandb": {},
                              "tensorboard": {}})
     study_file.write_text(yaml.safe_dump(doc))
-    r = snakemake(study_file, results)
+    r = snakemake(study_file, results, "--until", "export")
     assert r.returncode == 0, r.stderr[-4000:]
+    assert "rule export:" in r.stdout + r.stderr
     assert trained(r.stderr + r.stdout) == 0  # every point reused
     return results / "tiny"
 

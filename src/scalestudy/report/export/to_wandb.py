@@ -20,7 +20,7 @@ import json
 import os
 from pathlib import Path
 
-from scalestudy.record.io import write_json
+from scalestudy.record.io import escaping_links, write_json
 from scalestudy.report.export import ExportError, Outcome
 from scalestudy.report.export.shape import STUDY_RUN, RunShape, StudyShape
 
@@ -63,6 +63,19 @@ def _log_study(wandb, run, shape: StudyShape) -> None:
     run.summary.update(shape.tags)
 
 
+def keep_inside(root: Path) -> None:
+    """Replace each symlink under ``root`` that leads outside it (wandb links a run's
+    ``logs/debug-core.log`` to its cache folder) by a copy of its file, or remove it: the
+    results folder holds no link out of it (``record.io.refuse_escaping_links``)."""
+    for link, target in escaping_links(root):
+        tmp = link.with_name(f".{link.name}.tmp-{os.getpid()}")
+        if Path(target).is_file():
+            tmp.write_bytes(Path(target).read_bytes())
+            tmp.replace(link)
+        else:
+            link.unlink()
+
+
 def export(shape: StudyShape, settings) -> Outcome:
     """Write ``shape`` to W&B as ``settings`` (``config.export.WandbExport``) say."""
     os.environ.setdefault("WANDB_SILENT", "true")
@@ -80,6 +93,17 @@ def export(shape: StudyShape, settings) -> Outcome:
     out = Outcome("wandb", f"{mode}, project {project}, {root}")
     quiet = wandb.Settings(console="off", x_disable_stats=True, disable_git=True,
                            save_code=False, silent=True, init_timeout=120)
+    try:
+        _export_runs(wandb, shape, settings, root, project, ledger, out, quiet)
+    finally:
+        keep_inside(root)
+    return out
+
+
+def _export_runs(wandb, shape: StudyShape, settings, root: Path, project: str, ledger: dict,
+                 out: Outcome, quiet) -> None:
+    """Each run of ``shape`` not in ``ledger`` with its digest, written and then recorded."""
+    mode = str(settings.mode)
     for key, run_shape, digest in ([(r.point_id, r, r.digest) for r in shape.runs]
                                    + [(STUDY_RUN, None, shape.digest)]):
         if ledger.get(key) == digest:
@@ -106,5 +130,4 @@ def export(shape: StudyShape, settings) -> Outcome:
         out.updated += key in ledger
         out.created += key not in ledger
         ledger[key] = digest
-        write_json(ledger_path, ledger)
-    return out
+        write_json(root / LEDGER, ledger)
