@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[test,hta]"
+	$(PY) -m pip install -q -e ".[test,hta,mlflow,wandb,tensorboard]" "$(TORCH)"
 	touch $@
 
 # The foreign trainers tests/integration/test_foreign.py sweeps live (the `foreign` extra: torchtitan,

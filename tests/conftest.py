@@ -18,7 +18,7 @@ if str(REPO) not in sys.path:
     sys.path.append(str(REPO))
 
 # The tiny study every end-to-end check shares: one Snakemake run per session
-# (``tiny_study_run``), read by test_workflow.py and test_predict_default.py.
+# (``tiny_study_run``), read by test_workflow.py, test_predict_default.py and test_export.py.
 TINY = {
     "name": "tiny",
     "models": {"m": {"layers": 2, "hidden": 32, "heads": 2, "seq_len": 16, "vocab": 64}},
@@ -42,7 +42,8 @@ TINY = {
 # processing time first). The Slurm and install tests wait more than they compute.
 LONGEST_FIRST = ("test_parallel_parity.py", "test_foreign.py", "test_workflow.py", "test_slurm.py",
                  "test_gpu_check.py",
-                 "test_faults.py", "test_lifetime.py", "test_install.py", "test_examples.py", "test_compare.py",
+                 "test_faults.py", "test_lifetime.py", "test_install.py", "test_examples.py", "test_export.py",
+                 "test_compare.py",
                  "test_sitepolicy.py", "test_rendezvous.py", "test_trust.py")
 
 

@@ -2,7 +2,7 @@
 
 ``scalestudy --help`` lists the subcommands, one line each; ``scalestudy COMMAND --help`` says
 what one does, with an example. ``plan``, ``run``, ``aggregate`` and ``plot`` are defined here;
-``predict``, ``tune``, ``run-point``, ``status`` and ``compare`` by the modules in
+``predict``, ``tune``, ``run-point``, ``status``, ``compare`` and ``export`` by the modules in
 :data:`DELEGATED` (their ``main(argv)``). A bad study file ends with one line naming the field
 and the fix, exit status 2.
 """
@@ -22,7 +22,7 @@ from scalestudy.config.study_yaml import StudyError
 from scalestudy.run.snakemake import launch, report_env, run_snakemake, snakemake_argv
 
 # subcommands implemented by other modules' main(argv) (delegated_main)
-DELEGATED = ("predict", "tune", "run-point", "status", "compare")
+DELEGATED = ("predict", "tune", "run-point", "status", "compare", "export")
 # one line per subcommand in ``scalestudy --help`` (each subcommand's --help starts with it)
 SUMMARY = {
     "plan": "print the sweep: feasible and skipped points",
@@ -31,6 +31,7 @@ SUMMARY = {
     "aggregate": "write the tables of a study's runs again",
     "plot": "draw a study's figures again",
     "compare": "draw several studies on one set of axes",
+    "export": "copy a study into MLflow, W&B or TensorBoard",
     "predict": "predict step times and efficiency (performance model)",
     "tune": "search a layout by measuring it (or rank shapes by the model)",
     "run-point": "run one sweep point (what each Snakemake job runs)",
@@ -194,6 +195,8 @@ def delegated_main(name: str):
         from scalestudy.run.runner import main
     elif name == "status":
         from scalestudy.commands.status import main
+    elif name == "export":
+        from scalestudy.commands.export import main
     else:
         from scalestudy.commands.compare import main
     return main

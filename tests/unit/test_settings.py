@@ -66,24 +66,24 @@ def test_a_new_section_is_one_module_of_declarations():
     """A section's dataclass of declared settings and one declared field of the study make its
     schema (with defaults and ranges), its place among the sections and its typed value."""
     @dataclasses.dataclass(frozen=True)
-    class Export:
+    class Archive:
         format: str = settings.setting("csv", hash=Hash.NEVER, pattern="^[a-z]+$",
                                        doc="file format")
         digits: int = settings.setting(4, hash=Hash.NEVER, minimum=1, maximum=17,
                                        doc="significant digits")
 
     Extended = dataclasses.make_dataclass(
-        "Extended", [("export", Export, settings.setting(factory=Export, hash=Hash.NEVER,
+        "Extended", [("archive", Archive, settings.setting(factory=Archive, hash=Hash.NEVER,
                                                          doc="how tables are exported"))],
         bases=(Study,), frozen=True, kw_only=True)
-    prop = object_schema(Extended)["properties"]["export"]
+    prop = object_schema(Extended)["properties"]["archive"]
     assert prop["default"] == {} and prop["additionalProperties"] is False
     assert prop["properties"]["digits"] == {"type": "integer", "minimum": 1, "maximum": 17,
                                             "default": 4, "description": "significant digits"}
     assert prop["properties"]["format"]["pattern"] == "^[a-z]+$"
-    assert ("export", Export) in sections(Extended)
+    assert ("archive", Archive) in sections(Extended)
     doc = validate(STUDY).to_json()
-    assert Extended.from_validated({**doc, "export": {"digits": 6}}).export == Export(digits=6)
+    assert Extended.from_validated({**doc, "archive": {"digits": 6}}).archive == Archive(digits=6)
 
 
 @pytest.mark.parametrize("key, cls", sections(), ids=[k or "study" for k, _ in sections()])

@@ -40,7 +40,7 @@ def test_the_json_form_has_the_validated_documents_keys():
     doc = validate(MINIMAL).to_json()
     assert set(doc) == {"name", "description", "models", "series", "repeats", "retries",
                         "flops_convention", "workload", "references", "train", "parallel",
-                        "platform", "report", "microbench", "predict", "profile"}
+                        "platform", "report", "microbench", "predict", "profile", "export"}
     assert "name" not in doc["models"]["m"] and doc["models"]["m"]["mlp"] == "gelu"
     assert doc["series"] == [{"name": "w", "mode": "weak", "model": "m", "gpus": [1, 2],
                               "micro_batch": 2, "tp": 1, "pp": 1, "cp": 1, "grad_accum": 1}]

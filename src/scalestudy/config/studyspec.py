@@ -17,6 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field, fields, make_dataclass, replace
 from typing import Mapping
 
+from scalestudy.config.export import Export
 from scalestudy.config.parts import (SERIES_SETTINGS, TUNED_SETTINGS, Model, Parallel, Platform, Profile, Train,
                                      Workload, json_value, section_of)
 from scalestudy.config import limits, settings
@@ -328,6 +329,9 @@ class Study:
         doc="scalestudy tune STUDY --measure: search the layout of one model on N devices by "
             "measuring it (Optuna; docs/tuning.md). Every trial is a point of the pipeline, "
             "under results/<name>/tune/")
+    export: Export = setting(factory=Export, hash=Hash.NEVER,
+                             doc="copies of the finished study for experiment trackers "
+                                 "(docs/exporting.md)")
 
     @classmethod
     def from_validated(cls, doc: Mapping) -> "Study":
@@ -335,9 +339,9 @@ class Study:
         defaults and semantic checks passed; or a ``study.json`` this version wrote)."""
         kw = {}
         for f, s in settings.declared(cls):
-            if f.name not in doc:  # (a study.json written before the section existed)
-                continue
-            value, kind = doc[f.name], settings.value_type(cls, f.name)
+            value, kind = doc.get(f.name), settings.value_type(cls, f.name)
+            if value is None and not settings.nullable(cls, f.name):
+                continue  # (a study.json written before the section existed: its default)
             if f.name in _FROM_STUDY:
                 kw[f.name] = _FROM_STUDY[f.name](value)
             elif value is not None and dataclasses.is_dataclass(kind):  # a section

@@ -173,6 +173,13 @@ def member(enum: type[StrEnum], value, field: str):
         raise ValueError(f"{field}={value!r} is not supported; allowed: {allowed(enum)}") from None
 
 
+class WandbMode(StrEnum):
+    """How a Weights & Biases run is written (``wandb.init(mode=...)``)."""
+
+    OFFLINE = "offline"  # files under the run folder, sent later with `wandb sync`
+    ONLINE = "online"  # sent to the W&B server as it is logged
+
+
 #: The schema's ``$defs`` entries whose ``enum`` lists come from here.
 SCHEMA_ENUMS: dict[str, tuple[str, ...]] = {
     "scaling_mode": tuple(ScalingMode),
@@ -195,4 +202,5 @@ SCHEMA_ENUMS: dict[str, tuple[str, ...]] = {
     "figure_style": tuple(FigureStyle),
     "sampler": tuple(Sampler),
     "profile_ranks": tuple(ProfileRanks),
+    "wandb_mode": tuple(WandbMode),
 }
