@@ -37,7 +37,11 @@ STAGES: dict[str, set[str]] = {
 }
 # the command lines (argument parsing, exit codes) of every stage
 STAGES["commands"] = set(STAGES)
-STAGES["cli"] = set(STAGES) - {"distributed", "models", "train", "measure"}
+STAGES["cli"] = {"commands"}  # the registry of the commands
+STAGES["__main__"] = {"cli"}  # python -m scalestudy COMMAND
+# a package's __main__ (python -m scalestudy.train: what torchrun starts) hands its
+# arguments to one command: the only import up the stages, and all such a module holds
+ENTRY = {"commands", "process_exit"}
 
 
 def module_name(path: Path) -> str:
@@ -97,6 +101,7 @@ def test_stage_order_is_acyclic():
 def test_imports_follow_the_stages():
     wrong = sorted(f"{m} -> {t}" for m, targets in graph().items() for t in targets
                    if stage(t) not in STAGES.get(stage(m), set()) | {stage(m)}
+                   | (ENTRY if m.endswith(".__main__") else set())
                    and stage(t) != "scalestudy")
     assert not wrong, "imports against the stage order:\n" + "\n".join(wrong)
 
@@ -122,18 +127,32 @@ def test_no_import_circle():
     assert not circles, "import circles:\n" + "\n".join(circles)
 
 
-def test_no_stage_parses_arguments():
-    """Argument parsing and ``main(argv)`` live in ``scalestudy/commands/`` (and the CLI);
-    the stages that compute and report hold none."""
+def _is_main_guard(node: ast.stmt) -> bool:
+    return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+            and getattr(node.test.left, "id", "") == "__name__")
+
+
+def test_commands_are_the_only_entry_points():
+    """Argument parsing, ``main`` and ``if __name__ == "__main__"`` live in
+    ``scalestudy/commands/`` and the registry ``cli.py`` (the console script); a package's
+    ``__main__.py`` only hands its arguments to a command (no function, no class, no logic)."""
     for path in PACKAGE.rglob("*.py"):
-        stage_name = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
-        if stage_name not in ("report", "perf", "tune", "measure", "analysis", "record",
-                              "config", "plan"):
-            continue
+        rel = path.relative_to(PACKAGE)
         tree = ast.parse(path.read_text())
+        if rel.parts[0] == "commands":
+            continue
         names = {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
                  for a in n.names} | {n.module for n in ast.walk(tree)
                                       if isinstance(n, ast.ImportFrom)}
-        assert "argparse" not in names, f"{path}: argument parsing belongs in commands/"
-        assert not any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), \
-            f"{path}: a main(argv) belongs in commands/"
+        assert "argparse" not in names, f"{rel}: argument parsing belongs in commands/"
+        assert not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                       and n.name == "main" for n in ast.walk(tree)), \
+            f"{rel}: a main(argv) belongs in commands/"
+        if rel.name == "__main__.py":
+            assert not any(isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.If, ast.For,
+                                          ast.While, ast.Try, ast.With)) for n in tree.body), \
+                f"{rel}: a __main__ only hands its arguments to a command"
+            continue
+        guards = [n for n in tree.body if _is_main_guard(n)]
+        assert not guards or rel == Path("cli.py"), \
+            f"{rel}: `python -m` of a stage module: make it a command (scalestudy COMMAND)"

@@ -71,8 +71,8 @@ FIT = "perf_fit.yaml"
 
 @lru_cache(maxsize=1)
 def fitted() -> dict:
-    """The fitted constants of ``data/perf_fit.yaml`` (written by ``python -m
-    scalestudy.commands.fit``): ``{"constants": {name: {value, low, high, source}}, "fit": {...}}``;
+    """The fitted constants of ``data/perf_fit.yaml`` (written by ``scalestudy fit
+    --write``): ``{"constants": {name: {value, low, high, source}}, "fit": {...}}``;
     empty when the file is absent."""
     import yaml
 

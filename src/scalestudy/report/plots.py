@@ -1,6 +1,6 @@
 """Figures from ``runs.csv`` / ``efficiency.csv`` (seaborn, Agg backend).
 
-    python -m scalestudy.commands.plots RESULTS/STUDY      (or: scalestudy plot RESULTS/STUDY)
+    scalestudy plot RESULTS/STUDY
 
 Writes under ``figures/``, each as PNG and PDF plus the CSV it was drawn from:
 ``efficiency_weak``, ``efficiency_strong`` (efficiency vs N, log2 x axis, ideal line, 95% CI
