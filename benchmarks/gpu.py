@@ -70,7 +70,7 @@ def run_dir_name(config: str) -> str:
 def calibrate(device: str, out: Path, smoke: bool, timeout: float = 180) -> dict | None:
     """The measured bf16 matmul ceiling, in its own process (so it holds no device memory
     while training runs). None if it fails."""
-    argv = [sys.executable, "-m", "scalestudy.commands.calibrate", "--device", device, "--dtype", "bf16",
+    argv = [sys.executable, "-m", "scalestudy", "calibrate", "--device", device, "--dtype", "bf16",
             "--out", str(out)]
     argv += ["--size", "256", "--samples", "5", "--max-seconds", "1"] if smoke else []
     if device == "cpu":

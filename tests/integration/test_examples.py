@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from scalestudy.cli import snakemake_argv
+from scalestudy.run.snakemake import snakemake_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 FSDP_STUDY = ROOT / "examples" / "fsdp_llama" / "study.yaml"

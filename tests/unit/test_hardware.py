@@ -2,7 +2,8 @@ import pytest
 
 from scalestudy.config import devices
 from scalestudy.perf import framework, hardware
-from scalestudy.commands import calibrate as calibrate_command
+from scalestudy import cli
+from scalestudy.commands.calibrate import parse_shape
 
 
 @pytest.mark.parametrize(
@@ -120,7 +121,7 @@ def test_calibrate_writes_record(tmp_path):
     from scalestudy.record.io import read_json
 
     out = tmp_path / "calibration.json"
-    assert calibrate_command.main(["--device", "cpu", "--dtype", "fp32", "--out", str(out), "--size", "64",
+    assert cli.main(["calibrate", "--device", "cpu", "--dtype", "fp32", "--out", str(out), "--size", "64",
                            "--samples", "3", "--max-seconds", "0.5"]) == 0
     rec = read_json(out)
     for key in ("device_name", "device_type", "host", "dtype", "m", "n", "k", "flops_per_s",
@@ -137,10 +138,10 @@ def test_calibrate_times_the_studys_own_shapes(tmp_path):
     from scalestudy.record.io import read_json
 
     out = tmp_path / "calibration.json"
-    assert calibrate_command.main(["--device", "cpu", "--out", str(out), "--size", "64", "--samples", "3",
+    assert cli.main(["calibrate", "--device", "cpu", "--out", str(out), "--size", "64", "--samples", "3",
                            "--max-seconds", "0.5", "--shapes", "32x16x8", "64x64x64"]) == 0
     shapes = read_json(out)["shapes"]
     assert [(r["m"], r["n"], r["k"]) for r in shapes] == [(32, 16, 8), (64, 64, 64)]
     assert all(r["flops_per_s"] > 0 for r in shapes)
     with pytest.raises(argparse.ArgumentTypeError, match="use MxNxK"):
-        calibrate_command.parse_shape("64x64")
+        parse_shape("64x64")
