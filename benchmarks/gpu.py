@@ -26,7 +26,7 @@ from benchmarks import figure
 from scalestudy.config.point import Point
 from scalestudy.config.parts import Model
 from scalestudy.config.identity import identify
-from scalestudy.perf import flops
+from scalestudy.config import flops
 
 TARGET_MFU = 0.50
 # ~1.1B parameters: 18 layers x 12 h^2 (906M) + untied embedding and head (2 x 103M).

@@ -65,7 +65,7 @@ def write_records(points: list[Point], study_dir: Path, seed: int = 0) -> int:
     import random
 
     from scalestudy.config.vocab import FlopsConvention
-    from scalestudy.perf import flops
+    from scalestudy.config import flops
 
     rng = random.Random(seed)
     runs = Path(study_dir) / "runs"

@@ -42,7 +42,7 @@ def test_fsdp_example_runs_like_the_builtin_trainer(tmp_path):
     assert (runs["workload"] == "command").all()
     from scalestudy.analysis.aggregate import RUN_COLUMNS
     from scalestudy.config.point import Point
-    from scalestudy.perf import flops
+    from scalestudy.config import flops
 
     assert list(runs.columns) == RUN_COLUMNS
     for row in runs.itertuples():

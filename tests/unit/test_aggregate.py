@@ -11,7 +11,7 @@ from synthetic_study import CEILING, MODEL, POINTS, make_study
 
 from scalestudy.analysis import aggregate
 from scalestudy.report.aggregate import aggregate_study
-from scalestudy.perf import flops
+from scalestudy.config import flops
 from scalestudy.record.read import read_steps
 from scalestudy.record.io import write_json
 from scalestudy import cli

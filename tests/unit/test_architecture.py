@@ -25,13 +25,17 @@ STAGES: dict[str, set[str]] = {
     "perf": {"config", "numbers", "record", "reference_data"},
     "plan": {"config", "numbers", "perf", "record", "reference_data"},
     "models": {"config", "numbers"},
-    "distributed": {"config", "models", "numbers", "perf", "plan"},
-    "train": {"config", "distributed", "models", "numbers", "perf", "plan", "process_exit",
-              "record"},
+    # the trainer depends on the study's config (shapes, layout rules) and writes records;
+    # the performance model and the planner stay beside it
+    "distributed": {"config", "models", "numbers"},
+    "train": {"config", "distributed", "models", "numbers", "process_exit", "record"},
     "run": {"config", "numbers", "paths", "perf", "plan", "process_exit", "record"},
     "measure": {"config", "distributed", "models", "numbers", "perf", "plan", "record", "run", "train"},
+    # the model judged against published tables and series, and its one fitted constant
+    "validation": {"config", "numbers", "perf", "record", "reference_data"},
     "analysis": {"config", "numbers", "perf", "record"},
-    "report": {"analysis", "config", "numbers", "paths", "perf", "plan", "record", "reference_data"},
+    "report": {"analysis", "config", "numbers", "paths", "perf", "plan", "record", "reference_data",
+               "validation"},
     # the layout search: plans layouts, runs them as points, reads their records, reports
     "tune": {"analysis", "config", "numbers", "paths", "perf", "plan", "record", "report", "run"},
 }
@@ -125,6 +129,26 @@ def test_no_import_circle():
         if m not in state:
             visit(m, [])
     assert not circles, "import circles:\n" + "\n".join(circles)
+
+
+#: the one path of the aggregate into the performance model: the breakdown tables set the
+#: model's predicted terms beside the measured ones (their own rewrite moves them out)
+AGGREGATE_MODEL_PATH = {"scalestudy.analysis.breakdown"}
+
+
+def test_the_aggregate_runs_no_performance_model():
+    """``scalestudy aggregate`` writes the measured tables: following its imports reaches no
+    module of the performance model (``perf``) nor its validation; FLOPs conventions, parameter
+    counts and device peaks are facts of ``config``."""
+    g = graph()
+    seen, todo = set(), ["scalestudy.commands.aggregate"]
+    while todo:
+        m = todo.pop()
+        if m in seen or m in AGGREGATE_MODEL_PATH:
+            continue
+        seen.add(m)
+        todo += sorted(g.get(m, ()))
+    assert not sorted(m for m in seen if stage(m) in ("perf", "validation"))
 
 
 def _is_main_guard(node: ast.stmt) -> bool:

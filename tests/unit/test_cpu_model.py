@@ -635,7 +635,7 @@ def test_calibration_times_blocks_only_of_models_it_can_afford():
     from scalestudy.config.point import Point
     from scalestudy.config.parts import Model
     from scalestudy.measure.blocks import MAX_BLOCK_FLOPS, block_flops, block_specs
-    from scalestudy.perf import flops
+    from scalestudy.config import flops
 
     small = Point.for_layout(Model(layers=2, hidden=32, heads=2, seq_len=16, vocab=64),
                              micro_batch=2)

@@ -14,7 +14,7 @@ import pytest
 
 from scalestudy.config.point import Point
 from scalestudy.config.parts import Model, Workload
-from scalestudy.perf import flops
+from scalestudy.config import flops
 from scalestudy.record import steps as contract
 from scalestudy.record.read import parse_steps
 from scalestudy.run import collect

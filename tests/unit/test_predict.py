@@ -5,7 +5,7 @@ import pytest
 
 from scalestudy.perf import hardware, rates
 from scalestudy.perf.inputs import host_measurements
-from scalestudy.perf import frontier as predict
+from scalestudy.validation import frontier as predict
 from scalestudy import cli
 
 

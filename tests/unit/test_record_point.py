@@ -12,7 +12,7 @@ import pytest
 from scalestudy.config.point import Point
 from scalestudy.config.parts import Model
 from scalestudy.config.identity import identify
-from scalestudy.perf.run_summary import summary as run_summary
+from scalestudy.record.run_summary import summary as run_summary
 from scalestudy.record import against_point, read
 from scalestudy.record.reading import RecordError
 from scalestudy.record import steps as contract

@@ -32,7 +32,7 @@ from scalestudy.analysis import stats
 from scalestudy.config.point import Point
 from scalestudy.config.checks import PointError
 from scalestudy.config.vocab import FlopsConvention
-from scalestudy.perf import flops, hardware
+from scalestudy.config import devices, flops
 from scalestudy.record import read as rread
 from scalestudy.record.reading import RecordError, read_text
 from scalestudy.record import stragglers
@@ -224,7 +224,7 @@ def energy_columns(summary: dict) -> dict:
             "energy_note": str(e.get("note") or "")}
 
 
-_resolve_peak = lru_cache(maxsize=None)(hardware.resolve_peak)  # a pure lookup in a fixed table
+_resolve_peak = lru_cache(maxsize=None)(devices.resolve_peak)  # a pure lookup in a fixed table
 
 
 def step_columns(times: list[list[float]], seeds: list[int], constants: np.ndarray

@@ -1,4 +1,4 @@
-"""``scalestudy fit``: the model's one fitted constant (:mod:`scalestudy.perf.fit`)."""
+"""``scalestudy fit``: the model's one fitted constant (:mod:`scalestudy.validation.fit`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def add_arguments(p) -> None:
 
 
 def run(a) -> int:
-    from scalestudy.perf.fit import CONSTANT, fit, write
+    from scalestudy.validation.fit import CONSTANT, fit, write
 
     result = fit()
     c = result["constants"][CONSTANT]

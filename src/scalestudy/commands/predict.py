@@ -137,7 +137,7 @@ def _predict_study(a, study, out: Path) -> int | None:
 
 def _predict_published(a, mi, out: Path) -> None:
     """The Frontier study at scale on ``mi``'s hardware, beside its published results."""
-    from scalestudy.perf import frontier
+    from scalestudy.validation import frontier
     from scalestudy.record.io import write_csv, write_text
     from scalestudy.report.predict import figures, markdown, model_breakdown_figure
 

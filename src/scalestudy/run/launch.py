@@ -115,7 +115,7 @@ def launch_argv(point: Point, run_dir: str | os.PathLike, *, python: str = sys.e
 def _available_cpus(environ: Mapping) -> int:
     if environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
         return int(environ["SLURM_CPUS_PER_TASK"])
-    from scalestudy.perf.hardware import usable_cpus
+    from scalestudy.config.devices import usable_cpus
 
     return usable_cpus()
 

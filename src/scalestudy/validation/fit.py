@@ -29,7 +29,7 @@ from importlib import resources
 
 import yaml
 
-from scalestudy.perf import validation
+from scalestudy.validation import published as validation
 from scalestudy.record.io import write_text
 
 #: The declared fit subset (module doc): Megatron-LM SC21 Table 1 (A100) and torchtitan's
@@ -104,7 +104,7 @@ def fit(fit_tables=FIT_TABLES, errors: dict | None = None) -> dict:
 def write(result: dict) -> str:
     """Store ``result`` as ``data/perf_fit.yaml`` (in the source tree the package runs from)."""
     path = str(resources.files("scalestudy").joinpath("data", "perf_fit.yaml"))
-    head = ("# Written by `python -m scalestudy fit --write` (scalestudy/perf/fit.py): the\n"
+    head = ("# Written by `python -m scalestudy fit --write` (scalestudy/validation/fit.py): the\n"
             "# fitted constants of the step model, the subset they were fitted on and every\n"
             "# table's in-sample and leave-one-table-out error. Do not edit by hand.\n")
     write_text(path, head + yaml.safe_dump(result, sort_keys=False))
