@@ -229,7 +229,7 @@ def test_planner_copies_retries_into_points_unhashed():
 # memory limit, stale records.
 
 #: A stand-in's sound record of its point (``d``: the run folder): every step trains the
-#: point's tokens, as the runner checks (``record.read.run_problem``).
+#: point's tokens, as the runner checks (``record.run_records.run_problem``).
 WRITE_RECORD = ("import json\n"
                 "p = json.loads((d / 'point.json').read_text())\n"
                 "line = {'step_time_s': 0.01, 'loss': 1.0,"

@@ -21,7 +21,7 @@ from conftest import small_tmpfs, snakemake
 from scalestudy import cli
 from scalestudy.plan.planner import write_plan
 from scalestudy.record import io
-from scalestudy.record.reading import RecordError
+from scalestudy.record.bounded_read import RecordError
 from scalestudy.record.source import SOURCE_KEY
 from scalestudy.report.plots import FIGURES
 from scalestudy.run import guard

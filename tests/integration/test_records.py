@@ -28,7 +28,7 @@ import pytest
 from scalestudy import cli
 from scalestudy.analysis import aggregate
 from scalestudy.report.aggregate import aggregate_study
-from scalestudy.record.reading import RecordError
+from scalestudy.record.bounded_read import RecordError
 from scalestudy.record.states import RunState
 from scalestudy.report import status as st
 
@@ -302,7 +302,7 @@ def test_a_diverged_training_writes_json_and_is_invalid(tmp_path, monkeypatch):
            "n": 1, "series": "d", "mode": "weak", "repeat": 0, "tokens_per_step": 32}
     run, times, _ = aggregate.read_run(row, run_dir, None, None)
     why = "loss diverged: non-finite loss (nan) at step 1"
-    from scalestudy.record.read import run_problem
+    from scalestudy.record.run_records import run_problem
 
     assert run_problem(run_dir, point.to_json()) == why  # the runner's verdict: invalid too
     assert (run["status"], run["reason"], times) == ("invalid", why, [])

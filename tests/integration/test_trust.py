@@ -25,7 +25,7 @@ from scalestudy.config.point import Point
 from scalestudy.config.parts import Model, Platform
 from scalestudy.config.identity import config_hash
 from scalestudy.record import io
-from scalestudy.record.reading import RecordError
+from scalestudy.record.bounded_read import RecordError
 from scalestudy.run import guard, runner
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from synthetic_study import CEILING, MODEL, POINTS, make_study
 from scalestudy.analysis import aggregate
 from scalestudy.report.aggregate import aggregate_study
 from scalestudy.config import flops
-from scalestudy.record.read import read_steps
+from scalestudy.record.run_records import read_steps
 from scalestudy.record.io import write_json
 from scalestudy import cli
 
@@ -101,7 +101,7 @@ def test_broken_invariant_gets_no_curve(tmp_path, capsys):
 
 
 def test_missing_plan_is_a_clear_error(tmp_path, capsys):
-    from scalestudy.record.reading import RecordError
+    from scalestudy.record.bounded_read import RecordError
 
     with pytest.raises(RecordError, match="plan.tsv"):
         aggregate_study(tmp_path)

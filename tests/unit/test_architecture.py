@@ -17,27 +17,27 @@ PACKAGE = Path(scalestudy.__file__).parent
 # over config and record, under plan, analysis and report; the CLI over all of them.
 STAGES: dict[str, set[str]] = {
     "paths": set(),
-    "numbers": set(),
+    "number_format": set(),
     "reference_data": set(),
     "process_exit": set(),  # ending a finished rank or launcher without teardown
-    "config": {"numbers", "paths"},
-    "record": {"config", "numbers", "paths"},
-    "perf": {"config", "numbers", "record", "reference_data"},
-    "plan": {"config", "numbers", "perf", "record", "reference_data"},
-    "models": {"config", "numbers"},
+    "config": {"number_format", "paths"},
+    "record": {"config", "number_format", "paths"},
+    "perf": {"config", "number_format", "record", "reference_data"},
+    "plan": {"config", "number_format", "perf", "record", "reference_data"},
+    "models": {"config", "number_format"},
     # the trainer depends on the study's config (shapes, layout rules) and writes records;
     # the performance model and the planner stay beside it
-    "distributed": {"config", "models", "numbers"},
-    "train": {"config", "distributed", "models", "numbers", "process_exit", "record"},
-    "run": {"config", "numbers", "paths", "perf", "plan", "process_exit", "record"},
-    "measure": {"config", "distributed", "models", "numbers", "perf", "plan", "record", "run", "train"},
+    "distributed": {"config", "models", "number_format"},
+    "train": {"config", "distributed", "models", "number_format", "process_exit", "record"},
+    "run": {"config", "number_format", "paths", "perf", "plan", "process_exit", "record"},
+    "measure": {"config", "distributed", "models", "number_format", "perf", "plan", "record", "run", "train"},
     # the model judged against published tables and series, and its one fitted constant
-    "validation": {"config", "numbers", "perf", "record", "reference_data"},
-    "analysis": {"config", "numbers", "perf", "record"},
-    "report": {"analysis", "config", "numbers", "paths", "perf", "plan", "record", "reference_data",
+    "validation": {"config", "number_format", "perf", "record", "reference_data"},
+    "analysis": {"config", "number_format", "perf", "record"},
+    "report": {"analysis", "config", "number_format", "paths", "perf", "plan", "record", "reference_data",
                "validation"},
     # the layout search: plans layouts, runs them as points, reads their records, reports
-    "tune": {"analysis", "config", "numbers", "paths", "perf", "plan", "record", "report", "run"},
+    "tune": {"analysis", "config", "number_format", "paths", "perf", "plan", "record", "report", "run"},
 }
 # the command lines (argument parsing, exit codes) of every stage
 STAGES["commands"] = set(STAGES)

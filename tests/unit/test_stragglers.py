@@ -15,8 +15,8 @@ from scalestudy.config.parts import Model
 from scalestudy.config.checks import PointError
 from scalestudy.config.identity import identify
 from scalestudy.record import stragglers
-from scalestudy.record.read import check_summary, read_summary
-from scalestudy.record.reading import RecordError
+from scalestudy.record.run_records import check_summary, read_summary
+from scalestudy.record.bounded_read import RecordError
 from scalestudy.run import health
 
 HOSTS = ["node-a", "node-a", "node-b", "node-b"]

@@ -25,7 +25,7 @@ def add_arguments(p) -> None:
 
 
 def run(a) -> int:
-    from scalestudy.record.reading import one_line
+    from scalestudy.record.bounded_read import one_line
     from scalestudy.report.compare import CompareError, compare
 
     try:

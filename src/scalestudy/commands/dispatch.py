@@ -93,7 +93,7 @@ def guarded(command: ModuleType, args: argparse.Namespace) -> int:
     from scalestudy.config.checks import PointError
     from scalestudy.config.study_yaml import StudyError
     from scalestudy.record.io import exit_on_os_error
-    from scalestudy.record.reading import RecordError, printable
+    from scalestudy.record.bounded_read import RecordError, printable
     from scalestudy.run.guard import StudyLocked
 
     try:

@@ -123,7 +123,7 @@ def measure(a) -> int:
     extra = a.rest
     from scalestudy.config.study import load_study
     from scalestudy.config.study_yaml import StudyError
-    from scalestudy.record.reading import RecordError, printable
+    from scalestudy.record.bounded_read import RecordError, printable
     from scalestudy.run.guard import StudyLocked
     from scalestudy.tune.search import start
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from scalestudy.numbers import plain
+from scalestudy.number_format import plain
 from scalestudy.config import partition
 from scalestudy.config.point import DPWrapper, Point
 from scalestudy.config.vocab import AttentionKernel, Device, DPMode, PPSchedule

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from scalestudy.numbers import plain
+from scalestudy.number_format import plain
 from scalestudy import paths
 from scalestudy.config import settings
 from scalestudy.config.parts import SETTING_SECTIONS

@@ -14,7 +14,7 @@ from collections import namedtuple
 
 import pandas as pd
 
-from scalestudy.numbers import finite, fmt, interval, percent
+from scalestudy.number_format import finite, fmt, interval, percent
 from scalestudy.report.breakdown import markdown as breakdown_markdown
 from scalestudy.report.tune import tune_markdown
 

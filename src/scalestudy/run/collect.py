@@ -28,8 +28,8 @@ from scalestudy.config.devices import cpu_name
 from scalestudy.record.run_summary import summary
 from scalestudy.record.env import common_env
 from scalestudy.record.io import write_json
-from scalestudy.record.read import parse_steps, read_steps
-from scalestudy.record.reading import RecordError, read_text
+from scalestudy.record.run_records import parse_steps, read_steps
+from scalestudy.record.bounded_read import RecordError, read_text
 from scalestudy.record.against_point import point_facts, step_vs_point
 from scalestudy.record.steps import STEPS_FILE, write_steps
 from scalestudy.run import logparse, workload

@@ -32,8 +32,8 @@ from typing import Mapping
 from scalestudy.config.point import Point
 from scalestudy.record import stragglers
 from scalestudy.record.io import write_json
-from scalestudy.record.read import read_summary
-from scalestudy.record.reading import RecordError, is_number, read_object
+from scalestudy.record.run_records import read_summary
+from scalestudy.record.bounded_read import RecordError, is_number, read_object
 from scalestudy.record.states import RunState
 from scalestudy.run.slurm import cpus_per_task
 

@@ -48,8 +48,8 @@ from scalestudy.config import sitepolicy
 from scalestudy.config.point import Point
 from scalestudy.record import breakdown
 from scalestudy.record.io import read_json, write_json
-from scalestudy.record.read import run_problem
-from scalestudy.record.reading import read_tail
+from scalestudy.record.run_records import run_problem
+from scalestudy.record.bounded_read import read_tail
 from scalestudy.record.states import RECORD_FILES, RETRIED, RunState
 from scalestudy.run import capture, collect, health, launch, lifetime, outcome, workload
 
