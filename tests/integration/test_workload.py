@@ -221,7 +221,7 @@ def _run(tmp_path, s: dict, n: int = 2) -> tuple[dict, Path]:
     (run / "point.json").write_text(p.json_text())
     env = dict(os.environ, OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
-    subprocess.run([sys.executable, "-m", "scalestudy", "run-point", str(run / "point.json"),
+    subprocess.run([sys.executable, "-m", "scalestudy", "run-point", "--job", str(run / "point.json"),
                     str(run)], env=env, cwd=tmp_path, check=True, timeout=300,
                    capture_output=True)
     return json.loads((run / "status.json").read_text()), run

@@ -94,3 +94,32 @@ def test_the_registry_imports_no_heavy_module():
             "'matplotlib', 'numpy') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "[]", r.stdout
+
+
+def test_one_wrapper_turns_errors_into_exit_statuses(capsys):
+    """A bad input or a failed write ends a command with one line and status 2, Ctrl-C with
+    130; a command whose traceback is its evidence (a torchrun rank) lets it through."""
+    from types import SimpleNamespace
+
+    from scalestudy.commands.dispatch import guarded
+    from scalestudy.config.study_yaml import StudyError
+
+    def raising(exc):
+        def run(args):
+            raise exc
+        return SimpleNamespace(run=run)
+
+    disk = OSError(28, "No space left on device")
+    disk.filename = "/r/s/runs.csv"
+    assert guarded(raising(StudyError("s.yaml: series[0]: unknown key 'gpu'")), None) == 2
+    assert guarded(raising(disk), None) == 2
+    assert guarded(raising(KeyboardInterrupt()), None) == 130
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "scalestudy: error: s.yaml: series[0]: unknown key 'gpu'"
+    assert err[1].startswith("scalestudy: error: /r/s/runs.csv: no space left on device")
+    assert err[2].startswith("scalestudy: interrupted") and len(err) == 3
+    rank = raising(RuntimeError("DefaultCPUAllocator: can't allocate memory"))
+    rank.TRACEBACK = True
+    with pytest.raises(RuntimeError, match="DefaultCPUAllocator"):
+        guarded(rank, None)
+    assert cli.COMMANDS["train"].TRACEBACK and cli.COMMANDS["torchrun"].TRACEBACK

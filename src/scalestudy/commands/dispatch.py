@@ -9,7 +9,10 @@ A command is a module of ``scalestudy/commands/`` with:
 - ``add_arguments(parser)``: its arguments; ``REST`` (optional): what the arguments after
   ``--`` are, handed over unparsed as ``args.rest`` (a command without it refuses them);
 - ``run(args) -> int``: the work, its exit status. Heavy imports (torch, pandas,
-  matplotlib) go inside it: ``scalestudy plan`` starts in well under a second.
+  matplotlib) go inside it: ``scalestudy plan`` starts in well under a second;
+- ``TRACEBACK = True`` (optional): the command's exception is its run's evidence (a torchrun
+  rank, torchrun itself: the runner classifies the point from the traceback in the log, and
+  torchrun's root-cause record carries it), so it propagates instead of becoming one line.
 
 :func:`guarded` runs ``run``: a bad study file, point or record, a locked study or an OSError
 (a full disk, an unwritable folder) ends with one line, ``scalestudy: error: ...``, and exit
@@ -96,6 +99,8 @@ def guarded(command: ModuleType, args: argparse.Namespace) -> int:
     from scalestudy.record.bounded_read import RecordError, printable
     from scalestudy.run.guard import StudyLocked
 
+    if getattr(command, "TRACEBACK", False):
+        return command.run(args)
     try:
         return exit_on_os_error(lambda: command.run(args))
     except (StudyError, PointError, RecordError, StudyLocked) as e:

@@ -14,6 +14,8 @@ DESCRIPTION = ("Runs torch.distributed.run with every argument after -- unchange
 EXAMPLE = ("scalestudy torchrun -- --nnodes 1 --nproc-per-node 2 -m scalestudy.train "
            "RUN/point.json RUN")
 REST = "torchrun's own arguments"
+#: a failed launch ends with torchrun's own error and exit code, as the runner expects
+TRACEBACK = True
 
 
 def add_arguments(p) -> None:

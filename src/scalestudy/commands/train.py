@@ -14,6 +14,8 @@ SUMMARY = "train one rank of a point (what torchrun starts on each rank)"
 DESCRIPTION = ("Trains the point of POINT_JSON on this rank of the process group torchrun set "
                "up; rank 0 writes steps.jsonl, summary.json and env.json into RUN_DIR. "
                "torchrun starts it as -m scalestudy.train POINT_JSON RUN_DIR.")
+#: a rank's exception is the point's evidence (the runner reads the traceback)
+TRACEBACK = True
 EXAMPLE = "scalestudy train RUN/point.json RUN      (on each rank torchrun starts)"
 
 
