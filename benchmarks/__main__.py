@@ -48,7 +48,7 @@ def _load() -> float | None:
 
 
 def host_info() -> dict:
-    from scalestudy.perf.hardware import cpu_name, usable_cpus
+    from scalestudy.config.devices import cpu_name, usable_cpus
 
     return {"host": socket.gethostname(), "cpu": cpu_name(), "cores": usable_cpus(),
             "python": platform.python_version(), "platform": platform.platform()}

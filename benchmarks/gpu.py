@@ -26,7 +26,7 @@ from benchmarks import figure
 from scalestudy.config.point import Point
 from scalestudy.config.parts import Model
 from scalestudy.config.identity import identify
-from scalestudy.perf import flops
+from scalestudy.config import flops
 
 TARGET_MFU = 0.50
 # ~1.1B parameters: 18 layers x 12 h^2 (906M) + untied embedding and head (2 x 103M).
@@ -70,7 +70,7 @@ def run_dir_name(config: str) -> str:
 def calibrate(device: str, out: Path, smoke: bool, timeout: float = 180) -> dict | None:
     """The measured bf16 matmul ceiling, in its own process (so it holds no device memory
     while training runs). None if it fails."""
-    argv = [sys.executable, "-m", "scalestudy.commands.calibrate", "--device", device, "--dtype", "bf16",
+    argv = [sys.executable, "-m", "scalestudy", "calibrate", "--device", device, "--dtype", "bf16",
             "--out", str(out)]
     argv += ["--size", "256", "--samples", "5", "--max-seconds", "1"] if smoke else []
     if device == "cpu":

@@ -325,7 +325,7 @@ def stepmodel(ctx: Ctx) -> dict:
 
     cal = ctx.out / "stepmodel" / "calibration.json"
     cal.parent.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "scalestudy.commands.calibrate", "--device", ctx.device,
+    argv = [sys.executable, "-m", "scalestudy", "calibrate", "--device", ctx.device,
             "--dtype", ctx.precision, "--out", str(cal)]
     argv += ["--size", "256", "--samples", "5", "--max-seconds", "1", "--threads", "1"] \
         if ctx.smoke else []

@@ -168,7 +168,7 @@ def measure(study_file: str | Path | None = None, workdir: str | Path | None = N
     import tempfile
 
     from scalestudy import paths
-    from scalestudy.cli import snakemake_argv
+    from scalestudy.run.snakemake import snakemake_argv
     from scalestudy.config.study import load_study
 
     study_file = Path(study_file or paths.workflow_dir() / "config" / "default.yaml").resolve()
@@ -197,7 +197,7 @@ def measure(study_file: str | Path | None = None, workdir: str | Path | None = N
 
     # Re-time the cheap steps precisely (the log has 1 s resolution); both are idempotent.
     py = sys.executable
-    rec["aggregate_direct_s"], _ = _timed([py, "-m", "scalestudy.commands.aggregate", str(study_dir)],
+    rec["aggregate_direct_s"], _ = _timed([py, "-m", "scalestudy", "aggregate", str(study_dir)],
                                           workdir / "aggregate.log", 600)
     rec["plot_direct_s"], _ = _timed([py, "-m", "scalestudy.cli", "plot", str(study_dir)],
                                      workdir / "plot.log", 600)

@@ -235,7 +235,7 @@ def _sweep(study_file: Path, workdir: Path, timeout: float):
     """Run ``study_file`` (Snakemake, local profile) into ``workdir``/results; returns
     ``(study_dir, seconds)``."""
     from scalestudy import paths
-    from scalestudy.cli import snakemake_argv
+    from scalestudy.run.snakemake import snakemake_argv
     from scalestudy.config.study import load_study
 
     study = load_study(study_file)

@@ -7,7 +7,7 @@ it is planned as infeasible). ``write_records`` fills a results directory with r
 in the documented formats (docs/architecture.md: ``point.json``, ``steps.jsonl``,
 ``summary.json``, ``status.json``, ``env.json``; mostly ``ok``, some ``oom`` / ``crashed`` /
 ``timeout``, some not run). Timed: load + validate + plan + ``plan.tsv``; ``python -m
-scalestudy.commands.aggregate``
+scalestudy aggregate``
 (``runs.csv``, ``runs.parquet``, ``efficiency.csv``, ``summary.md``); ``snakemake -n`` on the
 study (fresh results directory, so every point is a job). Nothing else runs in between.
 """
@@ -65,7 +65,7 @@ def write_records(points: list[Point], study_dir: Path, seed: int = 0) -> int:
     import random
 
     from scalestudy.config.vocab import FlopsConvention
-    from scalestudy.perf import flops
+    from scalestudy.config import flops
 
     rng = random.Random(seed)
     runs = Path(study_dir) / "runs"
@@ -173,7 +173,7 @@ def measure(n_points: int = 10_000, workdir: str | Path | None = None, *, dry_ru
         with open(workdir / "aggregate.log", "w") as f:
             try:
                 rec["aggregate_rc"] = subprocess.run(
-                    [sys.executable, "-m", "scalestudy.commands.aggregate", str(study_dir)], stdout=f,
+                    [sys.executable, "-m", "scalestudy", "aggregate", str(study_dir)], stdout=f,
                     stderr=subprocess.STDOUT, timeout=aggregate_timeout).returncode
             except subprocess.TimeoutExpired:
                 rec["aggregate_rc"] = "timeout"
@@ -182,7 +182,7 @@ def measure(n_points: int = 10_000, workdir: str | Path | None = None, *, dry_ru
     rec["dry_run_s"] = None
     if dry_run:
         from scalestudy import paths
-        from scalestudy.cli import snakemake_argv
+        from scalestudy.run.snakemake import snakemake_argv
 
         argv = snakemake_argv(str(study_file), str(workdir / "dry"),
                               str(paths.profile("local")), ["-n", "--quiet"])
@@ -203,7 +203,7 @@ def measure(n_points: int = 10_000, workdir: str | Path | None = None, *, dry_ru
         figure("scale", f"aggregate {rec['n_run_dirs']} synthetic run records",
                rec["aggregate_s"] if rec["aggregate_rc"] == 0 else None, "s",
                TARGET_AGGREGATE_S, "<=",
-               "python -m scalestudy.commands.aggregate: runs.csv, runs.parquet, efficiency.csv, "
+               "python -m scalestudy aggregate: runs.csv, runs.parquet, efficiency.csv, "
                "summary.md" if rec["aggregate_rc"] == 0 else
                f"did not finish ({rec['aggregate_rc']}) in {aggregate_timeout:g} s; see "
                "aggregate.log / --profile"),

@@ -83,7 +83,7 @@ def repo() -> Path:
 
 def snakemake(study_file, results, *extra, timeout=600, env=None) -> subprocess.CompletedProcess:
     """The study's Snakemake run as ``scalestudy run`` starts it (local profile)."""
-    from scalestudy.cli import snakemake_argv
+    from scalestudy.run.snakemake import snakemake_argv
     from scalestudy.paths import profile
 
     argv = snakemake_argv(str(study_file), str(results), str(profile("local")), list(extra))

@@ -8,7 +8,7 @@ from pathlib import Path
 from scalestudy.config.point import Point
 from scalestudy.config.parts import Model, Platform, Train
 from scalestudy.config.vocab import FlopsConvention
-from scalestudy.perf import flops
+from scalestudy.config import flops
 from scalestudy.plan.planner import write_plan
 from scalestudy.record.io import write_json, write_text
 

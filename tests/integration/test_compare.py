@@ -10,7 +10,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from scalestudy.commands import compare as compare_command
+from scalestudy import cli
 
 pytestmark = pytest.mark.workflow
 
@@ -48,7 +48,7 @@ def two(tiny_study_run, tmp_path_factory):
 def test_ratios_labels_and_files(two, capsys):
     a, b, root = two
     out = root / "out"
-    assert compare_command.main([str(a), str(b), "--out", str(out)]) == 0
+    assert cli.main(["compare", str(a), str(b), "--out", str(out)]) == 0
     md = capsys.readouterr().out
     table = pd.read_csv(out / "compare.csv")
     ok = table[table["status_a"] == "ok"]
@@ -99,7 +99,7 @@ def test_different_definitions_are_refused_naming_the_field(two, tmp_path, capsy
             pj.write_text(json.dumps(doc))
     else:
         edit(other)
-    assert compare_command.main([str(a), str(other), "--out", str(tmp_path / "out")]) == 2
+    assert cli.main(["compare", str(a), str(other), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("scalestudy: error: ")
     assert message in err[0]
@@ -108,10 +108,10 @@ def test_different_definitions_are_refused_naming_the_field(two, tmp_path, capsy
 
 def test_needs_two_studies_and_a_series_in_common(two, tmp_path, capsys):
     a, _, _ = two
-    assert compare_command.main([str(a), "--out", str(tmp_path / "o")]) == 2
+    assert cli.main(["compare", str(a), "--out", str(tmp_path / "o")]) == 2
     assert "at least two" in capsys.readouterr().err
     other = copy_study(a, tmp_path / "x" / "tiny")
     for s in ("weak", "strong"):
         _edit_plan(other, s, "series", f"{s}-renamed")
-    assert compare_command.main([str(a), str(other), "--out", str(tmp_path / "o")]) == 2
+    assert cli.main(["compare", str(a), str(other), "--out", str(tmp_path / "o")]) == 2
     assert "no series in common" in capsys.readouterr().err

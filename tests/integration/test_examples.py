@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from scalestudy.cli import snakemake_argv
+from scalestudy.run.snakemake import snakemake_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 FSDP_STUDY = ROOT / "examples" / "fsdp_llama" / "study.yaml"
@@ -42,7 +42,7 @@ def test_fsdp_example_runs_like_the_builtin_trainer(tmp_path):
     assert (runs["workload"] == "command").all()
     from scalestudy.analysis.aggregate import RUN_COLUMNS
     from scalestudy.config.point import Point
-    from scalestudy.perf import flops
+    from scalestudy.config import flops
 
     assert list(runs.columns) == RUN_COLUMNS
     for row in runs.itertuples():

@@ -286,10 +286,10 @@ def _snapshot(folder: Path, uri: str) -> dict:
 
 
 def test_exporting_again_adds_nothing(exported, mlflow_server, capsys):
-    from scalestudy.commands.export import main
+    from scalestudy.cli import main
 
     before = _snapshot(exported, mlflow_server)
-    assert main([str(exported)]) == 0
+    assert main(["export", str(exported)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 3 and all("0 runs created, 0 updated, 6 unchanged" in ln for ln in out)
     assert _snapshot(exported, mlflow_server) == before
@@ -349,10 +349,10 @@ def _tables_digest(folder: Path) -> dict[str, str]:
 
 
 def _one_failure(capsys, argv, folder) -> str:
-    from scalestudy.commands.export import main
+    from scalestudy.cli import main
 
     before = _tables_digest(folder)
-    assert main(argv) == 1
+    assert main(["export", *argv]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("scalestudy: error: export."), err
     assert _tables_digest(folder) == before

@@ -24,7 +24,8 @@ import yaml
 
 import fault_injection
 from conftest import as_from_a_terminal
-from scalestudy.cli import snakemake_argv
+from scalestudy import cli
+from scalestudy.run.snakemake import snakemake_argv
 from scalestudy.config.point import Point
 from scalestudy.config.parts import Model
 from scalestudy.config.study import validate
@@ -228,7 +229,7 @@ def test_planner_copies_retries_into_points_unhashed():
 # memory limit, stale records.
 
 #: A stand-in's sound record of its point (``d``: the run folder): every step trains the
-#: point's tokens, as the runner checks (``record.read.run_problem``).
+#: point's tokens, as the runner checks (``record.run_records.run_problem``).
 WRITE_RECORD = ("import json\n"
                 "p = json.loads((d / 'point.json').read_text())\n"
                 "line = {'step_time_s': 0.01, 'loss': 1.0,"
@@ -385,12 +386,12 @@ def test_a_runner_error_is_still_a_status(tmp_path, monkeypatch):
         raise ValueError("site.gpu_request: 'x'; use one of ('gres',)")
     monkeypatch.setattr(runner.launch, "launch_argv", broken)
     run_dir = _fake_point(tmp_path)
-    assert runner.main([str(run_dir / "point.json"), str(run_dir)]) == 0
+    assert cli.main(["run-point", str(run_dir / "point.json"), str(run_dir)]) == 0
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "crashed"
     assert status["reason"].startswith("runner error: ValueError: site.gpu_request")
     bad = tmp_path / "nope"
-    assert runner.main([str(bad / "point.json"), str(bad)]) == 0  # unreadable point.json
+    assert cli.main(["run-point", str(bad / "point.json"), str(bad)]) == 0  # unreadable point.json
     assert json.loads((bad / "status.json").read_text())["reason"].startswith(
         "runner error: FileNotFoundError")
 

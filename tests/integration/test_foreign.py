@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from scalestudy.cli import snakemake_argv
+from scalestudy.run.snakemake import snakemake_argv
 from scalestudy.config.study_yaml import dump_study
 from scalestudy.paths import profile
 from scalestudy.record.terms import MEASURED_TERMS

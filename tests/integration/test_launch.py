@@ -13,7 +13,7 @@ from scalestudy.config.point import Point
 from scalestudy.config.parts import Model, Platform
 from scalestudy.config.site import Site
 from scalestudy.run import launch, nodes, slurm
-from scalestudy.commands import calibrate as calibrate_command
+from scalestudy import cli
 
 
 def make_point(nodes=1, procs=2, device="cpu", timeout_s=600, pid="weak-dp_n4_x_r0",
@@ -46,7 +46,7 @@ RUN = Path("/r/runs/p")
 
 def test_single_node_is_torchrun_on_loopback():
     argv = launch.launch_argv(make_point(1, 4), RUN, python="/venv/bin/python", environ={})
-    assert argv[:3] == ["/venv/bin/python", "-m", "scalestudy.run.torchrun"]
+    assert argv[:5] == ["/venv/bin/python", "-m", "scalestudy", "torchrun", "--"]
     assert flag(argv, "--nnodes") == "1"
     assert flag(argv, "--nproc-per-node") == "4"
     assert flag(argv, "--rdzv-backend") == "c10d"
@@ -76,8 +76,8 @@ def test_multi_node_is_one_srun_task_per_node():
     assert "--kill-on-bad-exit=1" in argv
     assert not any(a.startswith("--gres") for a in argv)  # CPU point
     i = argv.index("py")
-    assert argv[i:i + 4] == ["py", "-m", "scalestudy.run.nodes", "node"]
-    node = argv[i + 4:]
+    assert argv[i:i + 5] == ["py", "-m", "scalestudy", "nodes", "node"]
+    node = argv[i + 5:]
     assert flag(node, "--nnodes") == "2" and flag(node, "--nproc-per-node") == "2"
     assert flag(node, "--rdzv-id") == "1234-weak-dp_n4_x_r0"
     assert "--port" not in node  # the first node picks a free one at job start
@@ -102,7 +102,7 @@ def test_multi_node_gpu_requests_gpus_per_node():
 
 def test_multi_node_outside_slurm_emulates_nodes_on_this_host():
     argv = launch.launch_argv(make_point(2, 2), RUN, python="py", environ={})
-    assert argv[:4] == ["py", "-m", "scalestudy.run.nodes", "local-nodes"]
+    assert argv[:5] == ["py", "-m", "scalestudy", "nodes", "local-nodes"]
     assert flag(argv, "--nnodes") == "2" and flag(argv, "--nproc-per-node") == "2"
     assert argv[argv.index("--"):] == ["--", "-m", "scalestudy.train", str(RUN / "point.json"),
                                        str(RUN)]
@@ -128,7 +128,7 @@ def test_node_argv_first_node_hosts_the_rendezvous(monkeypatch):
     a2, e2 = nodes.node_argv(environ={"SLURM_JOB_NODELIST": "n[1-2]", "SLURMD_NODENAME": "n2"},
                               **common)
     for a in (a1, a2):
-        assert a[:3] == ["py", "-m", "scalestudy.run.torchrun"]
+        assert a[:5] == ["py", "-m", "scalestudy", "torchrun", "--"]
         assert flag(a, "--nnodes") == "2" and flag(a, "--nproc-per-node") == "2"
         assert flag(a, "--rdzv-backend") == "c10d"
         assert flag(a, "--rdzv-endpoint") == "127.0.0.1:29509"
@@ -281,9 +281,9 @@ def test_the_calibration_times_one_devices_share_of_the_host(tmp_path, monkeypat
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
         monkeypatch.delenv("SLURM_JOB_ID", raising=False)
         monkeypatch.setenv("SLURM_CPUS_PER_TASK", "4")
-        assert calibrate_command.main(args) == 0 and read_json(out)["threads"] == 2
+        assert cli.main(["calibrate", *args]) == 0 and read_json(out)["threads"] == 2
         monkeypatch.setenv("OMP_NUM_THREADS", "1")
-        assert calibrate_command.main(args) == 0 and read_json(out)["threads"] == 1
+        assert cli.main(["calibrate", *args]) == 0 and read_json(out)["threads"] == 1
     finally:
         torch.set_num_threads(before)
 

@@ -130,7 +130,7 @@ class Sweep:
 
 
 @pytest.mark.parametrize("victim", ["-m scalestudy.cli ", "-m snakemake ",
-                                    "-m scalestudy.run.runner "])
+                                    "-m scalestudy run-point "])
 def test_a_killed_level_takes_the_whole_sweep_with_it(tmp_path, victim):
     """SIGKILL of the launcher, of Snakemake or of the runner, with one rank stopped
     (SIGSTOP): no process of the sweep (torchrun, ranks, their background children) is left."""

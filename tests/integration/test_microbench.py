@@ -12,50 +12,51 @@ import pytest
 from scalestudy.measure.attention import bench_attention
 from scalestudy.measure.bandwidth import bench_bandwidth
 from scalestudy.measure.collectives import OPS
+from scalestudy.measure import overhead
 from scalestudy.measure.overhead import bench_overhead
 from scalestudy.measure.plots import plot
 from scalestudy.measure.validate import VALIDATE_CASES, bench_validate
-from scalestudy.commands import microbench as microbench_command
+from scalestudy import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_matmul_csv_and_plot(tmp_path):
     out = tmp_path / "matmul.csv"
-    assert microbench_command.main(["matmul", "--out", str(out), "--sizes", "32", "64",
+    assert cli.main(["microbench", "matmul", "--out", str(out), "--sizes", "32", "64",
                             "--dtypes", "fp32", "--samples", "2"]) == 0
     df = pd.read_csv(out)
     assert set(df.columns) >= {"device", "dtype", "m", "n", "k", "sample", "seconds", "flops_per_s"}
     assert len(df) == 4 and (df["flops_per_s"] > 0).all()
     assert df["flops_per_s"].iloc[0] == pytest.approx(2 * 32**3 / df["seconds"].iloc[0])
     png = tmp_path / "matmul.png"
-    microbench_command.main(["plot", "matmul", str(out), "--out", str(png)])
+    cli.main(["microbench", "plot", "matmul", str(out), "--out", str(png)])
     assert png.stat().st_size > 1000
 
 
 def test_the_command_line_offers_its_subcommands(tmp_path, capsys, monkeypatch):
-    """``python -m scalestudy.commands.microbench``: the subcommands the workflow's rules and
+    """``scalestudy microbench``: the subcommands the workflow's rules and
     the docs run, each with a required ``--out``, and the tables and summaries they write."""
     with pytest.raises(SystemExit) as e:
-        microbench_command.main(["--help"])
+        cli.main(["microbench", "--help"])
     assert e.value.code == 0
     usage = capsys.readouterr().out
     assert all(c in usage for c in ("matmul", "collectives", "overhead", "validate", "memory", "plot"))
     for cmd in ("matmul", "collectives", "overhead", "validate", "memory"):
         with pytest.raises(SystemExit) as e:
-            microbench_command.main([cmd])
+            cli.main(["microbench", cmd])
         assert e.value.code == 2 and "--out" in capsys.readouterr().err
     # overhead: the table and the fitted overhead a preset takes (few samples: a quick run)
-    monkeypatch.setattr(microbench_command, "bench_overhead",
+    monkeypatch.setattr(overhead, "bench_overhead",
                         lambda: bench_overhead(layers=(1, 2), samples=1, warmup=1, layouts=("plain",)))
     out = tmp_path / "overhead.csv"
-    assert microbench_command.main(["overhead", "--out", str(out)]) == 0
+    assert cli.main(["microbench", "overhead", "--out", str(out)]) == 0
     assert {"layout", "phase", "layers", "seconds"} <= set(pd.read_csv(out).columns)
     assert "fit (fastest sample" in capsys.readouterr().out
     # as a module, the way the workflow's jobs run it
     out = tmp_path / "m.csv"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
-    r = subprocess.run([sys.executable, "-m", "scalestudy.commands.microbench", "matmul", "--out",
+    r = subprocess.run([sys.executable, "-m", "scalestudy", "microbench", "matmul", "--out",
                         str(out), "--sizes", "16", "--dtypes", "fp32", "--samples", "1"],
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -76,7 +77,7 @@ def test_collectives_under_torchrun(tmp_path):
     out = tmp_path / "coll.csv"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
     cmd = ["timeout", "120", sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc-per-node", "2", "-m", "scalestudy.commands.microbench", "collectives", "--out",
+           "--nproc-per-node", "2", "-m", "scalestudy", "microbench", "collectives", "--out",
            str(out), "--sizes", "4096", "65536", "--samples", "2"]
     subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=150)
     df = pd.read_csv(out)

@@ -21,13 +21,11 @@ from conftest import small_tmpfs, snakemake
 from scalestudy import cli
 from scalestudy.plan.planner import write_plan
 from scalestudy.record import io
-from scalestudy.record.reading import RecordError
+from scalestudy.record.bounded_read import RecordError
 from scalestudy.record.source import SOURCE_KEY
 from scalestudy.report.plots import FIGURES
 from scalestudy.run import guard
 from scalestudy.run.workflow import workflow_setup
-from scalestudy.commands import status as status_command
-from scalestudy.commands import aggregate as aggregate_command
 from scalestudy.report import aggregate as report_aggregate
 from scalestudy.report.aggregate import aggregate_study
 
@@ -88,8 +86,8 @@ def test_aggregate_on_a_full_disk_is_one_line_and_the_next_run_finishes(aggregat
     before = _tables(d)
     (d / "runs" / "weak-dp_n2_dp2-tp1-pp1_gb8_abcd0002_r1" / "steps.jsonl").unlink()
     monkeypatch.setattr(report_aggregate, "summary_latex", _full)
-    for main in (lambda: cli.main(["aggregate", str(d)]), lambda: aggregate_command.main([str(d)])):
-        assert main() == 2  # scalestudy aggregate, and the workflow rule's module
+    for main in (lambda: cli.main(["aggregate", str(d)]),):
+        assert main() == 2  # scalestudy aggregate, what the workflow rule runs too
         err = capsys.readouterr().err
         assert err == f"scalestudy: error: {d}: no space left on device{FIX}\n"
         assert _tables(d) == before and _temps(d) == []  # the old tables, whole
@@ -219,7 +217,7 @@ def test_a_writer_held_past_the_wait_is_one_line_naming_the_lock(aggregated, cap
 # B stops inside its atomic write (its temp files exist) until the test says go.
 PAUSED_AGGREGATE = """
 import sys
-from scalestudy.commands import aggregate as aggregate_command
+from scalestudy import cli
 from scalestudy.report import aggregate
 real = aggregate.summary_latex
 def paused(*a, **k):
@@ -227,7 +225,7 @@ def paused(*a, **k):
     sys.stdin.readline()
     return real(*a, **k)
 aggregate.summary_latex = paused
-sys.exit(aggregate_command.main([sys.argv[1]]))
+sys.exit(cli.main(["aggregate", sys.argv[1]]))
 """
 
 
@@ -301,10 +299,10 @@ def test_two_study_files_with_one_name_do_not_share_a_results_folder(tmp_path, c
     assert sorted(p.name for p in folder.iterdir()) == before  # nothing taken or written
     assert json.loads((folder / "study.json").read_text()) == recorded
     # scalestudy status of the other file: the same line, not the first study's points
-    assert status_command.main([str(y), "--results", str(results)]) == 2
+    assert cli.main(["status", str(y), "--results", str(results)]) == 2
     out = capsys.readouterr()
     assert out.out == "" and out.err == f"scalestudy: error: {e.value}\n"
-    assert status_command.main([str(x), "--results", str(results)]) == 0
+    assert cli.main(["status", str(x), "--results", str(results)]) == 0
     capsys.readouterr()
     # scalestudy run of the other file: the same line, before Snakemake starts
     assert cli.main(["run", str(y), "--results", str(results)]) == 2

@@ -25,14 +25,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from scalestudy import cli
 from scalestudy.analysis import aggregate
 from scalestudy.report.aggregate import aggregate_study
-from scalestudy.record.reading import RecordError
+from scalestudy.record.bounded_read import RecordError
 from scalestudy.record.states import RunState
 from scalestudy.report import status as st
-from scalestudy.commands import status as status_command
-from scalestudy.commands import plots as plots_command
-from scalestudy.commands import aggregate as aggregate_command
 
 CORPUS = Path(__file__).parents[1] / "damaged_records"
 CASES = sorted(p.name for p in CORPUS.iterdir() if (p / "verdict.json").is_file())
@@ -118,8 +116,8 @@ def test_damaged_record_gives_its_verdict(study, case, capsys):
         with pytest.raises(RecordError, match=None) as e:
             aggregate.collect(study)
         assert verdict["error"] in str(e.value) and "\n" not in str(e.value)
-        assert aggregate_command.main([str(study)]) == 2
-        assert status_command.main([str(study)]) == 2
+        assert cli.main(["aggregate", str(study)]) == 2
+        assert cli.main(["status", str(study)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 2 and verdict["error"] in err, err
         return
@@ -260,7 +258,7 @@ def test_compare_and_plot_of_a_damaged_study_and_hostile_host_names(study, tmp_p
     # plot reads study.json through the one reader: a damaged one is one line, exit 2
     shutil.copyfile(CORPUS / "study_wrong_types" / "study" / "study.json", study / "study.json")
     capsys.readouterr()
-    assert plots_command.main([str(study)]) == 2
+    assert cli.main(["plot", str(study)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "study.json: series" in err
     summary = (study / "summary.md").read_text()
@@ -304,7 +302,7 @@ def test_a_diverged_training_writes_json_and_is_invalid(tmp_path, monkeypatch):
            "n": 1, "series": "d", "mode": "weak", "repeat": 0, "tokens_per_step": 32}
     run, times, _ = aggregate.read_run(row, run_dir, None, None)
     why = "loss diverged: non-finite loss (nan) at step 1"
-    from scalestudy.record.read import run_problem
+    from scalestudy.record.run_records import run_problem
 
     assert run_problem(run_dir, point.to_json()) == why  # the runner's verdict: invalid too
     assert (run["status"], run["reason"], times) == ("invalid", why, [])

@@ -266,7 +266,7 @@ def test_emulated_nodes_listen_on_loopback_only(tmp_path):
     point = Point.for_layout(Model(), dp=2, device="cpu", devices_per_node=1, max_nodes=2,
                              point_id="probe-2x1")
     argv = launch.launch_argv(point, run_dir, environ=environ, module="ss_probe")
-    assert argv[2:4] == ["scalestudy.run.nodes", "local-nodes"]
+    assert argv[2:5] == ["scalestudy", "nodes", "local-nodes"]
     found = _run_and_inspect([argv], [launch.launch_env(point, environ)], run_dir, 2)
     _assert_loopback_only(found, ranks=2, one_launcher=False)
 
@@ -280,7 +280,7 @@ if [ "$2" = hostnames ]; then printf 'n1\\nn2\\n'; else echo "NodeName=$4 NodeAd
 @pytest.mark.dist
 @pytest.mark.timeout(300)
 def test_slurm_node_tasks_agree_on_a_free_port(tmp_path):
-    """Two ``scalestudy.run.nodes node`` tasks as srun starts them (a fake ``scontrol`` puts
+    """Two ``scalestudy nodes node`` tasks as srun starts them (a fake ``scontrol`` puts
     both nodes on loopback): the first binds a free port and writes it to the run folder, the
     second reads it, the ranks all-reduce, and nothing listens beyond loopback."""
     run_dir, environ = _setup(tmp_path)
@@ -294,7 +294,7 @@ def test_slurm_node_tasks_agree_on_a_free_port(tmp_path):
     slurm = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "n[1-2]"}
     argv = launch.launch_argv(point, run_dir, environ=slurm, module="ss_probe")
     task = argv[argv.index(sys.executable):]  # what srun runs on each node
-    assert task[2:4] == ["scalestudy.run.nodes", "node"] and "--port" not in task
+    assert task[2:5] == ["scalestudy", "nodes", "node"] and "--port" not in task
     envs = [{**launch.launch_env(point, {**environ, **slurm}), "SLURMD_NODENAME": name}
             for name in ("n2", "n1")]  # the second node may well start first
     found = _run_and_inspect([task, task], envs, run_dir, 2)
@@ -306,7 +306,7 @@ def test_slurm_node_tasks_agree_on_a_free_port(tmp_path):
 
 def test_microbenchmarks_use_the_loopback_launcher():
     argv = launch.local_torchrun(4, "py")
-    assert argv[:3] == ["py", "-m", "scalestudy.run.torchrun"]
+    assert argv[:5] == ["py", "-m", "scalestudy", "torchrun", "--"]
     assert "--standalone" not in argv  # its workers' store would follow the host name
     i = argv.index("--rdzv-endpoint")
     assert argv[i + 1] == "127.0.0.1:0" and argv[argv.index("--local-addr") + 1] == "127.0.0.1"

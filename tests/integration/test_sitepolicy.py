@@ -157,9 +157,9 @@ SECRET = "tok-1234-s3cr3t-5678"
 
 
 def test_trust_site_reaches_snakemake_as_config(tmp_path):
-    argv = cli.snakemake_argv("s.yaml", str(tmp_path / "r"), None, [], trust_site=True)
+    argv = snakemake.snakemake_argv("s.yaml", str(tmp_path / "r"), None, [], trust_site=True)
     assert argv[argv.index("--config"):][-1] == "trust_site=true"
-    assert "trust_site=true" not in cli.snakemake_argv("s.yaml", str(tmp_path / "r"), None, [])
+    assert "trust_site=true" not in snakemake.snakemake_argv("s.yaml", str(tmp_path / "r"), None, [])
 
 
 def test_run_refuses_a_profile_site_with_one_line(tmp_path, capsys, monkeypatch):
@@ -257,7 +257,7 @@ def test_secret_through_snakemake_reaches_the_rank_and_no_result(tmp_path):
     study = tmp_path / "study.yaml"
     study.write_text(STUDY)
     results = tmp_path / "results"
-    argv = cli.snakemake_argv(str(study), str(results), str(profile("local")), [],
+    argv = snakemake.snakemake_argv(str(study), str(results), str(profile("local")), [],
                               trust_site=True)
     r = subprocess.run(argv, capture_output=True, text=True, timeout=550, env=_hook_env(tmp_path))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -325,7 +325,7 @@ def test_a_slow_node_is_checked_flagged_and_retried_on_slurm(slurm, tmp_path):
     sub = subprocess.run(
         ["sbatch", "--parsable", "--nodes", "2", "--ntasks", "2", "--cpus-per-task", "1",
          "--mem", "2500", "-t", "5", "-o", str(log), "-J", "ss-straggler", "--wrap",
-         f"{sys.executable} -m scalestudy.run.runner {run_dir / 'point.json'} {run_dir}"],
+         f"{sys.executable} -m scalestudy run-point --job {run_dir / 'point.json'} {run_dir}"],
         capture_output=True, text=True, env=env, timeout=60)
     assert sub.returncode == 0, sub.stderr
     state = _wait_job(sub.stdout.strip().split(";")[0], env, 400)

@@ -15,8 +15,8 @@ import time
 import pytest
 
 from conftest import as_from_a_terminal
+from scalestudy import cli
 from scalestudy.report import status
-from scalestudy.commands import status as status_command
 
 pytestmark = pytest.mark.workflow
 
@@ -86,12 +86,12 @@ def test_a_silent_point_is_interrupted_not_running(live):
 
 def test_a_finished_study_and_a_study_file(tiny_study_run, capsys):
     study_file, results, _ = tiny_study_run
-    assert status_command.main([str(study_file), "--results", str(results)]) == 0
+    assert cli.main(["status", str(study_file), "--results", str(results)]) == 0
     out = capsys.readouterr().out
     assert "4 ok, 0 failed, 0 running, 0 pending, 1 infeasible" in out and "; done" in out
-    assert status_command.main([str(results), "--json"]) == 0  # a results root with one study
+    assert cli.main(["status", str(results), "--json"]) == 0  # a results root with one study
     assert json.loads(capsys.readouterr().out)["done"] is True
-    assert status_command.main([str(results / "nope")]) == 2
+    assert cli.main(["status", str(results / "nope")]) == 2
     assert "neither a study file nor" in capsys.readouterr().err
 
 

@@ -25,9 +25,8 @@ from scalestudy.config.point import Point
 from scalestudy.config.parts import Model, Platform
 from scalestudy.config.identity import config_hash
 from scalestudy.record import io
-from scalestudy.record.reading import RecordError
+from scalestudy.record.bounded_read import RecordError
 from scalestudy.run import guard, runner
-from scalestudy.commands import plots as plots_command
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parents[1]))
@@ -96,7 +95,7 @@ def test_a_symlinked_run_folder_is_refused_and_left_untouched(tmp_path, capsys):
     link = study / "runs" / "fake_n1"
     link.symlink_to(elsewhere)
     before = sorted(p.name for p in elsewhere.iterdir())
-    assert runner.main([str(link / "point.json"), str(link)]) == 2
+    assert cli.main(["run-point", str(link / "point.json"), str(link)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "symlink leading outside" in err
     assert sorted(p.name for p in elsewhere.iterdir()) == before
@@ -112,7 +111,7 @@ def test_a_symlinked_figures_folder_is_refused_by_plot_and_run(tmp_path, capsys)
     outside = tmp_path / "paper"
     outside.mkdir()
     (d / "figures").symlink_to(outside)
-    assert plots_command.main([str(d)]) == 2
+    assert cli.main(["plot", str(d)]) == 2
     assert "figures is a symlink to" in capsys.readouterr().err
     assert not list(outside.iterdir())
 

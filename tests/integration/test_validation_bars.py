@@ -5,7 +5,9 @@ series' efficiency at its largest N is within ±10 points of the published one."
 
 import pytest
 
-from scalestudy.perf import series, validation
+from scalestudy.validation import published as validation
+
+from scalestudy.validation import series
 
 
 @pytest.fixture(scope="module")

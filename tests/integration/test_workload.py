@@ -198,7 +198,7 @@ def test_launch_runs_the_command_as_torchruns_script():
     run = Path("/r/runs") / p.point_id
     argv = launch.launch_argv(p, run, python="/py", environ={})
     i = argv.index("--no-python")
-    assert argv[:3] == ["/py", "-m", launch.TORCHRUN] and "--nproc-per-node" in argv[:i]
+    assert argv[:5] == ["/py", *launch.TORCHRUN] and "--nproc-per-node" in argv[:i]
     assert argv[i + 1:] == ["/py", FAKE, "megatron", "--steps", "5", "--global-batch=4",
                             "--seq-len", "16"]
     assert "scalestudy.train" not in argv
@@ -221,7 +221,7 @@ def _run(tmp_path, s: dict, n: int = 2) -> tuple[dict, Path]:
     (run / "point.json").write_text(p.json_text())
     env = dict(os.environ, OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
-    subprocess.run([sys.executable, "-m", "scalestudy.run.runner", str(run / "point.json"),
+    subprocess.run([sys.executable, "-m", "scalestudy", "run-point", "--job", str(run / "point.json"),
                     str(run)], env=env, cwd=tmp_path, check=True, timeout=300,
                    capture_output=True)
     return json.loads((run / "status.json").read_text()), run

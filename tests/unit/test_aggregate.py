@@ -11,10 +11,10 @@ from synthetic_study import CEILING, MODEL, POINTS, make_study
 
 from scalestudy.analysis import aggregate
 from scalestudy.report.aggregate import aggregate_study
-from scalestudy.perf import flops
-from scalestudy.record.read import read_steps
+from scalestudy.config import flops
+from scalestudy.record.run_records import read_steps
 from scalestudy.record.io import write_json
-from scalestudy.commands import aggregate as aggregate_command
+from scalestudy import cli
 
 
 @pytest.fixture(scope="module")
@@ -101,11 +101,11 @@ def test_broken_invariant_gets_no_curve(tmp_path, capsys):
 
 
 def test_missing_plan_is_a_clear_error(tmp_path, capsys):
-    from scalestudy.record.reading import RecordError
+    from scalestudy.record.bounded_read import RecordError
 
     with pytest.raises(RecordError, match="plan.tsv"):
         aggregate_study(tmp_path)
-    assert aggregate_command.main([str(tmp_path / "nonexistent")]) == 2
+    assert cli.main(["aggregate", str(tmp_path / "nonexistent")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no such study folder" in err
 

@@ -1,5 +1,5 @@
 """Anchored series prediction (scalestudy.perf.anchor) and the published series it is judged on
-(scalestudy.perf.series.series_rows): the rate is recovered from a step the model itself
+(scalestudy.validation.series.series_rows): the rate is recovered from a step the model itself
 gave, a series generated at a known rate is predicted without error, and the band holds the
 central curve. Pure: no torch.distributed."""
 
@@ -7,7 +7,9 @@ import pytest
 
 from scalestudy.config.point import Point
 from scalestudy.config.parts import Model, Parallel
-from scalestudy.perf import anchor, series, validation as v
+from scalestudy.validation import published as v
+from scalestudy.validation import series
+from scalestudy.perf import anchor
 from scalestudy.perf.hardware import HardwareSpec
 
 GPT = Model(layers=8, hidden=1024, heads=16, vocab=32000, seq_len=1024)

@@ -17,27 +17,35 @@ PACKAGE = Path(scalestudy.__file__).parent
 # over config and record, under plan, analysis and report; the CLI over all of them.
 STAGES: dict[str, set[str]] = {
     "paths": set(),
-    "numbers": set(),
+    "number_format": set(),
     "reference_data": set(),
     "process_exit": set(),  # ending a finished rank or launcher without teardown
-    "config": {"numbers", "paths"},
-    "record": {"config", "numbers", "paths"},
-    "perf": {"config", "numbers", "record", "reference_data"},
-    "plan": {"config", "numbers", "perf", "record", "reference_data"},
-    "models": {"config", "numbers"},
-    "distributed": {"config", "models", "numbers", "perf", "plan"},
-    "train": {"config", "distributed", "models", "numbers", "perf", "plan", "process_exit",
-              "record"},
-    "run": {"config", "numbers", "paths", "perf", "plan", "process_exit", "record"},
-    "measure": {"config", "distributed", "models", "numbers", "perf", "plan", "record", "run", "train"},
-    "analysis": {"config", "numbers", "perf", "record"},
-    "report": {"analysis", "config", "numbers", "paths", "perf", "plan", "record", "reference_data"},
+    "config": {"number_format", "paths"},
+    "record": {"config", "number_format", "paths"},
+    "perf": {"config", "number_format", "record", "reference_data"},
+    "plan": {"config", "number_format", "perf", "record", "reference_data"},
+    "models": {"config", "number_format"},
+    # the trainer depends on the study's config (shapes, layout rules) and writes records;
+    # the performance model and the planner stay beside it
+    "distributed": {"config", "models", "number_format"},
+    "train": {"config", "distributed", "models", "number_format", "process_exit", "record"},
+    "run": {"config", "number_format", "paths", "perf", "plan", "process_exit", "record"},
+    "measure": {"config", "distributed", "models", "number_format", "perf", "plan", "record", "run", "train"},
+    # the model judged against published tables and series, and its one fitted constant
+    "validation": {"config", "number_format", "perf", "record", "reference_data"},
+    "analysis": {"config", "number_format", "perf", "record"},
+    "report": {"analysis", "config", "number_format", "paths", "perf", "plan", "record", "reference_data",
+               "validation"},
     # the layout search: plans layouts, runs them as points, reads their records, reports
-    "tune": {"analysis", "config", "numbers", "paths", "perf", "plan", "record", "report", "run"},
+    "tune": {"analysis", "config", "number_format", "paths", "perf", "plan", "record", "report", "run"},
 }
 # the command lines (argument parsing, exit codes) of every stage
 STAGES["commands"] = set(STAGES)
-STAGES["cli"] = set(STAGES) - {"distributed", "models", "train", "measure"}
+STAGES["cli"] = {"commands"}  # the registry of the commands
+STAGES["__main__"] = {"cli"}  # python -m scalestudy COMMAND
+# a package's __main__ (python -m scalestudy.train: what torchrun starts) hands its
+# arguments to one command: the only import up the stages, and all such a module holds
+ENTRY = {"commands", "process_exit"}
 
 
 def module_name(path: Path) -> str:
@@ -97,6 +105,7 @@ def test_stage_order_is_acyclic():
 def test_imports_follow_the_stages():
     wrong = sorted(f"{m} -> {t}" for m, targets in graph().items() for t in targets
                    if stage(t) not in STAGES.get(stage(m), set()) | {stage(m)}
+                   | (ENTRY if m.endswith(".__main__") else set())
                    and stage(t) != "scalestudy")
     assert not wrong, "imports against the stage order:\n" + "\n".join(wrong)
 
@@ -122,18 +131,52 @@ def test_no_import_circle():
     assert not circles, "import circles:\n" + "\n".join(circles)
 
 
-def test_no_stage_parses_arguments():
-    """Argument parsing and ``main(argv)`` live in ``scalestudy/commands/`` (and the CLI);
-    the stages that compute and report hold none."""
-    for path in PACKAGE.rglob("*.py"):
-        stage_name = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
-        if stage_name not in ("report", "perf", "tune", "measure", "analysis", "record",
-                              "config", "plan"):
+#: the one path of the aggregate into the performance model: the breakdown tables set the
+#: model's predicted terms beside the measured ones (their own rewrite moves them out)
+AGGREGATE_MODEL_PATH = {"scalestudy.analysis.breakdown"}
+
+
+def test_the_aggregate_runs_no_performance_model():
+    """``scalestudy aggregate`` writes the measured tables: following its imports reaches no
+    module of the performance model (``perf``) nor its validation; FLOPs conventions, parameter
+    counts and device peaks are facts of ``config``."""
+    g = graph()
+    seen, todo = set(), ["scalestudy.commands.aggregate"]
+    while todo:
+        m = todo.pop()
+        if m in seen or m in AGGREGATE_MODEL_PATH:
             continue
+        seen.add(m)
+        todo += sorted(g.get(m, ()))
+    assert not sorted(m for m in seen if stage(m) in ("perf", "validation"))
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+            and getattr(node.test.left, "id", "") == "__name__")
+
+
+def test_commands_are_the_only_entry_points():
+    """Argument parsing, ``main`` and ``if __name__ == "__main__"`` live in
+    ``scalestudy/commands/`` and the registry ``cli.py`` (the console script); a package's
+    ``__main__.py`` only hands its arguments to a command (no function, no class, no logic)."""
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE)
         tree = ast.parse(path.read_text())
+        if rel.parts[0] == "commands":
+            continue
         names = {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
                  for a in n.names} | {n.module for n in ast.walk(tree)
                                       if isinstance(n, ast.ImportFrom)}
-        assert "argparse" not in names, f"{path}: argument parsing belongs in commands/"
-        assert not any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), \
-            f"{path}: a main(argv) belongs in commands/"
+        assert "argparse" not in names, f"{rel}: argument parsing belongs in commands/"
+        assert not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                       and n.name == "main" for n in ast.walk(tree)), \
+            f"{rel}: a main(argv) belongs in commands/"
+        if rel.name == "__main__.py":
+            assert not any(isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.If, ast.For,
+                                          ast.While, ast.Try, ast.With)) for n in tree.body), \
+                f"{rel}: a __main__ only hands its arguments to a command"
+            continue
+        guards = [n for n in tree.body if _is_main_guard(n)]
+        assert not guards or rel == Path("cli.py"), \
+            f"{rel}: `python -m` of a stage module: make it a command (scalestudy COMMAND)"

@@ -23,8 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scalestudy.config.point import Point  # noqa: E402
 from scalestudy.config.parts import Model  # noqa: E402
 from scalestudy.measure.memory import memory_point  # noqa: E402
-from scalestudy.perf import flops, partition  # noqa: E402
+from scalestudy.config import flops  # noqa: E402
+from scalestudy.config import partition  # noqa: E402
 from scalestudy.perf import rates, stepmodel, terms_comm as comm  # noqa: E402
+from scalestudy.config import layout_rules  # noqa: E402
 from scalestudy.plan import constraints  # noqa: E402
 from test_parallel_layout import fake_world  # noqa: E402,F401 (the fake process group fixture)
 from test_stepmodel_terms import hw_  # noqa: E402 (the declared test system)
@@ -89,16 +91,16 @@ def test_uneven_stages_make_the_heavier_one_the_bottleneck():
 
 def test_cp_rules():
     p = point(cp=2)
-    assert constraints.context(p) is None
+    assert layout_rules.context(p) is None
     cpu = p.replace(platform=dataclasses.replace(p.platform, device="cpu"))
-    assert "needs device cuda" in constraints.context(cpu)
-    assert "aten._scaled_dot_product_flash_attention_for_cpu" in constraints.context(cpu)
+    assert "needs device cuda" in layout_rules.context(cpu)
+    assert "aten._scaled_dot_product_flash_attention_for_cpu" in layout_rules.context(cpu)
     odd = point(cp=3)
-    assert constraints.context(odd) == (
+    assert layout_rules.context(odd) == (
         "cp=3 needs 2*cp=6 to divide seq_len=128 (the load-balanced chunks of every sequence)")
     math_ = point(cp=2, model=dict(MODEL, attention="math"))
-    assert "attention fused" in constraints.context(math_)
-    assert constraints.mesh(point(cp=2).replace(n=3)) == "N=3 is not divisible by cp*tp*pp=2"
+    assert "attention fused" in layout_rules.context(math_)
+    assert layout_rules.mesh(point(cp=2).replace(n=3)) == "N=3 is not divisible by cp*tp*pp=2"
 
 
 # --- the engine on torch's fake process group ------------------------------------------------

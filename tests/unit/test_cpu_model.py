@@ -22,7 +22,7 @@ from scalestudy.perf.host import (composed_optimizer_seconds, composed_stage_sec
 from scalestudy.perf.rates import (Measured, block_key, block_layout, block_layout_tp,
                                    blocks_from_rows, core_sharing_from_rows)
 from scalestudy.plan.planner import plan_points
-from scalestudy.commands import host_slices as host_slices_command
+from scalestudy import cli
 
 DEFAULT = "workflow/config/default.yaml"
 
@@ -602,7 +602,7 @@ def test_a_host_slice_times_the_blocks_and_the_core_sharing_in_its_own_process(t
 
     tiny = Model(name="t", layers=2, hidden=16, heads=2, seq_len=8, vocab=32)
     out = tmp_path / "slice_0.json"
-    assert host_slices_command.main(["--device", "cpu", "--out", str(out), "--block-rounds", "2",
+    assert cli.main(["host-slices", "--device", "cpu", "--out", str(out), "--block-rounds", "2",
                              "--sharing-rounds", "1",
                              "--blocks-json", json.dumps([block_spec(tiny, 2, "plain")]),
                              "--core-sharing", "2"]) == 0
@@ -635,7 +635,7 @@ def test_calibration_times_blocks_only_of_models_it_can_afford():
     from scalestudy.config.point import Point
     from scalestudy.config.parts import Model
     from scalestudy.measure.blocks import MAX_BLOCK_FLOPS, block_flops, block_specs
-    from scalestudy.perf import flops
+    from scalestudy.config import flops
 
     small = Point.for_layout(Model(layers=2, hidden=32, heads=2, seq_len=16, vocab=64),
                              micro_batch=2)

@@ -10,7 +10,7 @@ from scalestudy.config.parts import Model
 from scalestudy.config.vocab import FlopsConvention
 from scalestudy.models import build_model, num_params
 from scalestudy.config.presets import LLAMA3
-from scalestudy.perf import flops
+from scalestudy.config import flops
 
 # Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
 # Megatron-LM" (SC21), Table 1 (V = 51,200, s = 2048): (params in billions, layers, hidden).

@@ -2,7 +2,8 @@ import pytest
 
 from scalestudy.config import devices
 from scalestudy.perf import framework, hardware
-from scalestudy.commands import calibrate as calibrate_command
+from scalestudy import cli
+from scalestudy.commands.calibrate import parse_shape
 
 
 @pytest.mark.parametrize(
@@ -21,7 +22,7 @@ from scalestudy.commands import calibrate as calibrate_command
     ],
 )
 def test_resolve_known_devices(name, key, tflops):
-    k, peak, source = hardware.resolve_peak(name, "bf16")
+    k, peak, source = devices.resolve_peak(name, "bf16")
     assert k == key
     assert peak == pytest.approx(tflops * 1e12)
     assert source
@@ -32,16 +33,16 @@ def test_resolve_known_devices(name, key, tflops):
              "NVIDIA A100-PCIE-40GB", "AMD Instinct MI250", "NVIDIA GeForce RTX 4090"]
 )
 def test_unknown_devices_get_no_peak(name):
-    assert hardware.resolve_peak(name, "bf16") == (None, None, None)
+    assert devices.resolve_peak(name, "bf16") == (None, None, None)
 
 
 def test_fp32_on_gpu_gets_no_peak():
-    assert hardware.resolve_peak("NVIDIA H200", "fp32") == (None, None, None)
+    assert devices.resolve_peak("NVIDIA H200", "fp32") == (None, None, None)
 
 
 def test_bad_dtype_is_an_error():
     with pytest.raises(ValueError, match="dtype='int8'"):
-        hardware.resolve_peak("NVIDIA H200", "int8")
+        devices.resolve_peak("NVIDIA H200", "int8")
 
 
 def test_devices_have_sources_and_frontier_gcd():
@@ -61,9 +62,9 @@ def test_one_hardware_description():
     for name in hardware.presets():
         system = devices.table()["systems"][name]
         assert system["device"] in devs or system.get("peak_tflops"), name
-    assert hardware.memory_gb("NVIDIA H200") == 141 == devs["H200-SXM"]["memory_gb"]
-    assert hardware.memory_gb("MI250X") == 64
-    assert hardware.memory_gb("AMD EPYC 7763") is None
+    assert devices.memory_gb("NVIDIA H200") == 141 == devs["H200-SXM"]["memory_gb"]
+    assert devices.memory_gb("MI250X") == 64
+    assert devices.memory_gb("AMD EPYC 7763") is None
 
 
 def test_a_framework_inherits_what_it_does_not_state(monkeypatch):
@@ -120,7 +121,7 @@ def test_calibrate_writes_record(tmp_path):
     from scalestudy.record.io import read_json
 
     out = tmp_path / "calibration.json"
-    assert calibrate_command.main(["--device", "cpu", "--dtype", "fp32", "--out", str(out), "--size", "64",
+    assert cli.main(["calibrate", "--device", "cpu", "--dtype", "fp32", "--out", str(out), "--size", "64",
                            "--samples", "3", "--max-seconds", "0.5"]) == 0
     rec = read_json(out)
     for key in ("device_name", "device_type", "host", "dtype", "m", "n", "k", "flops_per_s",
@@ -137,10 +138,10 @@ def test_calibrate_times_the_studys_own_shapes(tmp_path):
     from scalestudy.record.io import read_json
 
     out = tmp_path / "calibration.json"
-    assert calibrate_command.main(["--device", "cpu", "--out", str(out), "--size", "64", "--samples", "3",
+    assert cli.main(["calibrate", "--device", "cpu", "--out", str(out), "--size", "64", "--samples", "3",
                            "--max-seconds", "0.5", "--shapes", "32x16x8", "64x64x64"]) == 0
     shapes = read_json(out)["shapes"]
     assert [(r["m"], r["n"], r["k"]) for r in shapes] == [(32, 16, 8), (64, 64, 64)]
     assert all(r["flops_per_s"] > 0 for r in shapes)
     with pytest.raises(argparse.ArgumentTypeError, match="use MxNxK"):
-        calibrate_command.parse_shape("64x64")
+        parse_shape("64x64")

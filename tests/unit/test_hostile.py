@@ -77,7 +77,7 @@ def test_not_a_regular_file(tmp_path):
 def test_study_file_and_records_share_the_capped_reader(tmp_path):
     """config.files.read_capped: one core, each caller words the problem its own way."""
     from scalestudy.config.files import ReadProblem, read_capped
-    from scalestudy.record.reading import RecordError, read_bytes
+    from scalestudy.record.bounded_read import RecordError, read_bytes
 
     fifo = tmp_path / "status.json"
     os.mkfifo(fifo)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from scalestudy import cli
 from scalestudy.run import capture, guard, lifetime
 
 linux = pytest.mark.skipif(lifetime._PRCTL is None, reason="prctl is Linux's")
@@ -92,14 +93,13 @@ def test_the_point_lock_is_one_training_at_a_time(tmp_path):
 def test_a_runner_finding_its_point_busy_says_so_in_one_line(tmp_path, capsys, monkeypatch):
     from scalestudy.config.point import Point
     from scalestudy.config.parts import Model
-    from scalestudy.run import runner
 
     run_dir = tmp_path / "s" / "runs" / "p"
     run_dir.mkdir(parents=True)
     (run_dir / "point.json").write_text(Point.for_layout(Model(), point_id="p").json_text())
     held = lifetime.try_lock(run_dir / lifetime.POINT_LOCK)
     monkeypatch.setattr(lifetime, "POINT_LOCK_WAIT_S", 0.3)
-    assert runner.main([str(run_dir / "point.json"), str(run_dir)]) == 2
+    assert cli.main(["run-point", str(run_dir / "point.json"), str(run_dir)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("scalestudy: error: ")
     assert "another training of this point is still running" in err

@@ -115,7 +115,7 @@ def test_llama3_presets_are_the_study_files_and_tunes():
         assert study.models[name] == preset
         assert known_models()[name][0] == preset
         assert Model(**{**dataclasses.asdict(preset)}) == preset
-    from scalestudy.perf import flops
+    from scalestudy.config import flops
 
     assert {k: flops.param_count(m) for k, m in LLAMA3.items()} == LLAMA3_PARAMS
     points = plan_points(study)

@@ -7,7 +7,8 @@ import pytest
 
 from scalestudy.config.parts import Model
 from scalestudy.measure.memory import memory_point
-from scalestudy.perf import flops, memory
+from scalestudy.config import flops
+from scalestudy.perf import memory
 
 TINY = dict(vocab=256, seq_len=64, layers=2, hidden=64, heads=4)
 
@@ -177,7 +178,7 @@ def test_pipeline_stages_hold_embeddings_and_head():
 
 
 def test_frontier_headline_14_tb():
-    from scalestudy.perf.frontier import reference
+    from scalestudy.validation.frontier import reference
 
     pub = reference("frontier_dash2024")
     r = pub[pub["model"] == "gpt-1t"].iloc[0]
@@ -192,7 +193,7 @@ def test_frontier_headline_14_tb():
 
 
 def test_frontier_configs_fit_a_gcd_and_single_gcd_does_not():
-    from scalestudy.perf.frontier import config_point, reference
+    from scalestudy.validation.frontier import config_point, reference
 
     cfgs = reference("frontier_dash2024_configs")
     for _, r in cfgs.iterrows():
@@ -271,7 +272,7 @@ def test_context_parallel_shards_the_sequence_and_the_optimizer():
 def test_published_layouts_fit_and_the_reported_oom_does_not():
     """data/published_layouts.csv: every layout that ran fits its device by the memory model
     (90% of the driver's capacity); the one its source reports out of memory does not."""
-    from scalestudy.perf.layouts import published
+    from scalestudy.validation.memory_layouts import memory_rows, published
 
     rows = published()
     names = {r.name for r in rows}
@@ -280,8 +281,13 @@ def test_published_layouts_fit_and_the_reported_oom_does_not():
     for r in rows:
         ok, reason = memory.fits(r.point, r.memory_bytes, 0.9)
         assert ok == r.ran, (r.name, reason)
+    # the same verdicts as scalestudy predict --validate reports them
+    table = memory_rows(rows)
+    assert [t["layout"] for t in table] == [r.name for r in rows]
+    assert all(t["agrees"] and t["fits"] == t["ran"] for t in table)
+    assert not next(t for t in table if t["layout"] == "korthikanti-175b-no-recompute")["fits"]
     llama = next(r for r in rows if r.name == "llama3-405b-8k-8192gpu").point
-    from scalestudy.perf import partition
+    from scalestudy.config import partition
 
     assert partition.stage_layers(llama) == (7,) + (8,) * 14 + (7,)
 
@@ -291,7 +297,7 @@ def test_megatron_sc21_table1_layouts_fit_an_a100_80gb():
     recomputation, mixed precision): every row ran."""
     from scalestudy.config.point import Point
     from scalestudy.config.parts import Parallel, Platform, Train
-    from scalestudy.perf.frontier import reference
+    from scalestudy.validation.frontier import reference
 
     for r in reference("megatron_sc21").itertuples(index=False):
         model = Model(name="gpt", layers=int(r.layers), hidden=int(r.hidden), heads=int(r.heads),

@@ -14,9 +14,9 @@ import pytest
 
 from scalestudy.config.point import Point
 from scalestudy.config.parts import Model, Workload
-from scalestudy.perf import flops
+from scalestudy.config import flops
 from scalestudy.record import steps as contract
-from scalestudy.record.read import parse_steps
+from scalestudy.record.run_records import parse_steps
 from scalestudy.run import collect
 from scalestudy.train.metrics import StepLogger, StepTimer
 

@@ -18,7 +18,7 @@ from scalestudy.perf.rates import Measured, block_key
 from scalestudy.perf.stepmodel import predict_step_time
 from scalestudy.plan.planner import plan_points
 from scalestudy.report import status
-from scalestudy.commands import predict as predict_command
+from scalestudy import cli
 
 DEFAULT = "workflow/config/default.yaml"
 BLOCKS = {"fwd_bwd": 8e-3, "layer": 3e-3, "embedding": 2e-4, "head": 1e-3,
@@ -108,7 +108,7 @@ def test_status_and_predict_price_a_study_the_same(study, study_dir, points, tmp
     assert predict_step_time(p, hw, measured).composed_from_blocks
     # predict's own output, for every point: status's model gives the same step time
     out = tmp_path / "predict"
-    assert predict_command.main([DEFAULT, "--results", str(study_dir.parent), "--out", str(out),
+    assert cli.main(["predict", DEFAULT, "--results", str(study_dir.parent), "--out", str(out),
                              "--runs", str(tmp_path / "none.csv")]) == 0
     pred = pd.read_csv(out / "study_predictions.csv").set_index("config_hash")["step_time_s"]
     for p in points.values():

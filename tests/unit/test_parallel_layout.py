@@ -29,7 +29,8 @@ from scalestudy.config.study import validate  # noqa: E402
 from scalestudy.config.vocab import DPMode, PPSchedule  # noqa: E402
 from scalestudy.distributed.engine import Engine  # noqa: E402
 from scalestudy.distributed.pipeline import split_layers  # noqa: E402
-from scalestudy.perf import partition  # noqa: E402
+from scalestudy.config import partition  # noqa: E402
+from scalestudy.config import layout_rules  # noqa: E402
 from scalestudy.plan import constraints  # noqa: E402
 from scalestudy.plan.planner import plan_points  # noqa: E402
 from scalestudy.train.data import SyntheticTokens  # noqa: E402
@@ -75,7 +76,7 @@ def test_published_partitions_by_parameters():
                          device="cuda")
     assert partition.stage_layers(p) == (7,) + (8,) * 14 + (7,)
     assert partition.rank_layers(p)[0] == 7
-    assert constraints.stages(p) is None
+    assert layout_rules.stages(p) is None
 
 
 def test_balanced_partition_minimises_the_heaviest_part():
@@ -173,7 +174,7 @@ def test_planner_verdict_equals_what_the_engine_accepts(layout, fake_world):
         assert len(engine.chunks) == point.parallel.virtual_stages
         engine.close()
     else:
-        with pytest.raises(constraints.Infeasible) as refused:
+        with pytest.raises(layout_rules.Infeasible) as refused:
             Engine(point, torch.device("cpu"))
         assert str(refused.value) == point.reason
 
@@ -214,7 +215,7 @@ def test_single_process_engine_matches_reference(single_process_group, ac):
     point = Point.for_layout(CFG, micro_batch=2, grad_accum=GLOBAL_BATCH // 2,
                              activation_checkpointing=ac, device="cpu", **TRAIN)
     eng = Engine(point, torch.device("cpu"))
-    data = SyntheticTokens(CFG.vocab, CFG.seq_len, seed=OPT["seed"])
+    data = SyntheticTokens(CFG.vocab, CFG.seq_len, seed=OPT.seed)
     losses = [eng.train_step(data.rows(s, 0, GLOBAL_BATCH)) for s in range(STEPS)]
     assert all(isinstance(x, torch.Tensor) and x.dim() == 0 and not x.requires_grad
                for x in losses)

@@ -4,7 +4,7 @@ import pytest
 
 from scalestudy.config.parts import Model
 from scalestudy.measure.memory import memory_point
-from scalestudy.perf import flops
+from scalestudy.config import flops
 from scalestudy.perf import hardware, terms_compute as compute
 from scalestudy.perf.hardware import HardwareSpec, Link
 from scalestudy.perf.rates import Measured, collective_time

@@ -5,8 +5,8 @@ import pytest
 
 from scalestudy.perf import hardware, rates
 from scalestudy.perf.inputs import host_measurements
-from scalestudy.perf import frontier as predict
-from scalestudy.commands import predict as predict_command
+from scalestudy.validation import frontier as predict
+from scalestudy import cli
 
 
 def test_series_shapes():
@@ -49,7 +49,7 @@ def test_logged_iteration_means_by_hand():
 
 
 def test_predict_vs_published(tmp_path):
-    assert predict_command.main(["--hardware", "frontier", "--out", str(tmp_path)]) == 0
+    assert cli.main(["predict", "--hardware", "frontier", "--out", str(tmp_path)]) == 0
     comp = pd.read_csv(tmp_path / "predict_vs_published.csv")
     assert set(comp["model"]) == {"gpt-22b", "gpt-175b", "gpt-1t"}
     # % of peak in both means for 3 models, weak for 2, strong for 2 (one row spanning both
@@ -106,7 +106,7 @@ def test_study_points_and_residuals(tmp_path):
 
     study = Path(__file__).resolve().parents[2] / "workflow" / "config" / "default.yaml"
     out = tmp_path / "out"
-    assert predict_command.main([str(study), "--results", str(tmp_path), "--out", str(out)]) == 0
+    assert cli.main(["predict", str(study), "--results", str(tmp_path), "--out", str(out)]) == 0
     pred = pd.read_csv(out / "study_predictions.csv")
     assert len(pred) == pred["config_hash"].nunique() > 0
     assert (pred["hardware"] == "cpu-local").all()
@@ -120,7 +120,7 @@ def test_study_points_and_residuals(tmp_path):
         pred.assign(status="crashed", step_time_median_s=pred["step_time_s"] * 100),
     ])[["config_hash", "status", "step_time_median_s"]]
     runs.to_csv(tmp_path / "runs.csv", index=False)
-    assert predict_command.main([str(study), "--results", str(tmp_path), "--out", str(out),
+    assert cli.main(["predict", str(study), "--results", str(tmp_path), "--out", str(out),
                          "--runs", str(tmp_path / "runs.csv")]) == 0
     vm = pd.read_csv(out / "predict_vs_measured.csv")
     assert vm["residual"].round(6).eq(round(1 / 1.1 - 1, 6)).all()

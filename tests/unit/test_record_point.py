@@ -12,9 +12,10 @@ import pytest
 from scalestudy.config.point import Point
 from scalestudy.config.parts import Model
 from scalestudy.config.identity import identify
-from scalestudy.perf.run_summary import summary as run_summary
-from scalestudy.record import against_point, read
-from scalestudy.record.reading import RecordError
+from scalestudy.record.run_summary import summary as run_summary
+from scalestudy.record import run_records as read
+from scalestudy.record import against_point
+from scalestudy.record.bounded_read import RecordError
 from scalestudy.record import steps as contract
 
 MODEL = Model(name="m", layers=2, hidden=32, heads=2, seq_len=64, vocab=64)

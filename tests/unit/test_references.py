@@ -14,9 +14,9 @@ def test_frontier_values_as_published():
     p = references.peak_fraction_points("frontier_dash2024").set_index("model")
     assert p.loc["gpt-1t", "fraction"] == pytest.approx(0.3196)
     # TFLOPS per GCD = fraction x 191.5 (the MI250X-GCD bf16 peak in data/hardware.yaml)
-    from scalestudy.perf import hardware
+    from scalestudy.config import devices
 
-    assert hardware.resolve_peak("MI250X-GCD", "bf16")[1] == 191.5e12
+    assert devices.resolve_peak("MI250X-GCD", "bf16")[1] == 191.5e12
     raw = references.load("frontier_dash2024").set_index("model")
     assert (raw["pct_of_peak"] / 100 * 191.5).tolist() == pytest.approx(raw["tflops_per_device"].tolist(), abs=0.05)
 

@@ -87,7 +87,7 @@ def test_layer_gemms_shapes_and_flops():
                      (bs, h, f / 2, 1)]
     fused = compute.layer_gemms(cfg, 128, 2, tp=2, fused_qkv=True)
     assert fused[0] == (bs, 3 * h / 2, h, 1)
-    from scalestudy.perf import flops
+    from scalestudy.config import flops
 
     for gg in (g, fused):
         assert sum(2 * M * N * K * c for M, N, K, c in gg) * 2 == pytest.approx(
@@ -406,7 +406,7 @@ def test_assumptions_and_scenarios():
     assert sc["intra_bandwidth high"].intra.bw(2) == 400e9  # the pair scales with it
     assert sc["gemm_quantisation low"].gemm_quantisation == 0.0
     # the range of a prediction is the envelope of these scenarios
-    from scalestudy.perf import frontier
+    from scalestudy.validation import frontier
 
     row = frontier.reference("frontier_dash2024_configs").iloc[3]
     p = frontier.config_point(row, 2, 640)

@@ -15,8 +15,8 @@ from scalestudy.config.parts import Model
 from scalestudy.config.checks import PointError
 from scalestudy.config.identity import identify
 from scalestudy.record import stragglers
-from scalestudy.record.read import check_summary, read_summary
-from scalestudy.record.reading import RecordError
+from scalestudy.record.run_records import check_summary, read_summary
+from scalestudy.record.bounded_read import RecordError
 from scalestudy.run import health
 
 HOSTS = ["node-a", "node-a", "node-b", "node-b"]
@@ -156,7 +156,7 @@ def test_the_check_runs_on_slurm_only_and_its_exclusion_reaches_srun(tmp_path):
 
     entry = health.before_attempt(point, tmp_path, slurm, run=fake_srun)
     assert calls[0][:3] == ["srun", "--ntasks-per-node", "1"]
-    assert calls[0][-2:] == ["-m", "scalestudy.commands.nodecheck"]
+    assert calls[0][-3:] == ["-m", "scalestudy", "nodecheck"]
     assert entry["node_check"]["slow"] == ["n3"] and entry["node_check"]["exclude"] == ["n3"]
     assert json.loads((tmp_path / "health.json").read_text()) == entry["node_check"]
     argv = launch.launch_argv(point, tmp_path, environ=slurm)

@@ -2,14 +2,14 @@
 
 import yaml
 
+from scalestudy import cli
 from scalestudy.perf import hardware
 from scalestudy.plan import constraints, tune
-from scalestudy.commands import tune as tune_cli
 
 
 def test_tune_tiny_writes_study(tmp_path):
     out = tmp_path / "study.yaml"
-    assert tune_cli.main(["--model", "tiny", "--n", "4", "--hardware", "cpu-local", "--top", "3",
+    assert cli.main(["tune", "--model", "tiny", "--n", "4", "--hardware", "cpu-local", "--top", "3",
                           "--out", str(out)]) == 0
     doc = yaml.safe_load(out.read_text())
     assert len(doc["series"]) == 3 and list(doc["models"]) == ["tiny"]
@@ -25,7 +25,7 @@ def test_tune_tiny_writes_study(tmp_path):
 
 def test_tune_frontier_study_validates(tmp_path):
     out = tmp_path / "study.yaml"
-    assert tune_cli.main(["--model", "gpt-175b", "--n", "1024", "--hardware", "frontier", "--top",
+    assert cli.main(["tune", "--model", "gpt-175b", "--n", "1024", "--hardware", "frontier", "--top",
                           "4", "--out", str(out)]) == 0
     from scalestudy.plan.planner import plan_points
     from scalestudy.config.study import load_study

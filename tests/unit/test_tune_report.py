@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from synthetic_study import make_study
 
-from scalestudy.record.reading import RecordError
+from scalestudy.record.bounded_read import RecordError
 from scalestudy.record.trials import TRIAL_COLUMNS, best_complete, check_trials, read_trials
 from scalestudy.report import tune as rtune
 from scalestudy.report.aggregate import aggregate_study

@@ -1,4 +1,4 @@
-"""The step model against published tables (scalestudy.perf.validation, .fit, .kernels and the
+"""The step model against published tables (scalestudy.validation.published, .fit, .kernels and the
 shared GPU constants): each piece of arithmetic by hand, the shipped tables' schema, and the
 fit's bookkeeping. No accuracy threshold is asserted here: the validation's figures are read in
 ``scalestudy predict --validate`` and docs/performance-model.md."""
@@ -9,8 +9,11 @@ import pandas as pd
 import pytest
 
 from scalestudy.config.parts import Model
-from scalestudy.perf import fit, flops, hardware, kernels, rates, series, stepmodel as sm
-from scalestudy.perf import validation as v
+from scalestudy.config import flops
+from scalestudy.validation import series
+from scalestudy.validation import fit
+from scalestudy.perf import hardware, kernels, rates, stepmodel as sm
+from scalestudy.validation import published as v
 from scalestudy.perf import terms_compute as compute
 from scalestudy.perf.hardware import HardwareSpec, Link
 

@@ -37,7 +37,7 @@ rule aggregate:
         py=PY,
         study_dir=lambda w, output: os.path.dirname(output.runs),
     shell:
-        "{params.py:q} -m scalestudy.commands.aggregate {params.study_dir:q} > {log:q} 2>&1"
+        "{params.py:q} -m scalestudy aggregate {params.study_dir:q} > {log:q} 2>&1"
 
 
 rule predict_before_run:
@@ -63,7 +63,7 @@ rule predict_before_run:
         results=lambda w, input: os.path.dirname(os.path.dirname(input.plan)),
         out=lambda w, output: os.path.dirname(output[0]),
     shell:
-        "{params.py:q} -m scalestudy.cli predict {input.study:q} --results {params.results:q}"
+        "{params.py:q} -m scalestudy predict {input.study:q} --results {params.results:q}"
         " --out {params.out:q} --before-run > {log:q} 2>&1"
 
 
@@ -96,5 +96,5 @@ rule predict:
         results=lambda w, input: os.path.dirname(os.path.dirname(input.runs)),
         out=lambda w, output: os.path.dirname(output.predictions),
     shell:
-        "{params.py:q} -m scalestudy.cli predict {input.study:q} --results {params.results:q}"
+        "{params.py:q} -m scalestudy predict {input.study:q} --results {params.results:q}"
         " --out {params.out:q} > {log:q} 2>&1"

@@ -32,4 +32,4 @@ rule export:
         study_dir=lambda w, input: os.path.dirname(input[0]),
         tools=",".join(EXPORTS),  # a tool added or removed exports again
     shell:
-        "{params.py:q} -m scalestudy.cli export {params.study_dir:q} > {log:q} 2>&1"
+        "{params.py:q} -m scalestudy export {params.study_dir:q} > {log:q} 2>&1"

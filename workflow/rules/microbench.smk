@@ -38,7 +38,7 @@ rule microbench_matmul:
         sizes=" ".join(str(s) for s in MB.matmul_sizes),
         dtypes=" ".join(MB.dtypes),
     shell:
-        "OMP_NUM_THREADS=1 timeout 300 {params.py:q} -m scalestudy.commands.microbench matmul"
+        "OMP_NUM_THREADS=1 timeout 300 {params.py:q} -m scalestudy microbench matmul"
         " --device {params.device} --sizes {params.sizes} --dtypes {params.dtypes}"
         " --out {output:q} > {log:q} 2>&1"
 
@@ -66,7 +66,7 @@ rule microbench_collectives_slice:
         launcher=shlex.join(local_torchrun(max(MB_GROUPS), PY)),
     shell:
         "OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo NCCL_SOCKET_IFNAME=lo timeout 300"
-        " {params.launcher} -m scalestudy.commands.microbench collectives"
+        " {params.launcher} -m scalestudy microbench collectives"
         " --sizes {params.sizes} --group-sizes {params.groups} --samples {params.samples}"
         " --out {output:q} > {log:q} 2>&1"
 
@@ -99,5 +99,5 @@ rule microbench_plot:
     wildcard_constraints:
         kind="matmul|collectives",
     shell:
-        "{params.py:q} -m scalestudy.commands.microbench plot {wildcards.kind} {input:q}"
+        "{params.py:q} -m scalestudy microbench plot {wildcards.kind} {input:q}"
         " --out {output:q} > {log:q} 2>&1"

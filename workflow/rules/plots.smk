@@ -25,7 +25,7 @@ rule plots:
         study_dir=lambda w, input: os.path.dirname(input[0]),
         style=str(STUDY.report.figure_style),  # a changed style redraws the figures
     shell:
-        "{params.py:q} -m scalestudy.commands.plots {params.study_dir:q} --style {params.style}"
+        "{params.py:q} -m scalestudy plot {params.study_dir:q} --style {params.style}"
         " > {log:q} 2>&1"
 
 
@@ -48,4 +48,4 @@ rule front_page:
         py=PY,
         study_dir=lambda w, input: os.path.dirname(input[0]),
     shell:
-        "{params.py:q} -m scalestudy.commands.front {params.study_dir:q} > {log:q} 2>&1"
+        "{params.py:q} -m scalestudy front {params.study_dir:q} > {log:q} 2>&1"

@@ -45,7 +45,7 @@ rule calibrate:
         # (run.launch.threads_per_process)
         dpn=PLATFORM.devices_per_node,
     shell:
-        "{params.py:q} -m scalestudy.commands.calibrate --device {params.device} --dtype {params.dtype}"
+        "{params.py:q} -m scalestudy calibrate --device {params.device} --dtype {params.dtype}"
         " --devices-per-node {params.dpn} --out {output:q} --shapes {params.shapes}"
         " --overhead {params.overhead} > {log:q} 2>&1"
 
@@ -75,7 +75,7 @@ rule calibrate_slice:
         procs=" ".join(str(k) for k in PROCS),
         dpn=PLATFORM.devices_per_node,
     shell:
-        "{params.py:q} -m scalestudy.commands.host_slices --device {params.device}"
+        "{params.py:q} -m scalestudy host-slices --device {params.device}"
         " --devices-per-node {params.dpn} --blocks-json {params.blocks}"
         " --core-sharing {params.procs} --out {output:q} > {log:q} 2>&1"
 
@@ -122,4 +122,4 @@ rule train:
     shell:
         # exec: the runner is the job's process itself, so it ends with Snakemake
         # (scalestudy.run.lifetime)
-        "exec {params.py:q} -m scalestudy.run.runner {params.point:q} {params.run_dir:q} > {log:q} 2>&1"
+        "exec {params.py:q} -m scalestudy run-point --job {params.point:q} {params.run_dir:q} > {log:q} 2>&1"

@@ -26,15 +26,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scalestudy.numbers import finite_or_nan
+from scalestudy.number_format import finite_or_nan
 from scalestudy.analysis import efficiency as eff
 from scalestudy.analysis import stats
 from scalestudy.config.point import Point
 from scalestudy.config.checks import PointError
 from scalestudy.config.vocab import FlopsConvention
-from scalestudy.perf import flops, hardware
-from scalestudy.record import read as rread
-from scalestudy.record.reading import RecordError, read_text
+from scalestudy.config import devices, flops
+from scalestudy.record import run_records as rread
+from scalestudy.record.bounded_read import RecordError, read_text
 from scalestudy.record import stragglers
 from scalestudy.record.states import RunState
 
@@ -224,7 +224,7 @@ def energy_columns(summary: dict) -> dict:
             "energy_note": str(e.get("note") or "")}
 
 
-_resolve_peak = lru_cache(maxsize=None)(hardware.resolve_peak)  # a pure lookup in a fixed table
+_resolve_peak = lru_cache(maxsize=None)(devices.resolve_peak)  # a pure lookup in a fixed table
 
 
 def step_columns(times: list[list[float]], seeds: list[int], constants: np.ndarray
@@ -432,7 +432,7 @@ def efficiency_rows(runs: pd.DataFrame, times: dict[str, list[float]],
 
 
 def load_plan(study_dir: Path) -> pd.DataFrame:
-    """``plan.tsv`` checked by the one reader (``record.read.read_plan``: a cut, duplicated
+    """``plan.tsv`` checked by the one reader (``record.run_records.read_plan``: a cut, duplicated
     or damaged row is a one-line RecordError), as a table."""
     import io
 

@@ -32,7 +32,7 @@ from scalestudy.analysis.efficiency import efficiency_loss
 from scalestudy.config.point import Point
 from scalestudy.config.checks import PointError
 from scalestudy.record import breakdown as rbreakdown
-from scalestudy.record.read import read_point
+from scalestudy.record.run_records import read_point
 from scalestudy.record.terms import (MEASURED_TERMS, OVERLAPPED_TERMS, STEP_TERMS, TERM_LABELS,
                                      WAIT_TERMS)
 

@@ -18,7 +18,7 @@ import pandas as pd
 
 from scalestudy.analysis.stats import ALPHA, percentile_ci_rows
 from scalestudy.config.vocab import ScalingMode, member
-from scalestudy.perf.flops import per_device_throughput
+from scalestudy.config.flops import per_device_throughput
 from scalestudy.record.states import RunState
 
 OK = RunState.OK

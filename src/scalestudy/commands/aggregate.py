@@ -1,33 +1,24 @@
-"""``python -m scalestudy.commands.aggregate``: the command line of :mod:`scalestudy.report.aggregate`."""
+"""``scalestudy aggregate``: a study's run records -> its tables (:mod:`scalestudy.report.aggregate`)."""
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
-from scalestudy.record.io import os_error_line
-from scalestudy.record.reading import RecordError, one_line
-from scalestudy.report.aggregate import aggregate_study
+NAME = "aggregate"
+SUMMARY = "write the tables of a study's runs again"
+DESCRIPTION = ("Reads every run record of RESULTS/<study> and writes runs.csv, runs.parquet, "
+               "efficiency.csv, summary.md and summary.tex.")
+EXAMPLE = "scalestudy aggregate results/default"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m scalestudy.commands.aggregate",
-                                description="Run records -> runs.csv, efficiency.csv, summary.md")
-    p.add_argument("study_dir", type=Path)
+def add_arguments(p) -> None:
+    p.add_argument("study_dir", type=Path, help="the study's results folder (RESULTS/<study>)")
     p.add_argument("--detect-warmup", action="store_true",
                    help="also drop a slow start the declared warm-up missed")
-    args = p.parse_args(argv)
-    try:
-        aggregate_study(args.study_dir, args.detect_warmup)
-    except RecordError as e:
-        print(f"scalestudy: error: {one_line(e)}", file=sys.stderr)
-        return 2
-    except OSError as e:  # a full disk, an unwritable folder: one line, the tables as they were
-        print(f"scalestudy: error: {os_error_line(e)}", file=sys.stderr)
-        return 2
+
+
+def run(args) -> int:
+    from scalestudy.report.aggregate import aggregate_study
+
+    aggregate_study(args.study_dir, args.detect_warmup)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,15 +1,10 @@
-"""``python -m scalestudy.commands.calibrate``: the command line of :mod:`scalestudy.measure.calibrate`."""
+"""``scalestudy calibrate``: the command line of :mod:`scalestudy.measure.calibrate`."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from scalestudy.config.vocab import TRAIN_PRECISIONS
-from scalestudy.measure import calibrate as stage
-from scalestudy.measure.calibrate import measure, measure_shapes, process_threads
-from scalestudy.record.io import write_json
-from scalestudy.train.device import resolve_device_type
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -23,8 +18,14 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return m, n, k
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m scalestudy.commands.calibrate", description=stage.__doc__.split("\n\n")[0])
+NAME = "calibrate"
+SUMMARY = "measure this device's matmul ceiling (calibration.json)"
+DESCRIPTION = ("Times a square matrix product (and the study's own shapes) on this device, the ceiling "
+               "each point's utilisation is read against, and writes calibration.json.")
+EXAMPLE = "scalestudy calibrate --device cpu --dtype fp32 --out calibration.json"
+
+
+def add_arguments(p) -> None:
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="auto: cuda when a GPU is visible, else cpu (as the trainer decides)")
     p.add_argument("--dtype", choices=[d.value for d in TRAIN_PRECISIONS], default="fp32")
@@ -44,7 +45,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="on a CPU, also measure the framework's per-step overhead of these "
                         "layouts (microbench overhead: plain tensors, DTensor for tp) and the "
                         "copy bandwidth")
-    args = p.parse_args(argv)
+
+
+def run(args) -> int:
+    from scalestudy.measure.calibrate import measure, measure_shapes, process_threads
+    from scalestudy.record.io import write_json
+    from scalestudy.train.device import resolve_device_type
+
     device = resolve_device_type(args.device)
     threads = args.threads or process_threads(args.devices_per_node)
     rec = measure(device, args.dtype, args.size, args.samples, max_seconds=args.max_seconds,
@@ -61,6 +68,3 @@ def main(argv: list[str] | None = None) -> int:
           f"(median of {len(rec['samples_flops_per_s'])}) -> {args.out}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,19 +1,22 @@
-"""``python -m scalestudy.commands.fit``: the command line of :mod:`scalestudy.perf.fit`."""
+"""``scalestudy fit``: the model's one fitted constant (:mod:`scalestudy.validation.fit`)."""
 
 from __future__ import annotations
 
-import argparse
-import sys
+NAME = "fit"
+SUMMARY = "fit the performance model's one constant on published tables"
+DESCRIPTION = ("Fits the model's one fitted constant on the declared subset of the shipped "
+               "published tables and prints each table's error in and out of sample "
+               "(leave-one-table-out).")
+EXAMPLE = "scalestudy fit --write"
 
-from scalestudy.perf import fit as stage
-from scalestudy.perf.fit import CONSTANT, fit, write
+
+def add_arguments(p) -> None:
+    p.add_argument("--write", action="store_true", help="store the result in data/perf_fit.yaml")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m scalestudy.commands.fit",
-                                 description=stage.__doc__.splitlines()[0])
-    ap.add_argument("--write", action="store_true", help="store the result in data/perf_fit.yaml")
-    a = ap.parse_args(argv)
+def run(a) -> int:
+    from scalestudy.validation.fit import CONSTANT, fit, write
+
     result = fit()
     c = result["constants"][CONSTANT]
     print(f"{CONSTANT} = {c['value']} (leave-one-table-out range {c['low']} - {c['high']}), "
@@ -26,7 +29,3 @@ def main(argv: list[str] | None = None) -> int:
     if a.write:
         print(f"-> {write(result)}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

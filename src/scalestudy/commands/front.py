@@ -1,25 +1,23 @@
-"""``python -m scalestudy.commands.front``: the command line of :mod:`scalestudy.report.front`."""
+"""``scalestudy front``: a study's front page (:mod:`scalestudy.report.front`)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from scalestudy.record.io import exit_on_os_error
-from scalestudy.report import front as stage
-from scalestudy.report.front import run
+NAME = "front"
+SUMMARY = "write the report's front page of a study again"
+DESCRIPTION = ("Writes RESULTS/<study>/report/front.html: per series the answer in one line, "
+               "where the efficiency went, the efficiency figures and the points that did not "
+               "run, from the study's tables and figures.")
+EXAMPLE = "scalestudy front results/default"
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
+def add_arguments(p) -> None:
+    p.add_argument("study_dir", type=Path, help="the study's results folder (RESULTS/<study>)")
 
-    ap = argparse.ArgumentParser(prog="python -m scalestudy.commands.front",
-                                 description=stage.__doc__.split("\n")[0])
-    ap.add_argument("study_dir", type=Path)
-    a = ap.parse_args(argv)
-    print(run(a.study_dir))
+
+def run(args) -> int:
+    from scalestudy.report.front import run as write
+
+    print(write(args.study_dir))
     return 0
-
-
-if __name__ == "__main__":  # one line for a failed write, as every results-writing rule
-    sys.exit(exit_on_os_error(main))

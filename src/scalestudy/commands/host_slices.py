@@ -1,18 +1,19 @@
-"""``python -m scalestudy.commands.host_slices``: the command line of :mod:`scalestudy.measure.host_slices`."""
+"""``scalestudy host-slices``: the command line of :mod:`scalestudy.measure.host_slices`."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 
-from scalestudy.measure import host_slices as stage
 from scalestudy.measure.host_slices import BLOCK_ROUNDS, SHARING_ROUNDS, measure_slice
 
+NAME = "host-slices"
+SUMMARY = "time the study's model blocks and core sharing on this host"
+DESCRIPTION = ("Times the study's model pieces at each micro-batch and layout, and how much a process "
+               "slows when the study's process counts share this host's cores (one JSON record).")
+EXAMPLE = "scalestudy host-slices --device cpu --out host_slice.json"
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m scalestudy.commands.host_slices",
-                                description=stage.__doc__.split("\n\n")[0])
+
+def add_arguments(p) -> None:
     p.add_argument("--out", required=True, help="the slice's JSON record (written atomically)")
     p.add_argument("--blocks-json", default="[]",
                    help="a JSON list of blocks.block_spec entries: the study's model "
@@ -27,7 +28,9 @@ def main(argv: list[str] | None = None) -> int:
                         "of the host's threads, as each point's process does")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="a GPU study's host model is the preset's: nothing is timed there")
-    args = p.parse_args(argv)
+
+
+def run(args) -> int:
     import torch
 
     from scalestudy.measure.calibrate import process_threads
@@ -44,6 +47,3 @@ def main(argv: list[str] | None = None) -> int:
           f"rows (load {rec['load_1m']:.2f}) -> {args.out}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,25 +1,21 @@
-"""``python -m scalestudy.commands.microbench``: the command line of :mod:`scalestudy.measure.microbench`."""
+"""``scalestudy microbench``: the command line of :mod:`scalestudy.measure.microbench`."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 
-from scalestudy.measure import microbench as stage
-from scalestudy.measure.collectives import OPS, bench_collectives
-from scalestudy.measure.common import summarize, write_rows
-from scalestudy.measure.matmul import bench_matmul
-from scalestudy.measure.memory import bench_memory, bench_memory_trainer, memory_child
-from scalestudy.measure.microbench import square_shapes
-from scalestudy.measure.overhead import bench_overhead
-from scalestudy.measure.plots import plot
-from scalestudy.measure.validate import bench_validate
+from scalestudy.measure.collectives import OPS
+
+NAME = "microbench"
+SUMMARY = "measure the model's building blocks on this machine"
+DESCRIPTION = ("Matmul throughput, collective bandwidth (under torchrun), framework overhead, "
+               "memory and step time against the model, each written as one tidy CSV; plot "
+               "draws a matmul or collectives CSV.")
+EXAMPLE = "scalestudy microbench matmul --out matmul.csv --sizes 256 512"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m scalestudy.commands.microbench", description=stage.__doc__.splitlines()[0])
+def add_arguments(ap) -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("matmul", help="matmul throughput by shape and dtype")
     m.add_argument("--out", required=True)
@@ -50,7 +46,17 @@ def main(argv: list[str] | None = None) -> int:
     pl.add_argument("--out", required=True)
     ch = sub.add_parser("_memory_child")
     ch.add_argument("spec")
-    a = ap.parse_args(argv)
+
+
+def run(a) -> int:
+    from scalestudy.measure.collectives import bench_collectives
+    from scalestudy.measure.common import summarize, write_rows
+    from scalestudy.measure.matmul import bench_matmul
+    from scalestudy.measure.memory import bench_memory, bench_memory_trainer, memory_child
+    from scalestudy.measure.microbench import square_shapes
+    from scalestudy.measure.overhead import bench_overhead
+    from scalestudy.measure.plots import plot
+    from scalestudy.measure.validate import bench_validate
 
     if a.cmd == "matmul":
         shapes = square_shapes(a.sizes) + [tuple(int(x) for x in s.lower().split("x")) for s in a.shapes]
@@ -105,7 +111,3 @@ def main(argv: list[str] | None = None) -> int:
     elif a.cmd == "_memory_child":
         print(json.dumps(memory_child(json.loads(a.spec))))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,34 +1,21 @@
-"""``python -m scalestudy.commands.predict``: the command line of :mod:`scalestudy.report.predict`."""
+"""``scalestudy predict``: the command line of :mod:`scalestudy.report.predict`."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-import pandas as pd
-
-from scalestudy.config.study import load_study
-from scalestudy.config.studyspec import Study
-from scalestudy.config.vocab import Reference
-from scalestudy.perf import frontier
-from scalestudy.plan.planner import plan_points
-from scalestudy.record.io import write_csv, write_text
-from scalestudy.report import before_run, validation_report
-from scalestudy.report.predict import (model_breakdown_figure, figures, markdown, residual_figure,
-                                       study_predictions, terms_check, versus_measured)
+NAME = "predict"
+SUMMARY = "predict step times and efficiency (performance model)"
+DESCRIPTION = ("Predicts step time, MFU and weak/strong scaling efficiency, each with its range "
+               "and the step's breakdown into named terms: for a study's own points (next to its "
+               "measurements once it ran), or at real scale next to published results "
+               "(scalestudy predict --out results/predict), or over every published table "
+               "(--validate).")
+EXAMPLE = "scalestudy predict workflow/config/default.yaml"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="scalestudy predict", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Predict step time, MFU and weak/strong scaling efficiency, each with its range\n"
-                    "and the step's breakdown into named terms: for a study's own points (next to\n"
-                    "its measurements once it ran), or at real scale next to published results.",
-        epilog="examples:\n"
-               "  scalestudy predict workflow/config/default.yaml   a study's points vs its runs\n"
-               "  scalestudy predict --out results/predict          the Frontier comparison\n"
-               "  scalestudy predict --validate --out results/validation   every published table")
+def add_arguments(ap) -> None:
     ap.add_argument("study", nargs="?", help="study YAML: predict its points (and compare with runs.csv)")
     ap.add_argument("--hardware", default=None,
                     help="preset name or YAML path (default: cpu-local for a CPU study, frontier "
@@ -50,7 +37,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="with a study asking for predict.before_run: calibrate the model on "
                          "its measured points with N <= calibrate_on_max_n and write the other "
                          "points' prediction, before they run, to predict/predicted_before_run.csv")
-    a = ap.parse_args(argv)
+
+
+def run(a) -> int:
+    from scalestudy.config.study import load_study
+    from scalestudy.config.vocab import Reference
+    from scalestudy.report import validation_report
+
     if a.validate:
         out = Path(a.out or f"{a.results}/validation")
         md = validation_report.write(out)
@@ -75,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _inputs(a, study: Study | None = None, hardware: str | None = None):
+def _inputs(a, study=None, hardware: str | None = None):
     """The model's hardware and measured blocks (``perf.inputs.model_inputs``) under the
     command's flags ``a``; None (the reason printed) when there are none."""
     from scalestudy.perf.inputs import model_inputs
@@ -89,10 +82,18 @@ def _inputs(a, study: Study | None = None, hardware: str | None = None):
         return None
 
 
-def _predict_study(a, study: Study, out: Path) -> int | None:
+def _predict_study(a, study, out: Path) -> int | None:
     """A study's points predicted into ``out`` (beside its runs once they exist), or only its
     before-run prediction with ``--before-run``; an exit status to end with, or None to go
     on."""
+    import pandas as pd
+
+    from scalestudy.plan.planner import plan_points
+    from scalestudy.record.io import write_csv
+    from scalestudy.report import before_run
+    from scalestudy.report.predict import (model_breakdown_figure, residual_figure,
+                                           study_predictions, terms_check, versus_measured)
+
     name = study.name
     mi = _inputs(a, study, a.hardware)
     if mi is None:
@@ -136,6 +137,10 @@ def _predict_study(a, study: Study, out: Path) -> int | None:
 
 def _predict_published(a, mi, out: Path) -> None:
     """The Frontier study at scale on ``mi``'s hardware, beside its published results."""
+    from scalestudy.validation import frontier
+    from scalestudy.record.io import write_csv, write_text
+    from scalestudy.report.predict import figures, markdown, model_breakdown_figure
+
     hw = mi.hw
     df, comp, brk_df = frontier.run(hw, mi.measured, a.dp_overlap)
     write_csv(df, out / "predict_points.csv")
@@ -148,6 +153,3 @@ def _predict_published(a, mi, out: Path) -> None:
                      f"Where the logged iteration goes: Frontier study on {hw.name}")
     print(md)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,39 +12,33 @@ predicted throughput (``scalestudy.plan.tune``), printed, the best k written as 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 
-import yaml
-
-from scalestudy.config.parts import Model
-from scalestudy.perf import memory
-from scalestudy.plan.tune import known_models, rank, study_yaml
-from scalestudy.record.io import write_text
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--measure" in argv[:argv.index("--") if "--" in argv else len(argv)]:
-        return measure_main(argv)
-    return rank_main(argv)
+NAME = "tune"
+SUMMARY = "search a layout by measuring it (or rank shapes by the model)"
+DESCRIPTION = ("With --measure, searches the layout of the study's tune: section by measuring "
+               "it (Bayesian search with Optuna, warm-started by the performance model, every "
+               "trial a point of the pipeline; run it again to go on after an interruption). "
+               "Without, ranks the feasible parallel shapes of --model on --n devices by "
+               "predicted throughput and writes the best k as a study you can run.")
+EXAMPLE = "scalestudy tune --model gpt-175b --n 1024 --hardware frontier --top 5 --out top5.yaml"
+REST = "Snakemake's arguments (with --measure)"
 
 
-def rank_main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(
-        prog="scalestudy tune", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Rank the feasible parallel shapes (tp, pp, micro-batch, schedule, sharding,\n"
-                    "checkpointing) of a model on N devices by predicted throughput, and write the\n"
-                    "best k as a study you can run.",
-        epilog="example:\n"
-               "  scalestudy tune --model gpt-175b --n 1024 --hardware frontier --top 5 "
-               "--out top5.yaml")
-    ap.add_argument("--model", required=True,
-                    help="tiny | gpt-22b | gpt-175b | gpt-1t | llama3-8b | llama3-70b | "
-                         "llama3-405b | model YAML")
-    ap.add_argument("--n", type=int, required=True, help="number of devices")
+def add_arguments(ap) -> None:
+    ap.add_argument("study", nargs="?", help="with --measure: study file (YAML) with a tune: section")
+    ap.add_argument("--measure", action="store_true",
+                    help="search by measuring the trials (else rank shapes by the model)")
+    ap.add_argument("--results", default="results", help="--measure: results root (default: results)")
+    ap.add_argument("--profile", default=None,
+                    help="--measure: Snakemake profile the trials run with (default: the local one)")
+    ap.add_argument("--trust-site", action="store_true",
+                    help="--measure: allow any platform.site setting (as scalestudy run --trust-site)")
+    ap.add_argument("--model", help="tiny | gpt-22b | gpt-175b | gpt-1t | llama3-8b | llama3-70b | "
+                                    "llama3-405b | model YAML")
+    ap.add_argument("--n", type=int, help="number of devices")
     ap.add_argument("--hardware", default="frontier", help="preset name or YAML path")
     ap.add_argument("--global-batch", type=int, default=None,
                     help="sequences per optimizer step (default: the model's published batch, "
@@ -56,7 +50,26 @@ def rank_main(argv: list[str]) -> int:
     ap.add_argument("--collectives-csv", default=None,
                     help="microbench collectives CSV measured on that hardware")
     ap.add_argument("--out", default=None, help="write the top k as a study YAML here")
-    a = ap.parse_args(argv)
+
+
+def run(a) -> int:
+    if a.measure:
+        return measure(a)
+    if a.study or a.rest or a.model is None or a.n is None:
+        print("scalestudy tune: give --model and --n (rank by the model), or a study with "
+              "--measure (search by measuring)", file=sys.stderr)
+        return 2
+    return rank_shapes(a)
+
+
+def rank_shapes(a) -> int:
+    """The feasible shapes of ``--model`` on ``--n`` devices, ranked by predicted throughput."""
+    import yaml
+
+    from scalestudy.config.parts import Model
+    from scalestudy.perf import memory
+    from scalestudy.plan.tune import known_models, rank, study_yaml
+    from scalestudy.record.io import write_text
 
     models = known_models()
     if a.model in models:
@@ -100,32 +113,17 @@ def rank_main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
-def measure_main(argv: list[str]) -> int:
+def measure(a) -> int:
     """``scalestudy tune STUDY --measure``: the search, its trials.csv, convergence figure,
     summary and best layout under ``RESULTS/<study>/tune/``."""
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    ap = argparse.ArgumentParser(
-        prog="scalestudy tune", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Search the layout of the study's tune: section by measuring it: Bayesian "
-                    "search (Optuna)\nwarm-started by the performance model, every trial a "
-                    "point of the pipeline.\nRun it again to go on after an interruption.",
-        epilog="example:\n  scalestudy tune examples/tune.yaml --measure\n"
-               "  scalestudy tune my.yaml --measure --profile workflow/profiles/slurm")
-    ap.add_argument("study", help="study file (YAML) with a tune: section")
-    ap.add_argument("--measure", action="store_true", required=True)
-    ap.add_argument("--results", default="results", help="results root (default: results)")
-    ap.add_argument("--profile", default=None,
-                    help="Snakemake profile the trials run with (default: the local one)")
-    ap.add_argument("--trust-site", action="store_true",
-                    help="allow any platform.site setting (as scalestudy run --trust-site)")
-    a = ap.parse_args(argv[:len(argv) - len(extra) - ("--" in argv)])
+    if not a.study:
+        print("scalestudy tune --measure: give the study file (YAML) with a tune: section",
+              file=sys.stderr)
+        return 2
+    extra = a.rest
     from scalestudy.config.study import load_study
     from scalestudy.config.study_yaml import StudyError
-    from scalestudy.record.reading import RecordError, printable
+    from scalestudy.record.bounded_read import RecordError, printable
     from scalestudy.run.guard import StudyLocked
     from scalestudy.tune.search import start
 

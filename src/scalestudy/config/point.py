@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Mapping
 
-from scalestudy.numbers import whole
+from scalestudy.number_format import whole
 from scalestudy.config import limits
 from scalestudy.config.checks import PointError, check_fields, check_name, coerce, short, ID_PATTERN
 from scalestudy.config.parts import (Model, Parallel, Platform, Profile, Train, Workload,

@@ -31,7 +31,7 @@ from scalestudy.config.parts import (SERIES_SETTINGS, TUNED_SETTINGS,
 from scalestudy.config.settings import SeriesUse
 from scalestudy.config.studyspec import SHAPE_AXES, Series, Study
 from scalestudy.config.vocab import SCHEMA_ENUMS, TRAIN_PRECISIONS
-from scalestudy.numbers import plain
+from scalestudy.number_format import plain
 
 _TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
 #: What a name in a path or a shell command may hold (study, series, model names).

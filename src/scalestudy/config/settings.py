@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 from functools import lru_cache
 
-from scalestudy.numbers import plain
+from scalestudy.number_format import plain
 
 #: The key of a field's metadata that holds its :class:`Setting`.
 KEY = "setting"

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.profiler import record_function
 
-from scalestudy.config import trace_scopes
+from scalestudy.config import layout_rules, trace_scopes
 from scalestudy.config.point import Point
 from scalestudy.config.vocab import DPMode, DType
 from scalestudy.distributed import pipeline
@@ -29,9 +29,8 @@ from scalestudy.distributed.data_parallel import apply_data_parallel, make_optim
 from scalestudy.distributed.mesh import build_mesh, grad_mesh
 from scalestudy.distributed.tensor_parallel import tensor_parallelize
 from scalestudy.models import build_model
-from scalestudy.perf import partition
-from scalestudy.perf.flops import param_count
-from scalestudy.plan import constraints
+from scalestudy.config import partition
+from scalestudy.config.flops import param_count
 
 # Models up to this many parameters are built on CPU with the seed (bitwise identical start
 # for every layout); larger ones on the meta device, initialised shard by shard on the device.
@@ -67,7 +66,7 @@ class Engine:
     gradients are averaged over dp and cp together, and the step's loss over the cp ranks."""
 
     def __init__(self, point: Point, device: torch.device):
-        constraints.check(point)  # the planner's rules: the same verdict, the same sentence
+        layout_rules.check(point)  # the planner's shape rules: the same verdict, the same sentence
         mesh = build_mesh(point, device.type)
         self.point, self.mesh, self.device = point, mesh, device
         self.dp_mesh, self.tp_mesh, self.pp_mesh = mesh["dp"], mesh["tp"], mesh["pp"]

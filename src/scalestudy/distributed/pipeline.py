@@ -2,7 +2,7 @@
 
 Each stage is the same model class with the pieces it does not own deleted (the torchtitan
 convention): the layers are split into pp · virtual_stages stages by the point's
-``parallel.pp_partition`` (``scalestudy.perf.partition``: equal, balanced by parameters, or
+``parallel.pp_partition`` (``scalestudy.config.partition``: equal, balanced by parameters, or
 stated), stage ``k`` of a looped schedule lives on pp rank ``k % pp``. The
 point's ``grad_accum`` micro-batches of ``micro_batch`` rows are the pipeline's
 micro-batches; schedules ``ScheduleGPipe``, ``Schedule1F1B``, ``ScheduleInterleaved1F1B``.
@@ -17,7 +17,7 @@ from torch import nn
 
 from scalestudy.config.point import Point
 from scalestudy.config.vocab import PPSchedule
-from scalestudy.perf import partition
+from scalestudy.config import partition
 
 
 def split_layers(point: Point) -> list[list[int]]:

@@ -9,7 +9,7 @@ import json
 from scalestudy.config.point import DPWrapper
 from scalestudy.config.parts import Model
 from scalestudy.measure.common import timed_samples
-from scalestudy.perf.flops import head_forward_flops, layer_forward_flops
+from scalestudy.config.flops import head_forward_flops, layer_forward_flops
 
 #: The blocks ``bench_blocks`` times (seconds per call).
 BLOCKS = ("fwd_bwd", "layer", "embedding", "head", "optimizer", "optimizer_layer", "step")

@@ -1,7 +1,7 @@
 """Measured matmul ceiling of one device: the denominator of "utilisation vs measured ceiling",
 which gives a CPU run (no spec peak) a meaningful percentage.
 
-    python -m scalestudy.commands.calibrate --device cpu|cuda --dtype fp32|bf16 --out FILE [--size N]
+    python -m scalestudy calibrate --device cpu|cuda --dtype fp32|bf16 --out FILE [--size N]
 
 Times square ``N×N @ N×N`` matmuls (2·N³ FLOPs each): the device is synchronised before every
 clock read, warm-up matmuls are excluded, each sample runs enough matmuls to last ≳ 20 ms,

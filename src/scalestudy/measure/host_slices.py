@@ -3,7 +3,7 @@ piece, the cost of sharing the cores and the wait at a synchronisation, a few ro
 slice, each slice a job of its own that the workflow runs between the training runs (rule
 ``calibrate_slice``), pooled into ``calibration.json`` (rule ``calibration``).
 
-    python -m scalestudy.commands.host_slices --blocks-json JSON --core-sharing K ... --out FILE
+    python -m scalestudy host-slices --blocks-json JSON --core-sharing K ... --out FILE
 
 On a shared host the same blocks run up to ~1.7x faster or slower from one minute to the next
 (the 4-sequence micro-batch's forward + backward: 4.7-7.8 ms in 30 calibrations of one day),

@@ -93,7 +93,7 @@ def bench_memory(cases: dict | None = None, timeout_s: float = 120) -> list[dict
     for name, (model, mb, ckpt) in (cases or MEMORY_CASES).items():
         spec = {"model": model, "micro_batch": mb, "ckpt": ckpt, "steps": 3}
         out = subprocess.run(
-            [sys.executable, "-m", "scalestudy.commands.microbench", "_memory_child", json.dumps(spec)],
+            [sys.executable, "-m", "scalestudy", "microbench", "_memory_child", json.dumps(spec)],
             env=env, capture_output=True, text=True, timeout=timeout_s, check=True,
         )
         meas = json.loads(out.stdout.strip().splitlines()[-1])

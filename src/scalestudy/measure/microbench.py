@@ -1,9 +1,9 @@
 """Building-block measurements, runnable as DAG jobs; each writes one tidy CSV atomically.
 
-    python -m scalestudy.commands.microbench matmul --out matmul.csv [--sizes 256 512] [--dtypes fp32 bf16]
-    torchrun --nproc-per-node 4 -m scalestudy.commands.microbench collectives --out coll.csv \
+    python -m scalestudy microbench matmul --out matmul.csv [--sizes 256 512] [--dtypes fp32 bf16]
+    torchrun --nproc-per-node 4 -m scalestudy microbench collectives --out coll.csv \
         [--sizes 4096 1048576] [--group-sizes 2 4] [--ops all_reduce all_gather ...]
-    python -m scalestudy.commands.microbench memory --out mem.csv      # estimate vs measured peak (CPU)
+    python -m scalestudy microbench memory --out mem.csv      # estimate vs measured peak (CPU)
 
 ``matmul`` rows: ``device, device_name, dtype, m, n, k, sample, seconds, flops_per_s`` (one row
 per timed sample; 2·m·n·k FLOPs per call; the device is synchronised before every clock read

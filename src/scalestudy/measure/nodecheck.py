@@ -1,6 +1,6 @@
 """The node check's probe: one task per node times a matrix product on its own node.
 
-    srun --ntasks-per-node 1 python -m scalestudy.commands.nodecheck [--size 512]
+    srun --ntasks-per-node 1 python -m scalestudy nodecheck [--size 512]
 
 Prints one JSON line, ``{"node": NAME, "flops_per_s": X}``: the node's Slurm name
 (``SLURMD_NODENAME``, what ``srun --exclude`` takes; else the host name) and the median rate

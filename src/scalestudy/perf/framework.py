@@ -105,7 +105,7 @@ class Framework:
     dp_alternatives: tuple[str, ...] = ()
     """Other entries a run of it may have used for its data parallelism (its own options,
     e.g. Megatron-LM v1's ``--DDP-impl``): where a table does not say, a data-parallel row is
-    read under each as well (``scalestudy.perf.validation``)."""
+    read under each as well (``scalestudy.validation.published``)."""
     software_rate: float = 1.0
     """The rate of its computing kernels relative to the software the shared constants were
     set on (dimensionless; 1 for that software): its release, fused kernels and attention

@@ -12,57 +12,14 @@ collective library's latency per call and per step, ``CollectiveLatency``).
 from __future__ import annotations
 
 import math
-import os
-import platform as pyplatform
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from scalestudy.config.devices import device_key, devices, table
-from scalestudy.config.vocab import DType, member
+from scalestudy.config.devices import devices, table
 from scalestudy.perf.assumption import Assumption
 from scalestudy.perf.framework import FRAMEWORK_ASSUMPTIONS, Framework, load_framework
-
-def resolve_peak(device_name_or_key: str | None,
-                 dtype: str) -> tuple[str | None, float | None, str | None]:
-    """``(key, peak FLOP/s per device, source)`` for a device and precision; ``(None, None,
-    None)`` for a CPU, an unknown device or a dtype that is not one of its MFU denominators."""
-    dtype = member(DType, dtype, "dtype")
-    key = device_key(device_name_or_key)
-    if key is None:
-        return None, None, None
-    d = devices()[key]
-    if dtype not in d.get("mfu_dtypes", ()):
-        return None, None, None
-    return key, float(d["peak_tflops"][dtype]) * 1e12, str(d["source"])
-
-
-def memory_gb(device_name_or_key: str | None) -> float | None:
-    """Memory per device (GB) of a known device, else None."""
-    key = device_key(device_name_or_key)
-    return None if key is None else float(devices()[key]["memory_gb"])
-
-
-def cpu_name() -> str:
-    """The host CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return pyplatform.processor() or pyplatform.machine() or "cpu"
-
-
-def usable_cpus() -> int:
-    """Cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
 
 # --- systems (the performance model's presets) ----------------------------------------------
 
@@ -71,8 +28,8 @@ FIT = "perf_fit.yaml"
 
 @lru_cache(maxsize=1)
 def fitted() -> dict:
-    """The fitted constants of ``data/perf_fit.yaml`` (written by ``python -m
-    scalestudy.commands.fit``): ``{"constants": {name: {value, low, high, source}}, "fit": {...}}``;
+    """The fitted constants of ``data/perf_fit.yaml`` (written by ``scalestudy fit
+    --write``): ``{"constants": {name: {value, low, high, source}}, "fit": {...}}``;
     empty when the file is absent."""
     import yaml
 

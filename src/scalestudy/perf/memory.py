@@ -33,7 +33,7 @@ the prefetched next one. Gradients: the shard plus the unsharded gradient of the
 unit and its reduce-scatter input.) Tensor parallelism divides the layers' matrices, the vocabulary-parallel
 embedding and the output head by ``tp``; norms and the row-parallel biases are replicated.
 Pipeline parallelism gives each rank the layers of its stages under the point's
-``parallel.pp_partition`` (``scalestudy.perf.partition``: ``layers / pp`` when uniform), the
+``parallel.pp_partition`` (``scalestudy.config.partition``: ``layers / pp`` when uniform), the
 embeddings to the first and the final norm + output head to the last (with tied embeddings
 and pp > 1 the last stage holds its own copy of the table, as Megatron does); every rank is
 evaluated at its own layers and the most loaded one is reported. Context parallelism keeps the
@@ -52,7 +52,7 @@ fused ``bias_swiglu``; autograd would keep ``silu`` and the product too, ``2 + 8
 Grouped-query attention keeps K and V (2 units each) at ``kv_heads/heads`` of their size:
 attention is ``10 - 4·(1 - kv/a)`` units (the rotary embedding keeps nothing: its tables are constants; RMSNorm keeps its
 input like LayerNorm). Its weights shrink the same way: ``wk`` and ``wv`` are ``h × kv_dim``
-(``scalestudy.perf.flops.layer_params``). The ``5·a·s/h`` term is the ``s × s``
+(``scalestudy.config.flops.layer_params``). The ``5·a·s/h`` term is the ``s × s``
 score/softmax/dropout storage of unfused attention; a fused kernel (FlashAttention, PyTorch
 SDPA flash / memory-efficient / CPU-flash) keeps only ``O(s)`` statistics and the term
 vanishes (``model.attention``: ``fused`` (default) or ``math``). With tensor parallelism
@@ -93,8 +93,8 @@ from scalestudy.config.point import Point
 from scalestudy.config.parts import Model
 from scalestudy.config.vocab import (Arch, AttentionKernel, Checkpointing, DPMode, DType, MLPKind,
                                      PPSchedule, member)
-from scalestudy.perf import partition
-from scalestudy.perf.flops import layer_params, norm_params, position_params
+from scalestudy.config import partition
+from scalestudy.config.flops import layer_params, norm_params, position_params
 
 GiB = 2**30
 TiB = 2**40
@@ -163,7 +163,7 @@ def checkpointed_layers(layers: int, pp: int, stage: int, virtual: int, ckpt: st
     """How many of pipeline rank ``stage``'s layers are fully checkpointed: all under
     ``full``; under ``selective`` those with an even global index (rank ``stage`` holds
     model chunks ``stage, stage + pp, ...``; ``counts``: the layers of every chunk in stage
-    order, ``scalestudy.perf.partition.stage_layers``; None: ``layers / (pp·virtual)``
+    order, ``scalestudy.config.partition.stage_layers``; None: ``layers / (pp·virtual)``
     each)."""
     ckpt = member(Checkpointing, ckpt, "parallel.activation_checkpointing")
     if counts is None:
@@ -206,7 +206,7 @@ def estimate(point: Point) -> dict:
     """Bytes per device by component for the most loaded pipeline stage, plus
     ``total_bytes``, ``stage`` (which stage), ``params_per_device`` and ``per_stage`` (the
     totals of every stage). The layers must split into the point's stages
-    (``scalestudy.perf.partition``): ValueError otherwise; the other rules are the caller's
+    (``scalestudy.config.partition``): ValueError otherwise; the other rules are the caller's
     (``scalestudy.plan.constraints``)."""
     reason = partition.problem(point)
     if reason:

@@ -23,24 +23,6 @@ from scalestudy.perf.hardware import HardwareSpec, Link
 ACT_BYTES = {True: 2, False: 4}
 
 
-def spec_from_microbench(matmul_csv: str, collectives_csv: str | None = None,
-                         name: str = "measured", devices_per_node: int = 1,
-                         memory_bytes: float = 0.0, mem_bw: float = 5e9) -> HardwareSpec:
-    """A spec whose peaks are the measured matmul ceilings (efficiency 1) and whose
-    intra-node link is fitted to the measured all-reduce (α, bus bandwidth)."""
-    m = Measured.from_csv(matmul_csv, collectives_csv)
-    intra = Link(1e9, 0.0)
-    if m.collectives:
-        (_, p), (alpha, beta) = max(
-            ((k, v) for k, v in m.collectives.items() if k[0] == "all_reduce"),
-            key=lambda kv: kv[0][1], default=next(iter(m.collectives.items())),
-        )
-        intra = Link(beta * 2 * (p - 1) / p, alpha)
-    return HardwareSpec(name=name, device=name, devices_per_node=devices_per_node,
-                        peak_flops=dict(m.matmul_peak), memory_bytes=memory_bytes, mem_bw=mem_bw,
-                        matmul_efficiency=1.0, intra=intra, inter=None, source="microbench")
-
-
 # --- measurements ---------------------------------------------------------------------------
 
 

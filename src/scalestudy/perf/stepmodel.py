@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from scalestudy.config.point import Point
 from scalestudy.config.vocab import Checkpointing, DType
-from scalestudy.perf import flops, host, kernels, memory, partition
+from scalestudy.config import flops
+from scalestudy.config import partition
+from scalestudy.perf import host, kernels, memory
 from scalestudy.perf.breakdown import Prediction, StepBreakdown
 from scalestudy.perf.hardware import HardwareSpec
 from scalestudy.perf.rates import ACT_BYTES, Measured

@@ -1,6 +1,6 @@
 """A run's records checked against its point (``point.json``): the tokens of every step, the
 summary's tokens and steps, the world size and the layout a record states. Pure: the records
-are read by ``scalestudy.record.read``, which calls these (:func:`point_facts`, then
+are read by ``scalestudy.record.run_records``, which calls these (:func:`point_facts`, then
 :func:`step_vs_point`, :func:`summary_vs_point`, :func:`env_vs_point`)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scalestudy.record.loss import NONFINITE_KEY, diverged
-from scalestudy.record.reading import is_int, is_number, positive, show
+from scalestudy.record.bounded_read import is_int, is_number, positive, show
 
 #: The layout sizes a record may state (``env.json``'s or ``summary.json``'s ``layout``).
 LAYOUT_KEYS = ("dp", "tp", "pp", "cp")

@@ -41,7 +41,7 @@ from statistics import median
 from scalestudy.config.layout import group_key
 from scalestudy.record.io import write_json
 from scalestudy.record.profile_record import PROFILE_KEY, profile_problem
-from scalestudy.record.reading import RecordError, read_object
+from scalestudy.record.bounded_read import RecordError, read_object
 from scalestudy.record.terms import COMM_TERM, MEASURED_TERMS, OVERLAPPED_TERMS, OVERLAP_TERM
 from scalestudy.record.timeline import StepReading, device_temporal, read_trace_steps
 from scalestudy.record.trace import Trace, TraceError, read_trace

@@ -208,7 +208,7 @@ def os_error_line(e: OSError) -> str:
     """One line for a failed read or write: ``<path>: <what>; <fix> and run again`` (the
     atomic writes left every earlier file whole, so the next run finishes the job). A message
     of ours (no errno) is kept as it is."""
-    from scalestudy.record.reading import one_line
+    from scalestudy.record.bounded_read import one_line
 
     if e.errno is None:
         return one_line(e)
@@ -294,9 +294,9 @@ def write_json(path: str | os.PathLike, obj) -> Path:
 
 
 def read_json(path: str | os.PathLike):
-    """The JSON object in ``path`` (bounded, regular files only: ``record.read``); OSError
+    """The JSON object in ``path`` (bounded, regular files only: ``record.run_records``); OSError
     when missing, ValueError when damaged."""
-    from scalestudy.record.reading import read_object
+    from scalestudy.record.bounded_read import read_object
 
     data = read_object(path)
     if data is None:
@@ -307,7 +307,7 @@ def read_json(path: str | os.PathLike):
 def read_record(path: str | os.PathLike) -> dict | None:
     """The JSON object in ``path``, or None when it is missing, damaged or not an object (a
     record not written yet, or cut short): for optional inputs only; the run records are read
-    through ``scalestudy.record.read``, which says why."""
+    through ``scalestudy.record.run_records``, which says why."""
     try:
         return read_json(path)
     except (OSError, ValueError):
@@ -333,7 +333,7 @@ def escaping_links(study_dir: str | os.PathLike) -> list[tuple[Path, str]]:
 
 def refuse_escaping_links(study_dir: str | os.PathLike) -> None:
     """RecordError (one line) when a symlink in the study folder leads outside it."""
-    from scalestudy.record.reading import RecordError
+    from scalestudy.record.bounded_read import RecordError
 
     bad = escaping_links(study_dir)
     if bad:

@@ -2,8 +2,8 @@
 
 JSON has no NaN or infinity, so a line of ``steps.jsonl`` (``scalestudy.record.steps``) writes
 such a loss as ``"loss": null`` plus ``"loss_nonfinite": "nan" | "inf" | "-inf"``, and
-``summary.json`` (``scalestudy.perf.run_summary``) states the first one as ``loss_nonfinite``
-and ``loss_nonfinite_step``. The reader (``scalestudy.record.read``) makes such a run
+``summary.json`` (``scalestudy.record.run_summary``) states the first one as ``loss_nonfinite``
+and ``loss_nonfinite_step``. The reader (``scalestudy.record.run_records``) makes such a run
 ``invalid`` with :func:`diverged`'s reason. No imports: the writers and the reader share it.
 """
 

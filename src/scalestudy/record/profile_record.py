@@ -1,6 +1,6 @@
 """``summary.json``'s ``profile`` record: what the profiled steps after the timed window did
 on each rank (``scalestudy.train.profile``), and its check for the one reader
-(``scalestudy.record.read``)."""
+(``scalestudy.record.run_records``)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from scalestudy.record.io import read_record
-from scalestudy.record.reading import RecordError
+from scalestudy.record.bounded_read import RecordError
 
 #: The key of ``study.json`` that names the study file (its resolved path).
 SOURCE_KEY = "source"

@@ -22,7 +22,7 @@
 
 The built-in trainer writes it through :func:`step_record` and :func:`write_steps`, a command
 workload through ``scalestudy.train.metrics.StepLogger``; the runner rewrites it with the
-warm-up flags. ``scalestudy.record.read`` reads and checks it (``parse_steps``,
+warm-up flags. ``scalestudy.record.run_records`` reads and checks it (``parse_steps``,
 ``read_steps``): the one reader of the trainer, the runner, aggregate and status.
 """
 
@@ -32,7 +32,7 @@ import json
 import os
 from pathlib import Path
 
-from scalestudy.numbers import whole
+from scalestudy.number_format import whole
 from scalestudy.record.io import write_text
 from scalestudy.record.loss import loss_fields, nonfinite_loss
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from statistics import median
 
-from scalestudy.record.reading import is_int, is_number
+from scalestudy.record.bounded_read import is_int, is_number
 from scalestudy.config.parts import STRAGGLER_RATIO
 
 #: The key of ``summary.json`` that holds a run's record (absent: one rank, or no per-rank

@@ -29,7 +29,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 
-from scalestudy.record.reading import is_number
+from scalestudy.record.bounded_read import is_number
 from scalestudy.config.files import ReadProblem, read_capped
 
 #: The most bytes of a trace file read (compressed as stored); a larger one is refused.

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from scalestudy.config import settings
 from scalestudy.config.parts import TUNED_SETTINGS, section_of
-from scalestudy.record.reading import RecordError
+from scalestudy.record.bounded_read import RecordError
 from scalestudy.record.states import FAILED, RunState
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from scalestudy.analysis.aggregate import collect
 from scalestudy.analysis.breakdown import breakdown_tables
 from scalestudy.record.io import atomic_paths, clean_temps, tables_lock
-from scalestudy.record.reading import RecordError, one_line
+from scalestudy.record.bounded_read import RecordError, one_line
 from scalestudy.record.trials import BEST_STUDY, TRIALS, read_trials
 from scalestudy.report.summary import summary_latex, summary_markdown
 

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from scalestudy.analysis import stats
-from scalestudy.record.read import read_env, read_point
+from scalestudy.record.run_records import read_env, read_point
 from scalestudy.report.summary import md_text
 
 #: Fields of the model that define it (``point.json``'s ``model``).

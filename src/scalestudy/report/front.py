@@ -1,6 +1,6 @@
 """The report's front page: the answer first.
 
-    python -m scalestudy.commands.front RESULTS/STUDY       (writes RESULTS/STUDY/report/front.html)
+    python -m scalestudy front RESULTS/STUDY       (writes RESULTS/STUDY/report/front.html)
 
 An HTML fragment (pure ASCII, self-contained: the figures are embedded as data URIs) with, in
 this order: per series the answer in one line (efficiency with its 95% CI and throughput per

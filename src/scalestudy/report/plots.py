@@ -1,6 +1,6 @@
 """Figures from ``runs.csv`` / ``efficiency.csv`` (seaborn, Agg backend).
 
-    python -m scalestudy.commands.plots RESULTS/STUDY      (or: scalestudy plot RESULTS/STUDY)
+    scalestudy plot RESULTS/STUDY
 
 Writes under ``figures/``, each as PNG and PDF plus the CSV it was drawn from:
 ``efficiency_weak``, ``efficiency_strong`` (efficiency vs N, log2 x axis, ideal line, 95% CI
@@ -35,7 +35,7 @@ import seaborn as sns  # noqa: E402
 from scalestudy.analysis.breakdown import BREAKDOWN_COLUMNS, LOSS_COLUMNS  # noqa: E402
 from scalestudy.record.io import (clean_temps, refuse_escaping_links,  # noqa: E402
                                   tables_lock, write_text)
-from scalestudy.record.read import read_study  # noqa: E402
+from scalestudy.record.run_records import read_study  # noqa: E402
 from scalestudy.record.terms import MEASURED_TERMS, TERM_LABELS  # noqa: E402
 from scalestudy.report import references as refs  # noqa: E402
 from scalestudy.report import style as fstyle  # noqa: E402
@@ -310,7 +310,7 @@ def breakdown_figure(breakdown: pd.DataFrame, loss: pd.DataFrame, out_dir: Path,
 
 
 def _study_references(study_dir: Path) -> list[str]:
-    """``references`` of ``study.json`` (checked by ``record.read.read_study``)."""
+    """``references`` of ``study.json`` (checked by ``record.run_records.read_study``)."""
     return list((read_study(study_dir) or {}).get("references") or [])
 
 

@@ -17,14 +17,14 @@ was profiled (``breakdown.csv``) every term against its measurement:
 ``terms_vs_measured.csv``, with each term's median predicted / measured printed.
 
 Without a study, or when the study lists ``references: [frontier_dash2024]``, the Frontier
-study (``scalestudy.perf.frontier``) is compared at real scale on ``--hardware`` (default
+study (``scalestudy.validation.frontier``) is compared at real scale on ``--hardware`` (default
 ``frontier``): ``predict_vs_published.csv`` / ``.md`` (predicted value, its range, the
 published value and whether it lies inside; the % of peak in both means of the logged lines,
 the strong series at both assumed batches), ``predict_points.csv``, ``predict_breakdown.csv``
 / ``predict_breakdown.png`` and the figures ``predict_mfu.png`` / ``predict_scaling.png``.
 
 ``--validate`` runs the model over every shipped published table
-(``scalestudy.perf.validation``, ``data/published/``) with the fitted constants of
+(``scalestudy.validation.published``, ``data/published/``) with the fitted constants of
 ``data/perf_fit.yaml``: ``validation.csv`` (every row: predicted, published, error, or why it
 is not modelled), ``validation_summary.csv``, ``validation.md`` (per table MAPE, bias, worst
 row, in the fit or not, leave-one-table-out) and ``validation.png``.
@@ -44,7 +44,7 @@ import pandas as pd  # noqa: E402
 from scalestudy.analysis.breakdown import term_ratio_summary, terms_versus_measured  # noqa: E402
 from scalestudy.config.point import Point  # noqa: E402
 from scalestudy.perf import stepmodel  # noqa: E402
-from scalestudy.perf.flops import per_device_throughput  # noqa: E402
+from scalestudy.config.flops import per_device_throughput  # noqa: E402
 from scalestudy.perf.hardware import HardwareSpec  # noqa: E402
 from scalestudy.perf.rates import Measured  # noqa: E402
 from scalestudy.perf.tables import breakdown_row, shape_columns  # noqa: E402

@@ -11,12 +11,6 @@ import pandas as pd
 from scalestudy.reference_data import load
 
 REFERENCES = ("frontier_dash2024", "megatron_sc21")
-CITATION = {
-    "frontier_dash2024": "Dash et al., Optimizing Distributed Training on Frontier for Large "
-                         "Language Models, ISC 2024 (arXiv:2312.12705)",
-    "megatron_sc21": "Narayanan et al., Efficient Large-Scale Language Model Training on GPU "
-                     "Clusters Using Megatron-LM, SC21, Table 1",
-}
 SHORT = {"frontier_dash2024": "Frontier (Dash et al. 2024)", "megatron_sc21": "Megatron-LM (SC21)"}
 # What the published percentage of peak counts (for the figure legend).
 PEAK_BASIS = {

@@ -40,10 +40,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from statistics import median
 
-from scalestudy.numbers import finite
+from scalestudy.number_format import finite
 from scalestudy.config.studyspec import Study
-from scalestudy.record.read import read_env, read_plan, read_point, read_status, read_summary, read_steps, read_study
-from scalestudy.record.reading import RecordError, printable, read_tail
+from scalestudy.record.run_records import read_env, read_plan, read_point, read_status, read_summary, read_steps, read_study
+from scalestudy.record.bounded_read import RecordError, printable, read_tail
 from scalestudy.record import stragglers
 from scalestudy.record.source import refuse_other_source
 from scalestudy.record.states import FAILED, RunState

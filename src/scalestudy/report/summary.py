@@ -4,7 +4,7 @@ went); and the study's tables written together with it (``runs.csv``, ``runs.par
 ``efficiency.csv``, ``breakdown.csv``, ``efficiency_loss.csv``, ``summary.md``,
 ``summary.tex``: :func:`scalestudy.report.aggregate.aggregate_study`).
 
-    python -m scalestudy.commands.aggregate RESULTS/STUDY      (or: scalestudy aggregate RESULTS/STUDY)
+    scalestudy aggregate RESULTS/STUDY
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections import namedtuple
 
 import pandas as pd
 
-from scalestudy.numbers import finite, fmt, interval, percent
+from scalestudy.number_format import finite, fmt, interval, percent
 from scalestudy.report.breakdown import markdown as breakdown_markdown
 from scalestudy.report.tune import tune_markdown
 

@@ -14,9 +14,9 @@ import html
 import math
 from pathlib import Path
 
-from scalestudy.numbers import fmt
+from scalestudy.number_format import fmt
 from scalestudy.record.io import clean_temps, refuse_escaping_links, tables_lock, write_text
-from scalestudy.record.read import read_study
+from scalestudy.record.run_records import read_study
 from scalestudy.record.trials import (BEST_STUDY, FAILED_TRIALS, TRIALS, TUNE_DIR, TrialState,
                                       best_complete, read_trials)
 from scalestudy.report import style as fstyle

@@ -1,13 +1,17 @@
 """The step model against the published tables, as a report (``scalestudy predict
 --validate``): per table MAPE, bias, coverage and range width, every published series
 anchored at its smallest N, every row with its range, and a figure of them
-(``perf.validation`` computes; this module writes)."""
+(``validation.published`` computes; this module writes)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from scalestudy.perf import series, validation
+import pandas as pd
+
+from scalestudy.validation import published as validation
+from scalestudy.validation import series
+from scalestudy.validation.memory_layouts import HEADROOM, memory_rows
 from scalestudy.perf.hardware import fitted
 from scalestudy.record.io import write_csv, write_text
 from scalestudy.report import style as fstyle
@@ -15,15 +19,17 @@ from scalestudy.report import style as fstyle
 
 def write(out: Path) -> str:
     """Validate every shipped table and write ``validation.csv``, ``validation_summary.csv``,
-    ``validation_series.csv``, ``validation.md`` and ``validation.png`` in ``out``; returns
-    the markdown."""
+    ``validation_series.csv``, ``validation_memory.csv``, ``validation.md`` and
+    ``validation.png`` in ``out``; returns the markdown."""
     rows = validation.validate()
     summary = validation.summary(rows)
     anchored = series.series_table()
     write_csv(rows, out / "validation.csv")
     write_csv(summary, out / "validation_summary.csv")
     write_csv(anchored, out / "validation_series.csv")
-    md = validation_markdown(rows, summary, fitted(), anchored)
+    mem = pd.DataFrame(memory_rows())
+    write_csv(mem, out / "validation_memory.csv")
+    md = validation_markdown(rows, summary, fitted(), anchored) + memory_markdown(mem)
     write_text(out / "validation.md", md)
     validation_figure(rows, out / "validation.png")
     return md
@@ -85,6 +91,22 @@ def validation_markdown(rows, summary, fit: dict, anchored=None) -> str:
                   "|---|---|---|---|"]
         for r in skipped.itertuples():
             lines.append(f"| {r.table} | {r.row} | {r.metric} | {r.skip} |")
+    return "\n".join(lines) + "\n"
+
+
+def memory_markdown(mem) -> str:
+    """The memory model against published layouts: per layout the estimate of its most
+    loaded device, the device's memory, the model's verdict and what the source reports."""
+    lines = ["", "## The memory model against published layouts", "",
+             f"A layout fits when the estimate of its most loaded device is within "
+             f"{HEADROOM:.0%} of the device's memory; `ran` is what its source reports.", "",
+             "| layout | N | tp × pp × dp × cp | estimate | device | fits | ran | agrees |",
+             "|---|---:|---|---:|---:|:---:|:---:|:---:|"]
+    for r in mem.itertuples():
+        lines.append(f"| {r.layout} | {r.n} | {r.tp} × {r.pp} × {r.dp} × {r.cp} | "
+                     f"{r.estimate_bytes / 2**30:.1f} GiB | {r.memory_bytes / 2**30:.1f} GiB | "
+                     f"{'yes' if r.fits else 'no'} | {'yes' if r.ran else 'no'} | "
+                     f"{'yes' if r.agrees else '**no**'} |")
     return "\n".join(lines) + "\n"
 
 

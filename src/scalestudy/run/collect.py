@@ -1,7 +1,7 @@
 """What the runner records for a command workload, which writes no ``summary.json`` or
 ``env.json`` of its own: ``env.json`` (the command template, its expanded argv, the launch
 line, the host), and after a clean exit the canonical ``steps.jsonl`` (warm-up flagged) and
-``summary.json`` (``scalestudy.perf.run_summary``, the built-in trainer's keys), from
+``summary.json`` (``scalestudy.record.run_summary``, the built-in trainer's keys), from
 
 - ``steps_jsonl``: the ``steps.jsonl`` the command wrote into ``$SCALESTUDY_POINT_DIR``
   (``scalestudy.record.steps``: the contract; ``scalestudy.train.metrics.StepLogger``: the
@@ -24,12 +24,12 @@ from pathlib import Path
 
 from scalestudy.config.point import Point
 from scalestudy.config.vocab import Device, MetricsFormat
-from scalestudy.perf.hardware import cpu_name
-from scalestudy.perf.run_summary import summary
+from scalestudy.config.devices import cpu_name
+from scalestudy.record.run_summary import summary
 from scalestudy.record.env import common_env
 from scalestudy.record.io import write_json
-from scalestudy.record.read import parse_steps, read_steps
-from scalestudy.record.reading import RecordError, read_text
+from scalestudy.record.run_records import parse_steps, read_steps
+from scalestudy.record.bounded_read import RecordError, read_text
 from scalestudy.record.against_point import point_facts, step_vs_point
 from scalestudy.record.steps import STEPS_FILE, write_steps
 from scalestudy.run import logparse, workload

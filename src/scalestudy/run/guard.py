@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from scalestudy.record.io import refuse_escaping_links
-from scalestudy.record.read import damaged_status
+from scalestudy.record.run_records import damaged_status
 from scalestudy.record.source import refuse_other_source
 from scalestudy.run.lifetime import try_lock
 

@@ -11,7 +11,7 @@ stays in ``status.json``'s ``attempts``.
 Node check (ReFrame's way: check the nodes, then measure): before each attempt of a point on
 several nodes inside a Slurm allocation, one task per node of the allocation
 (:func:`check_argv`) times a matrix product on its own node
-(``python -m scalestudy.commands.nodecheck``: one JSON line, the node and its FLOP/s). A node
+(``python -m scalestudy nodecheck``: one JSON line, the node and its FLOP/s). A node
 whose rate is below the median node's divided by ``platform.straggler_ratio`` is slow
 (:func:`slow_nodes`); it is excluded from the attempt (``srun --exclude``, :func:`excluded`)
 when the allocation keeps enough nodes without it (:func:`exclusion`), else the attempt runs
@@ -32,8 +32,8 @@ from typing import Mapping
 from scalestudy.config.point import Point
 from scalestudy.record import stragglers
 from scalestudy.record.io import write_json
-from scalestudy.record.read import read_summary
-from scalestudy.record.reading import RecordError, is_number, read_object
+from scalestudy.record.run_records import read_summary
+from scalestudy.record.bounded_read import RecordError, is_number, read_object
 from scalestudy.record.states import RunState
 from scalestudy.run.slurm import cpus_per_task
 
@@ -65,8 +65,8 @@ def retry_straggler(entry: dict) -> bool:
 
 #: The node check's record in the run folder (rewritten before each checked attempt).
 HEALTH_FILE = "health.json"
-#: The per-node probe (``python -m CHECK_MODULE``; ``scalestudy.measure.nodecheck``).
-CHECK_MODULE = "scalestudy.commands.nodecheck"
+#: The per-node probe (``python *CHECK``: ``scalestudy nodecheck``, ``scalestudy.measure.nodecheck``).
+CHECK = ("-m", "scalestudy", "nodecheck")
 #: Bound on the whole check (seconds): a node that does not answer is reported, not waited on.
 CHECK_TIMEOUT_S = 120.0
 
@@ -81,7 +81,7 @@ def check_argv(point: Point, python: str = sys.executable) -> list[str]:
     return ["srun", "--ntasks-per-node", "1",
             "--cpus-per-task", str(cpus_per_task(point.procs_per_node, point.platform)),
             "--kill-on-bad-exit=1", "--job-name", f"ss-check-{point.point_id}"[:64],
-            python, "-m", CHECK_MODULE]
+            python, *CHECK]
 
 
 def parse_rows(stdout: str) -> list[dict]:

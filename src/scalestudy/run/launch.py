@@ -1,6 +1,6 @@
 """The command lines that start a point: torchrun on one node, ``srun`` + torchrun on several.
 
-- One node (``point.nodes == 1``): ``python -m scalestudy.run.torchrun --nnodes 1
+- One node (``point.nodes == 1``): ``python -m scalestudy torchrun -- --nnodes 1
   --nproc-per-node P`` (torchrun whose stores listen on the address they are given,
   ``scalestudy.run.torchrun``) with a c10d rendezvous on ``127.0.0.1:0`` (the rendezvous store
   binds a free port chosen by the kernel at bind time, so concurrent points never race for a
@@ -8,12 +8,12 @@
   ``--local-addr 127.0.0.1`` so the workers' store is on loopback too; gloo and NCCL are told
   ``lo`` (:func:`env_additions`): nothing of a single-node point listens beyond loopback.
 - Several nodes inside a Slurm allocation (``SLURM_JOB_ID`` set): ``srun --nodes K --ntasks K
-  --ntasks-per-node 1 --cpus-per-task C --kill-on-bad-exit=1 python -m scalestudy.run.nodes
+  --ntasks-per-node 1 --cpus-per-task C --kill-on-bad-exit=1 python -m scalestudy nodes
   node`` (``scalestudy.run.nodes``); the first node binds the rendezvous store on its own
   address at a port the kernel picks at job start and tells the others through a file in the
   run folder (or ``site.rdzv_port``); ``--exclude`` names the nodes the node check found slow
   (``scalestudy.run.health``).
-- Several nodes outside Slurm (a laptop, CI): ``python -m scalestudy.run.nodes local-nodes``
+- Several nodes outside Slurm (a laptop, CI): ``python -m scalestudy nodes local-nodes``
   starts K torchrun launchers on this host.
 - :func:`launch_env` gives the environment of the launch.
 
@@ -40,8 +40,11 @@ from scalestudy.run.slurm import cpus_per_task, is_gpu
 
 #: The per-rank entry point of the built-in trainer (``python -m ENTRY POINT_JSON RUN_DIR``).
 TRAINER = "scalestudy.train"
-#: torchrun with its stores bound to the rendezvous address (``python -m TORCHRUN ...``).
-TORCHRUN = "scalestudy.run.torchrun"
+#: torchrun with its stores bound to the rendezvous address (``python *TORCHRUN ARGS``: the
+#: ``torchrun`` command, ``scalestudy.commands.torchrun``, hands ARGS to torchrun).
+TORCHRUN = ("-m", "scalestudy", "torchrun", "--")
+#: the multi-node launchers (``python *NODES node|local-nodes ...``: ``scalestudy.commands.nodes``)
+NODES = ("-m", "scalestudy", "nodes")
 #: Interface variables of the collective libraries; ``lo`` for points that run on this host.
 LOOPBACK_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
@@ -60,7 +63,7 @@ def local_torchrun(nproc: int, python: str = sys.executable) -> list[str]:
     """torchrun for ``nproc`` processes on this host (the microbenchmarks): a standalone
     rendezvous whose stores listen on loopback only, like a single-node point's. Run it with
     ``GLOO_SOCKET_IFNAME=lo`` / ``NCCL_SOCKET_IFNAME=lo`` (:data:`LOOPBACK_ENV`)."""
-    return [python, "-m", TORCHRUN, "--nnodes", "1", "--nproc-per-node", str(nproc),
+    return [python, *TORCHRUN, "--nnodes", "1", "--nproc-per-node", str(nproc),
             "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
             "--local-addr", "127.0.0.1", "--max-restarts", "0"]
 
@@ -87,7 +90,7 @@ def launch_argv(point: Point, run_dir: str | os.PathLike, *, python: str = sys.e
     if k == 1:
         return [*local_torchrun(p, python), "--rdzv-id", pid, *tail]
     if not environ.get("SLURM_JOB_ID"):  # no allocation: emulate the nodes on this host
-        return [python, "-m", "scalestudy.run.nodes", "local-nodes", "--nnodes", str(k),
+        return [python, *NODES, "local-nodes", "--nnodes", str(k),
                 "--nproc-per-node", str(p), "--rdzv-id", pid, "--", *tail]
     srun = ["srun", "--nodes", str(k), "--ntasks", str(k), "--ntasks-per-node", "1",
             "--cpus-per-task", str(cpus_per_task(p, point.platform)),
@@ -103,7 +106,7 @@ def launch_argv(point: Point, run_dir: str | os.PathLike, *, python: str = sys.e
     if exclude:  # the nodes the node check found slow (scalestudy.run.health)
         srun.append(f"--exclude={','.join(exclude)}")
     port = rdzv_port(point)
-    return [*srun, python, "-m", "scalestudy.run.nodes", "node",
+    return [*srun, python, *NODES, "node",
             "--nnodes", str(k), "--nproc-per-node", str(p),
             "--rdzv-id", f"{environ['SLURM_JOB_ID']}-{pid}",
             *(["--port", str(port)] if port else []), "--rdzv-dir", str(run_dir), "--", *tail]
@@ -112,7 +115,7 @@ def launch_argv(point: Point, run_dir: str | os.PathLike, *, python: str = sys.e
 def _available_cpus(environ: Mapping) -> int:
     if environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
         return int(environ["SLURM_CPUS_PER_TASK"])
-    from scalestudy.perf.hardware import usable_cpus
+    from scalestudy.config.devices import usable_cpus
 
     return usable_cpus()
 

@@ -67,7 +67,7 @@ import math
 import re
 from typing import Iterable, Mapping
 
-from scalestudy.numbers import plain
+from scalestudy.number_format import plain
 from scalestudy.record.steps import step_record
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -1,9 +1,9 @@
 """Multi-node launches: inside each ``srun`` task of a Slurm allocation (``node``), or several
 emulated nodes on this host (``local-nodes``).
 
-    python -m scalestudy.run.nodes node --nnodes K --nproc-per-node P --rdzv-id ID --rdzv-dir RUN_DIR [--port PORT] -- -m scalestudy.train ...
-    python -m scalestudy.run.nodes local-nodes --nnodes K --nproc-per-node P --rdzv-id ID -- ...
-    python -m scalestudy.run.nodes show RUN_DIR/point.json      # the launch line and resources
+    scalestudy nodes node --nnodes K --nproc-per-node P --rdzv-id ID --rdzv-dir RUN_DIR [--port PORT] -- -m scalestudy.train ...
+    scalestudy nodes local-nodes --nnodes K --nproc-per-node P --rdzv-id ID -- ...
+    scalestudy nodes show RUN_DIR/point.json      # the launch line and resources
 
 Each srun task reads the allocation's node list *inside the task* (Snakemake's Slurm jobstep
 wrapper strips the ``SLURM_*`` layout variables from the rule's shell), takes the first node
@@ -24,9 +24,7 @@ loopback (same ranks and collectives, so a point runs on a laptop and a cluster 
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
-import json
 import os
 import shlex
 import socket
@@ -97,7 +95,7 @@ def node_argv(*, nnodes: int, nproc_per_node: int, rdzv_id: str, port: int, trai
     there only; when Slurm reaches the nodes over loopback (emulated nodes on one host) gloo
     uses it too. ``where``: :func:`placement` (read from ``environ`` when not given)."""
     where = where or placement(environ)
-    argv = [python, "-m", TORCHRUN, "--nnodes", str(nnodes),
+    argv = [python, *TORCHRUN, "--nnodes", str(nnodes),
             "--nproc-per-node", str(nproc_per_node), "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"{where['first_addr']}:{port}", "--rdzv-id", rdzv_id,
             "--rdzv-conf", f"is_host={1 if where['is_first'] else 0}",
@@ -148,27 +146,24 @@ def agree_port(*, is_first: bool, host: str, path: Path, port: int = 0,
         time.sleep(0.2)
 
 
-def _node_main(args: argparse.Namespace) -> int:
-    train = list(args.train)
-    if train and train[0] == "--":
-        train = train[1:]
+def start_node(*, nnodes: int, nproc_per_node: int, rdzv_id: str, port: int,
+               rdzv_dir: str | None, train: list[str]) -> int:
+    """Replace this process (one srun task) with its node's torchrun; ``train`` is torchrun's
+    script part (``-m scalestudy.train POINT RUN_DIR``)."""
     where = placement(os.environ)
-    if not args.port and not args.rdzv_dir:
-        raise SystemExit("scalestudy.run.nodes node: give --rdzv-dir (the run folder, shared by "
-                         "the nodes) or --port")
-    port, sock = args.port, None
-    if args.rdzv_dir:
+    sock = None
+    if rdzv_dir:
         port, sock = agree_port(is_first=where["is_first"], host=where["first_addr"],
-                                path=port_file(args.rdzv_dir, os.environ), port=args.port)
-    argv, env = node_argv(nnodes=args.nnodes, nproc_per_node=args.nproc_per_node,
-                          rdzv_id=args.rdzv_id, port=port, train=train,
+                                path=port_file(rdzv_dir, os.environ), port=port)
+    argv, env = node_argv(nnodes=nnodes, nproc_per_node=nproc_per_node,
+                          rdzv_id=rdzv_id, port=port, train=train,
                           environ=os.environ, where=where)
     for key, value in env.items():
         os.environ.setdefault(key, value)
     if sock is not None:  # torchrun's rendezvous store listens on this very socket
         os.set_inheritable(sock.fileno(), True)
         os.environ[LISTEN_FD_ENV] = str(sock.detach())
-    print(f"scalestudy.run.nodes node {os.environ.get('SLURMD_NODENAME', '?')}: {shlex.join(argv)}",
+    print(f"scalestudy nodes node {os.environ.get('SLURMD_NODENAME', '?')}: {shlex.join(argv)}",
           file=sys.stderr, flush=True)
     os.execvp(argv[0], argv)
     return 127  # not reached
@@ -185,26 +180,24 @@ def local_nodes_argvs(*, nnodes: int, nproc_per_node: int, rdzv_id: str, port: i
                       train: list[str], python: str = sys.executable) -> list[list[str]]:
     """One torchrun argv per emulated node: the same c10d rendezvous as on a cluster, over
     loopback; the first launcher hosts the store."""
-    return [[python, "-m", TORCHRUN, "--nnodes", str(nnodes),
+    return [[python, *TORCHRUN, "--nnodes", str(nnodes),
              "--nproc-per-node", str(nproc_per_node), "--rdzv-backend", "c10d",
              "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", rdzv_id,
              "--rdzv-conf", f"is_host={1 if i == 0 else 0}", "--local-addr", "127.0.0.1",
              "--max-restarts", "0", *train] for i in range(nnodes)]
 
 
-def _local_nodes_main(args: argparse.Namespace) -> int:
+def run_local_nodes(*, nnodes: int, nproc_per_node: int, rdzv_id: str, port: int,
+                    train: list[str]) -> int:
     """Run the emulated nodes; like ``srun --kill-on-bad-exit``, the first failure stops the
     rest. Exit status: the first non-zero one, else 0."""
     import signal
     import time
-    train = list(args.train)
-    if train and train[0] == "--":
-        train = train[1:]
     # the first launcher's store listens on this socket, bound now: no other process can
     # take the port between choosing and binding it
-    sock = bind_socket("127.0.0.1", args.port or 0)
-    argvs = local_nodes_argvs(nnodes=args.nnodes, nproc_per_node=args.nproc_per_node,
-                              rdzv_id=args.rdzv_id, port=sock.getsockname()[1], train=train)
+    sock = bind_socket("127.0.0.1", port or 0)
+    argvs = local_nodes_argvs(nnodes=nnodes, nproc_per_node=nproc_per_node,
+                              rdzv_id=rdzv_id, port=sock.getsockname()[1], train=train)
     env = dict(os.environ)
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     lock = env.get(lifetime.POINT_LOCK_FD_ENV, "")
@@ -227,7 +220,7 @@ def _local_nodes_main(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     for i, argv in enumerate(argvs):
-        print(f"scalestudy.run.nodes local-nodes [{i}]: {shlex.join(argv)}", file=sys.stderr,
+        print(f"scalestudy nodes local-nodes [{i}]: {shlex.join(argv)}", file=sys.stderr,
               flush=True)
         # each launcher stops (SIGTERM: its ranks with it) when this process ends, killed or not,
         # and holds the point's lock (scalestudy.run.lifetime)
@@ -243,7 +236,7 @@ def _local_nodes_main(args: argparse.Namespace) -> int:
             bad = [proc.returncode for proc in procs if proc.returncode not in (None, 0)]
             if bad:
                 rc = bad[0]
-                print(f"scalestudy.run.nodes local-nodes: a node exited {rc}; stopping the rest",
+                print(f"scalestudy nodes local-nodes: a node exited {rc}; stopping the rest",
                       file=sys.stderr, flush=True)
                 stop_all()
                 break
@@ -252,52 +245,3 @@ def _local_nodes_main(args: argparse.Namespace) -> int:
         stop_all()
     rc = rc or next((proc.returncode for proc in procs if proc.returncode), 0)
     return 128 - rc if rc < 0 else rc  # killed by a signal: the shell's convention
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scalestudy.run.nodes")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    node = sub.add_parser("node", help="start this node's torchrun (inside an srun task)")
-    node.add_argument("--nnodes", type=int, required=True)
-    node.add_argument("--nproc-per-node", type=int, required=True)
-    node.add_argument("--rdzv-id", required=True)
-    node.add_argument("--port", type=int, default=0,
-                      help="fixed rendezvous port (site.rdzv_port); 0: the first node picks one")
-    node.add_argument("--rdzv-dir", default=None,
-                      help="the point's run folder on the shared filesystem (port file)")
-    node.add_argument("train", nargs=argparse.REMAINDER,
-                      help="-- then torchrun's script args, e.g. -m scalestudy.train P R")
-    loc = sub.add_parser("local-nodes", help="emulate several nodes on this host (no Slurm)")
-    loc.add_argument("--nnodes", type=int, required=True)
-    loc.add_argument("--nproc-per-node", type=int, required=True)
-    loc.add_argument("--rdzv-id", required=True)
-    loc.add_argument("--port", type=int, default=0, help="0: a free port")
-    loc.add_argument("train", nargs=argparse.REMAINDER)
-    show = sub.add_parser("show", help="print the launch line and resources of a point.json")
-    show.add_argument("point_json")
-    show.add_argument("run_dir", nargs="?")
-    args = parser.parse_args(argv)
-    if args.cmd == "node":
-        return _node_main(args)
-    if args.cmd == "local-nodes":
-        return _local_nodes_main(args)
-    from scalestudy.config.point import Point
-    from scalestudy.record.io import read_json
-    from scalestudy.run.launch import launch_argv, launch_env
-    from scalestudy.run.slurm import point_resources
-
-    point = Point.from_json(read_json(args.point_json), args.point_json)
-    run_dir = Path(args.run_dir or Path(args.point_json).parent)
-    print("resources:", json.dumps(point_resources(point)))
-    from scalestudy.config.sitepolicy import SiteError, redact_environ
-
-    try:
-        print("env:", json.dumps(redact_environ(launch_env(point))))
-    except SiteError as e:
-        print(f"env: not available here: {e}")
-    print("argv:", shlex.join(launch_argv(point, run_dir)))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,7 +5,7 @@ under the same launcher, watchdog and limits; for a command the runner also writ
 the command does not (``env.json``, and from its metrics ``steps.jsonl`` / ``summary.json``:
 ``scalestudy.run.collect``); missing or foreign metrics make the run ``invalid``.
 
-    python -m scalestudy.run.runner RUN_DIR/point.json RUN_DIR
+    scalestudy run-point RUN_DIR/point.json RUN_DIR          (scalestudy.commands.run_point)
 
 Failures are data: whatever happens to the training processes, this writes a final
 ``status.json`` (``ok | oom | timeout | crashed | invalid``) with a reason and evidence lines from the log
@@ -32,7 +32,6 @@ Deliberately light: no torch import here (start-up cost per point is torchrun's 
 
 from __future__ import annotations
 
-import argparse
 import errno
 import os
 import re
@@ -49,8 +48,8 @@ from scalestudy.config import sitepolicy
 from scalestudy.config.point import Point
 from scalestudy.record import breakdown
 from scalestudy.record.io import read_json, write_json
-from scalestudy.record.read import run_problem
-from scalestudy.record.reading import read_tail
+from scalestudy.record.run_records import run_problem
+from scalestudy.record.bounded_read import read_tail
 from scalestudy.record.states import RECORD_FILES, RETRIED, RunState
 from scalestudy.run import capture, collect, health, launch, lifetime, outcome, workload
 
@@ -294,7 +293,7 @@ def write_status(run_dir: Path, status: dict) -> None:
         write_json(run_dir / "status.json", status)
 
 
-def _cancelled(signum, _frame):
+def cancelled(signum, _frame):
     """A cancelled job (SIGTERM from Snakemake, Slurm, or its parent's death) stops its ranks
     and writes no status. Once: a second SIGTERM (the parent-death signal comes once per
     thread) must not cut the stop short."""
@@ -302,52 +301,10 @@ def _cancelled(signum, _frame):
     sys.exit(128 + signum)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    signal.signal(signal.SIGTERM, _cancelled)
-    ap = argparse.ArgumentParser(
-        prog="scalestudy run-point", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Run one sweep point, as each training job of the Snakemake DAG does: start\n"
-                    "its ranks, watch them, classify the outcome and write status.json (ok, oom,\n"
-                    "timeout, crashed or invalid, with the reason). Exits 0 once status.json is\n"
-                    "written, whatever the point did: a failed point is data.",
-        epilog="example:\n"
-               "  scalestudy run-point results/default/runs/ID/point.json results/default/runs/ID")
-    ap.add_argument("point_json", help="the point's point.json (written by the plan)")
-    ap.add_argument("run_dir", help="its run folder, results/<study>/runs/<point id>")
-    args = ap.parse_args(argv)
-    argv = [args.point_json, args.run_dir]
-    study_dir = Path(argv[1]).absolute().parent.parent
-    if Path(argv[1]).is_symlink() or not Path(argv[1]).resolve().is_relative_to(study_dir.resolve()):
-        print(f"scalestudy: error: {argv[1]} is a symlink leading outside {study_dir}: "
-              "nothing written there; remove the link and rerun", file=sys.stderr)
-        return 2
-    try:
-        status = run_point(Path(argv[0]), Path(argv[1]))
-    except lifetime.PointBusy as e:
-        print(f"scalestudy: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"scalestudy: interrupted: {argv[1]} left without a status (it reruns)",
-              file=sys.stderr)
-        return 130
-    except OSError as e:  # not even status.json could be written
-        print(f"scalestudy: error: {argv[1]}: status.json not written: "
-              f"{no_space(argv[1]) if e.errno == errno.ENOSPC else e}", file=sys.stderr)
-        return 1
-    print(f"{Path(argv[1]).name}: {status['state']} {status['reason']}".rstrip())
-    return 0
-
-
 def as_job() -> None:
-    """What the runner is as a Snakemake or Slurm job's process (``python -m
-    scalestudy.run.runner``): it ends with the job's process (SIGTERM, handled as a cancel) and
-    reaps the orphans of its launch (``scalestudy.run.lifetime``); :func:`main` handles the
-    SIGTERM."""
+    """What the runner is as a Snakemake or Slurm job's process (``scalestudy run-point
+    --job``): it ends with the job's process (SIGTERM, handled as a cancel: :func:`cancelled`)
+    and reaps the orphans of its launch (``scalestudy.run.lifetime``)."""
     lifetime.die_with_parent(signal.SIGTERM, os.getppid())
     lifetime.become_subreaper()
 
-
-if __name__ == "__main__":
-    as_job()
-    sys.exit(main())

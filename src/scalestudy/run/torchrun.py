@@ -1,6 +1,6 @@
 """torchrun, with its c10d stores listening on the rendezvous address only.
 
-    python -m scalestudy.run.torchrun [torchrun's options] -m scalestudy.train POINT RUN_DIR
+    scalestudy torchrun -- [torchrun's options] -m scalestudy.train POINT RUN_DIR  (scalestudy.commands.torchrun)
 
 What torch does by itself (torch 2.x, read in ``torch/distributed/elastic/rendezvous/`` and
 seen with ``ss -ltnp`` while a 2-process point runs): the launcher (torchrun's agent) of the
@@ -34,10 +34,8 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 from datetime import timedelta
 
-from scalestudy.process_exit import exit_now
 from scalestudy.run import lifetime
 
 #: An inherited, bound (not yet listening) socket for the rendezvous store: its fd number.
@@ -151,23 +149,3 @@ def install_rank_lifetime() -> bool:
 
     SubprocessHandler._popen = _popen
     return True
-
-
-def main(argv: list[str] | None = None) -> int:
-    if not install_rank_lifetime():
-        print("scalestudy.run.torchrun: warning: this torch has no SubprocessHandler._popen: "
-              "a rank may outlive a killed torchrun", file=sys.stderr, flush=True)
-    missing = install()
-    if missing:
-        print(f"scalestudy.run.torchrun: warning: this torch has no {', '.join(missing)}: the "
-              "rendezvous store listens on every interface", file=sys.stderr, flush=True)
-    from torch.distributed.run import main as torchrun_main
-
-    torchrun_main(sys.argv[1:] if argv is None else argv)
-    return 0
-
-
-if __name__ == "__main__":
-    # torchrun returns once its ranks ended (a failed launch raises before: torchrun's own
-    # error and exit code)
-    exit_now(main())

@@ -9,7 +9,7 @@ import resource
 import torch
 
 from scalestudy.config.vocab import Device, DType
-from scalestudy.perf.hardware import cpu_name, usable_cpus
+from scalestudy.config.devices import cpu_name, usable_cpus
 
 TORCH_DTYPES = {DType.FP32: torch.float32, DType.BF16: torch.bfloat16, DType.FP16: torch.float16}
 

@@ -15,7 +15,6 @@ writes ``status.json`` after this process ends.
 
 from __future__ import annotations
 
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -26,7 +25,6 @@ import torch.distributed as dist
 
 from scalestudy.config.point import Point
 from scalestudy.distributed.engine import Engine
-from scalestudy.record.io import read_json
 from scalestudy.train import energy
 from scalestudy.train.data import SyntheticTokens
 from scalestudy.train.device import (cpu_rss_bytes, local_device, peak_memory_bytes,
@@ -102,12 +100,3 @@ def run(point: Point, run_dir: Path) -> None:
     engine.close()
     del engine
     dist.destroy_process_group()
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m scalestudy.train POINT_JSON RUN_DIR", file=sys.stderr)
-        return 2
-    run(Point.from_json(read_json(argv[0]), argv[0]), Path(argv[1]))
-    return 0

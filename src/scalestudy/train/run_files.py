@@ -22,7 +22,7 @@ from scalestudy.record.env import common_env
 from scalestudy.record import stragglers
 from scalestudy.record.profile_record import PROFILE_KEY
 from scalestudy.record.io import write_json
-from scalestudy.perf.run_summary import summary as run_summary
+from scalestudy.record.run_summary import summary as run_summary
 from scalestudy.train import energy
 from scalestudy.train.data import SyntheticTokens
 from scalestudy.train.device import detect_device

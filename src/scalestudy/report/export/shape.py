@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from scalestudy.record.read import parse_steps, read_env, read_plan, read_study
-from scalestudy.record.reading import RecordError, read_text
+from scalestudy.record.run_records import parse_steps, read_env, read_plan, read_study
+from scalestudy.record.bounded_read import RecordError, read_text
 
 #: Bumped when what a run exports changes shape (every run is then written again).
 FORMAT = 1

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from scalestudy.config.export import EXPORT_SECTIONS, Export
 from scalestudy.record.io import os_error_line, write_json
-from scalestudy.record.read import read_study
-from scalestudy.record.reading import RecordError, one_line
+from scalestudy.record.run_records import read_study
+from scalestudy.record.bounded_read import RecordError, one_line
 from scalestudy.report.export import ExportError, Outcome, require
 from scalestudy.report.export.shape import read_study_shape
 

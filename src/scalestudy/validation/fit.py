@@ -1,7 +1,7 @@
 """Fit the step model's one fitted constant on a declared subset of the published tables, and
 measure every table out of sample.
 
-    python -m scalestudy.commands.fit [--write]
+    python -m scalestudy fit [--write]
 
 The constant is ``sustained`` (``hardware.yaml`` ``gpu:``): the fraction of each GPU's
 best-shape single-device GEMM ceiling and attention-kernel rate that a training run sustains.
@@ -29,7 +29,7 @@ from importlib import resources
 
 import yaml
 
-from scalestudy.perf import validation
+from scalestudy.validation import published as validation
 from scalestudy.record.io import write_text
 
 #: The declared fit subset (module doc): Megatron-LM SC21 Table 1 (A100) and torchtitan's
@@ -93,7 +93,7 @@ def fit(fit_tables=FIT_TABLES, errors: dict | None = None) -> dict:
                         "loto_bias": round(float(out["bias"]), 4)}
     lo, hi = min(loto_values + [value]), max(loto_values + [value])
     return {"constants": {CONSTANT: {"value": value, "low": lo, "high": hi, "source": (
-                "fitted by python -m scalestudy.commands.fit on " + ", ".join(fit_tables)
+                "fitted by python -m scalestudy fit on " + ", ".join(fit_tables)
                 + "; range: the leave-one-table-out fits")}},
             "fit": {"tables": list(fit_tables), "fitted_constants": 1,
                     "objective": "mean over tables of mean |log(predicted/published)|",
@@ -104,7 +104,7 @@ def fit(fit_tables=FIT_TABLES, errors: dict | None = None) -> dict:
 def write(result: dict) -> str:
     """Store ``result`` as ``data/perf_fit.yaml`` (in the source tree the package runs from)."""
     path = str(resources.files("scalestudy").joinpath("data", "perf_fit.yaml"))
-    head = ("# Written by `python -m scalestudy.commands.fit --write` (scalestudy/perf/fit.py): the\n"
+    head = ("# Written by `python -m scalestudy fit --write` (scalestudy/validation/fit.py): the\n"
             "# fitted constants of the step model, the subset they were fitted on and every\n"
             "# table's in-sample and leave-one-table-out error. Do not edit by hand.\n")
     write_text(path, head + yaml.safe_dump(result, sort_keys=False))

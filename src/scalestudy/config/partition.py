@@ -23,7 +23,7 @@ from functools import lru_cache
 from scalestudy.config.point import Point
 from scalestudy.config.parts import Model
 from scalestudy.config.vocab import PPPartition
-from scalestudy.perf.flops import layer_params, norm_params, position_params
+from scalestudy.config.flops import layer_params, norm_params, position_params
 
 
 def problem(point: Point) -> str | None:

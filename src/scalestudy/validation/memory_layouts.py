@@ -1,5 +1,6 @@
-"""Published training layouts as points, for the memory model's checks
-(``data/published_layouts.csv``: each row's ``source`` cites what the publication states,
+"""The memory model against published training layouts: each layout as a point, the model's
+per-device estimate against the device's memory, and whether that verdict matches what the
+source reports (``data/published_layouts.csv``: each row's ``source`` cites what the publication states,
 ``assumptions`` what it leaves open; ``ran`` is false where the source reports the layout does
 not fit). ``memory_bytes`` is the device's memory as the driver reports it (an "80GB" A100 or
 H100 holds 80 GiB: ``nvidia-smi`` shows 81920 MiB and 81559 MiB)."""
@@ -12,6 +13,10 @@ from importlib import resources
 
 from scalestudy.config.point import Point
 from scalestudy.config.parts import Model, Parallel, Platform, Train
+from scalestudy.perf import memory
+
+#: Fraction of the device's memory a layout may use by the model (as the planner's rule).
+HEADROOM = 0.9
 
 CSV = "published_layouts.csv"
 
@@ -66,4 +71,20 @@ def published() -> list[Layout]:
     return [layout(row) for row in csv.DictReader(text.splitlines())]
 
 
-__all__ = ["Layout", "layout", "published", "CSV"]
+def memory_rows(layouts: list[Layout] | None = None) -> list[dict]:
+    """One row per published layout: the memory model's estimate of its most loaded device
+    (bytes), the device's memory, the model's verdict within :data:`HEADROOM` of it, what the
+    source reports (``ran``) and whether the two agree."""
+    rows = []
+    for lay in published() if layouts is None else layouts:
+        e = memory.estimate(lay.point)
+        fits, _ = memory.fits(lay.point, lay.memory_bytes, HEADROOM, e)
+        rows.append({"layout": lay.name, "n": lay.point.n, "tp": lay.point.tp,
+                     "pp": lay.point.pp, "dp": lay.point.dp, "cp": lay.point.cp,
+                     "estimate_bytes": e["total_bytes"], "memory_bytes": lay.memory_bytes,
+                     "fits": fits, "ran": lay.ran, "agrees": fits == lay.ran,
+                     "source": lay.source})
+    return rows
+
+
+__all__ = ["Layout", "layout", "published", "memory_rows", "CSV", "HEADROOM"]

@@ -4,7 +4,7 @@ Reads are bounded: regular files only (a FIFO, a device or a folder is refused w
 opened for reading: ``os.stat`` first, then ``O_NONBLOCK`` and ``fstat`` on the open
 descriptor), at most :data:`MAX_BYTES` bytes, text must be UTF-8, JSON has no NaN or Infinity
 literals. A record that cannot be used is a :class:`RecordError`: one line naming the file and
-what is wrong. ``scalestudy.record.read`` reads each record through these.
+what is wrong. ``scalestudy.record.run_records`` reads each record through these.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ Errors are relative, ``predicted / published - 1`` (a throughput too high is pos
 ``iteration_s`` a step too long is positive, so the sign is flipped to keep "positive = the
 model is optimistic" for every metric). Per table: MAPE and signed bias of the central value,
 the worst row, coverage (the published value inside the range) and the range's median width
-(``summary``). The series the rows form are judged in ``scalestudy.perf.series``.
+(``summary``). The series the rows form are judged in ``scalestudy.validation.series``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,10 @@ from importlib import resources
 from scalestudy.config.point import Point
 from scalestudy.config.parts import Model, Parallel, Platform, Train
 from scalestudy.config.vocab import DPMode
-from scalestudy.perf import flops, frontier, partition, stepmodel
+from scalestudy.config import flops
+from scalestudy.config import partition
+from scalestudy.validation import frontier
+from scalestudy.perf import stepmodel
 from scalestudy.perf.breakdown import StepBreakdown
 from scalestudy.perf.hardware import HardwareSpec
 from scalestudy.perf.framework import load_framework
@@ -92,7 +95,7 @@ DP_MODE = {"ddp": "ddp", "zero1": "zero1", "distributed_optimizer": "zero1",
            "zero2": "fsdp_grad_op", "zero3": "fsdp", "fsdp": "fsdp", "": "ddp"}
 
 
-#: The Frontier study's table: its own reference data and series (``scalestudy.perf.frontier``).
+#: The Frontier study's table: its own reference data and series (``scalestudy.validation.frontier``).
 FRONTIER = "dash2024_frontier"
 
 

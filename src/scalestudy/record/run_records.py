@@ -5,7 +5,7 @@ Every reader checks types and physical ranges and returns either a sound record 
 it is not one (one line naming the file and the field); aggregate, status, compare, plot and
 the runner all read through here, so a damaged record becomes an ``invalid`` run with that
 reason, never a traceback and never a number in a table. Reads are bounded
-(``scalestudy.record.reading``: regular files only, capped, UTF-8).
+(``scalestudy.record.bounded_read``: regular files only, capped, UTF-8).
 
 Ranges (units as in the records): step times, tokens, FLOPs, peaks and rates finite and > 0;
 counts integers (``bool`` is not a number); wall times and memory finite and >= 0; step
@@ -37,7 +37,7 @@ from scalestudy.record import profile_record, stragglers
 from scalestudy.record.against_point import (PointFacts, env_vs_point, point_facts,
                                              step_vs_point, summary_vs_point)
 from scalestudy.record.loss import NONFINITE_KEY, diverged, nonfinite_loss
-from scalestudy.record.reading import (RecordError, check_field, is_int, is_text,
+from scalestudy.record.bounded_read import (RecordError, check_field, is_int, is_text,
                                        nonneg, positive, read_object, read_text, show)
 from scalestudy.record.states import RunState
 

@@ -1,14 +1,16 @@
 """The published scaling series against the step model, anchored at their smallest N: the
-rows of a table that share a ``series`` id (``perf.validation`` reads them), the model's
+rows of a table that share a ``series`` id (``validation.published`` reads them), the model's
 software rate solved on the first row (``perf.anchor``) and the efficiency at the largest N
 predicted from it, every unsaid field read alike at both ends. Pure: no files, no figures."""
 
 from __future__ import annotations
 
-from scalestudy.perf import frontier, stepmodel
+from scalestudy.validation import frontier
+
+from scalestudy.perf import stepmodel
 from scalestudy.perf.breakdown import StepBreakdown
 from scalestudy.perf.hardware import HardwareSpec
-from scalestudy.perf.validation import (FRONTIER, Case, Variant, cases, convention_flops,
+from scalestudy.validation.published import (FRONTIER, Case, Variant, cases, convention_flops,
                                         predicted_value, readings, systems, table_names)
 
 

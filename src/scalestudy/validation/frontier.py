@@ -28,8 +28,9 @@ import math
 
 from scalestudy.config.point import Point
 from scalestudy.config.parts import Model, Parallel, Platform, Train
-from scalestudy.perf import flops, stepmodel
-from scalestudy.perf.flops import per_device_throughput
+from scalestudy.config import flops
+from scalestudy.perf import stepmodel
+from scalestudy.config.flops import per_device_throughput
 from scalestudy.perf.hardware import HardwareSpec
 from scalestudy.perf.rates import Measured
 from scalestudy.perf.tables import breakdown_row, shape_columns

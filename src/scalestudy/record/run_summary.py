@@ -10,7 +10,7 @@ infinite: ``"nan"``, ``"inf"`` or ``"-inf"`` and the first such step, the marker
 (the synthetic data's, built-in trainer only),
 ``tokens_per_step``, ``step_time_median_s`` (steady-state records), ``tokens_per_s``,
 ``model_flops_per_step`` / ``hardware_flops_per_step`` (``{convention: FLOPs or null}``,
-``scalestudy.perf.flops.point_flops_table``), ``device_type``, ``device_name``,
+``scalestudy.config.flops.point_flops_table``), ``device_type``, ``device_name``,
 ``hardware``, ``dtype``, ``peak_flops_per_device``, ``peak_source``, ``peak_memory_bytes``,
 ``memory_kind``, ``train_wall_s`` (the trainer's own time; for a command the attempt's wall
 time, launcher included), ``workload``. No torch import."""
@@ -20,7 +20,7 @@ from __future__ import annotations
 from statistics import median
 
 from scalestudy.config.point import Point
-from scalestudy.perf import flops, hardware
+from scalestudy.config import devices, flops
 from scalestudy.record.loss import NONFINITE_KEY, first_nonfinite
 
 
@@ -33,7 +33,7 @@ def summary(point: Point, records: list[dict], *, device_type: str, device_name:
     t_med = median(steady)
     losses = [r["loss"] for r in records if r.get("loss") is not None]
     tokens = point.tokens_per_step
-    key, peak, source = hardware.resolve_peak(point.platform.hardware or device_name,
+    key, peak, source = devices.resolve_peak(point.platform.hardware or device_name,
                                               point.train.precision)
     table = flops.point_flops_table(point)
     bad = first_nonfinite(records)
