@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -154,6 +155,59 @@ def test_classify_unprefixed_exception_beats_torchruns_child_failed_error():
     log = ["FileNotFoundError: [Errno 2] No such file or directory: 'run/point.json'",
            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "]
     assert outcome.classify(1, False, log, False) == ("crashed", log[0])
+
+
+# the kernel OOM killer's lines (mm/oom_kill.c, Linux 6.x), pid 4242 as in KILLED_RANK_LOG
+KERNEL_OOM_LINES = [
+    "python invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0",
+    "Memory cgroup out of memory: Killed process 4242 (python) total-vm:1234567kB, "
+    "anon-rss:812345kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1800kB oom_score_adj:0",
+]
+
+
+def test_a_sigkill_is_an_oom_only_on_the_kernels_word():
+    lines = _lines(KILLED_RANK_LOG)
+    assert outcome.killed_by_sigkill(1, lines) == [4242]  # torchrun names the killed rank
+    assert outcome.killed_by_sigkill(-9, []) == [None]  # the launcher itself
+    assert outcome.killed_by_sigkill(1, _lines(CPU_OOM_LOG)) == []
+    # no evidence: a crash, as before
+    assert outcome.kernel_oom(1, lines, (0, "memory.events: oom_kill 3 -> 3"), []) is None
+    assert outcome.kernel_oom(1, lines, None, KERNEL_OOM_LINES[:1]) is None
+    # the memory cgroup counted a kill meanwhile
+    assert outcome.kernel_oom(1, lines, (1, "m/memory.events: oom_kill 3 -> 4"), []) == \
+        "memory cgroup m/memory.events: oom_kill 3 -> 4"
+    # the kernel log names the killed rank's pid (another pid is another process's kill)
+    assert outcome.kernel_oom(1, lines, None, KERNEL_OOM_LINES).startswith(
+        "kernel log: Memory cgroup out of memory: Killed process 4242 (python)")
+    other = [KERNEL_OOM_LINES[1].replace("4242", "999")]
+    assert outcome.kernel_oom(1, lines, None, other) is None
+    assert outcome.kernel_oom(-9, [], None, other) is not None  # the launcher: pid unknown
+    # a kill that was no SIGKILL is not the OOM killer's
+    assert outcome.kernel_oom(-15, [], (1, "x"), KERNEL_OOM_LINES) is None
+    # Slurm's own word in the step's log is enough
+    slurm = "slurmstepd: error: Detected 1 oom_kill event in StepId=17.0. Some of the step " \
+            "tasks have been OOM Killed."
+    assert outcome.kernel_oom(1, [slurm], None, []) == f"Slurm: {slurm}"
+    assert outcome.oom_reason("rank 1 was killed by SIGKILL", "memory cgroup x").startswith(
+        "out of memory: the kernel's OOM killer ended it (memory cgroup x); rank 1 was killed")
+
+
+def test_the_memory_cgroup_counter_is_found_for_v1_and_v2(tmp_path):
+    from scalestudy.run import oomkill
+
+    v1 = tmp_path / "memory" / "a" / "b" / "memory.oom_control"
+    v1.parent.mkdir(parents=True)
+    v1.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n")
+    text = "9:name=systemd:/\n4:memory:/a/b\n1:cpu:/\n0::/\n"
+    assert oomkill.memory_counter(text, tmp_path) == v1
+    assert oomkill.read_oom_kills(v1) == 7
+    v2 = tmp_path / "c" / "memory.events"
+    v2.parent.mkdir()
+    v2.write_text("low 0\nhigh 0\nmax 2\noom 1\noom_kill 1\noom_group_kill 0\n")
+    assert oomkill.memory_counter("0::/c\n", tmp_path) == v2
+    assert oomkill.read_oom_kills(v2) == 1
+    assert oomkill.memory_counter("0::/nowhere\n", tmp_path) is None
+    assert oomkill.read_oom_kills(None) is None
 
 
 def test_evidence_keeps_the_injection_and_root_cause_lines():
@@ -338,6 +392,71 @@ def test_stale_records_and_temp_files_are_cleared_before_an_attempt(tmp_path, fa
     log = (run_dir / "stdout.log").read_text()
     # nothing of the old attempt was left: the point's lock and the launch's TMPDIR are new
     assert "['.point.lock', 'point.json', 'stdout.log', 'tmp']" in log
+
+
+@contextmanager
+def memory_cgroup(limit_mb: int):
+    """A new memory cgroup of ``limit_mb`` MB (no swap) beside this process's own, removed
+    after the block; the test is skipped where the host offers none to make (not root, no
+    memory controller, cgroup v2 without it delegated)."""
+    from scalestudy.run import oomkill
+
+    counter = oomkill.memory_counter()
+    if counter is None:
+        pytest.skip("no memory cgroup counter readable here (/proc/self/cgroup)")
+    group = counter.parent / f"scalestudy-oom-test-{os.getpid()}"
+    limits = ({"memory.limit_in_bytes": limit_mb * 2**20, "memory.memsw.limit_in_bytes":
+               limit_mb * 2**20} if counter.name == "memory.oom_control"
+              else {"memory.max": limit_mb * 2**20, "memory.swap.max": 0})
+    try:
+        group.mkdir()
+        for name, value in limits.items():
+            if name == "memory.memsw.limit_in_bytes" and not (group / name).exists():
+                continue  # v1 without swap accounting
+            (group / name).write_text(str(value))
+    except OSError as e:
+        if group.exists():
+            group.rmdir()
+        pytest.skip(f"cannot make a memory cgroup beside {counter.parent} here: {e}")
+    try:
+        yield group
+    finally:
+        for _ in range(100):  # its last process may still be exiting
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+#: The runner with the stand-in launch, started inside a cgroup (argv: cgroup, run folder,
+#: the launch's code).
+IN_CGROUP = ("import os, sys, pathlib\n"
+             "pathlib.Path(sys.argv[1], 'cgroup.procs').write_text(str(os.getpid()))\n"
+             "from scalestudy.run import runner\n"
+             "runner.launch.launch_argv = lambda p, d: [sys.executable, '-c', sys.argv[3], str(d)]\n"
+             "runner.launch.launch_env = lambda p, environ: {}\n"
+             "d = pathlib.Path(sys.argv[2])\n"
+             "runner.run_point(d / 'point.json', d)\n")
+
+
+def test_a_kernel_oom_kill_under_a_cgroup_limit_is_an_oom(tmp_path):
+    """A real memory cgroup limit (as Slurm's task/cgroup sets one): the launch touches 800 MB
+    under 300 MB, the kernel's OOM killer SIGKILLs it; the status says oom, with the cgroup's
+    own count as evidence, not a crash by SIGKILL."""
+    run_dir = _fake_point(tmp_path)
+    with memory_cgroup(300) as group:
+        r = subprocess.run([sys.executable, "-c", IN_CGROUP, str(group), str(run_dir),
+                            "x = b'1' * (800 * 2**20)\n"], capture_output=True, text=True,
+                           timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "oom", status
+    assert status["reason"].startswith("out of memory: the kernel's OOM killer ended it "
+                                       "(memory cgroup "), status["reason"]
+    assert "oom_kill 0 -> 1" in status["reason"] and "SIGKILL" in status["reason"]
+    assert any(ln.startswith("memory cgroup ") for ln in status["evidence"])
+    assert len(status["attempts"]) == 1  # an oom is not retried
 
 
 def _exited(pid: int, timeout: float = 120.0) -> bool:

@@ -52,7 +52,8 @@ from scalestudy.record.io import read_json, write_json
 from scalestudy.record.read import run_problem
 from scalestudy.record.reading import read_tail
 from scalestudy.record.states import RECORD_FILES, RETRIED, RunState
-from scalestudy.run import capture, collect, health, launch, lifetime, outcome, workload
+from scalestudy.run import (capture, collect, health, launch, lifetime, oomkill, outcome,
+                            workload)
 
 _TERM_GRACE_S = 10.0
 #: The launch's TMPDIR in the run folder (removed after each attempt): every file a point
@@ -165,6 +166,7 @@ def attempt(point: Point, run_dir: Path, lock_fd: int | None = None) -> dict:
     started, t0 = _now(), time.monotonic()
     timed_out = False
     keep = lifetime.children()
+    memory = oomkill.snapshot()
     with open(log, "wb") as out:
         out.write(f"$ {shown}\n".encode())
         out.flush()
@@ -203,12 +205,29 @@ def attempt(point: Point, run_dir: Path, lock_fd: int | None = None) -> dict:
             invalid = run_problem(run_dir, point.to_json())
             if invalid:
                 state, reason = RunState.INVALID, invalid
+    killed = None
+    if state == RunState.CRASHED:  # a SIGKILL the kernel's OOM killer dealt is an oom
+        killed = _kernel_oom(proc.returncode, lines, memory)
+        if killed:
+            state, reason = RunState.OOM, outcome.oom_reason(reason, killed)
     if state != RunState.OK and (_disk_full(run_dir) or any(NO_SPACE.search(ln) for ln in lines)):
         state, reason = RunState.CRASHED, no_space(run_dir)  # a full disk, whatever broke
     return {"state": state, "reason": reason,
-            "evidence": [] if state == RunState.OK else outcome.evidence(lines),
+            "evidence": [] if state == RunState.OK else outcome.evidence(lines) + (
+                [killed] if killed else []),
             "exit_code": proc.returncode, "started": started, "finished": _now(),
             "wall_s": wall, "log_cut_bytes": output.cut}
+
+
+def _kernel_oom(exit_code: int | None, lines: list[str], before: oomkill.Snapshot) -> str | None:
+    """The kernel's evidence that its OOM killer ended a process of the attempt
+    (``outcome.kernel_oom``), the kernel log read only for a SIGKILL the cgroup did not
+    count."""
+    kills = oomkill.oom_kills_since(before)
+    found = outcome.kernel_oom(exit_code, lines, kills, [])
+    if found or not outcome.killed_by_sigkill(exit_code, lines):
+        return found
+    return outcome.kernel_oom(exit_code, lines, kills, oomkill.kernel_lines_since(before.t_us))
 
 
 def _runner_error(exc: Exception, started: str, t0: float) -> dict:
