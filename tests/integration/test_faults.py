@@ -394,6 +394,28 @@ def test_stale_records_and_temp_files_are_cleared_before_an_attempt(tmp_path, fa
     assert "['.point.lock', 'point.json', 'stdout.log', 'tmp']" in log
 
 
+def test_a_killed_writers_trace_temp_is_removed_and_never_read(tmp_path, fake_launch):
+    """A trace temp (train/profile.py's ``traces/.rankN.PID.tmp.json.gz``) left by a killed
+    runner is gone before the next attempt starts, and one left by a rank killed while
+    writing it is gone when the attempt ends."""
+    fake_launch("import os, pathlib, signal, sys\n"
+                "d = pathlib.Path(sys.argv[1]) / 'traces'\n"
+                "print('before:', sorted(p.name for p in d.iterdir()), flush=True)\n"
+                "(d / f'.rank1.{os.getpid()}.tmp.json.gz').write_bytes(b'half a trace')\n"
+                "os.kill(os.getpid(), signal.SIGKILL)\n")
+    run_dir = _fake_point(tmp_path)
+    (run_dir / "traces").mkdir()
+    (run_dir / "traces" / ".rank0.999999.tmp.json.gz").write_bytes(b"cut")  # a killed runner's
+    status = runner.run_point(run_dir / "point.json", run_dir)
+    assert status["state"] == "crashed", status
+    assert "before: []" in (run_dir / "stdout.log").read_text()
+    assert not list((run_dir / "traces").iterdir())
+    from scalestudy.record import breakdown
+
+    (run_dir / "traces" / ".rank0.1.tmp.json.gz").write_bytes(b"x")
+    assert breakdown.trace_files(run_dir) == []  # the breakdown's glob never takes a temp
+
+
 @contextmanager
 def memory_cgroup(limit_mb: int):
     """A new memory cgroup of ``limit_mb`` MB (no swap) beside this process's own, removed

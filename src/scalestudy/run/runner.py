@@ -101,6 +101,22 @@ def _disk_full(path: Path) -> bool:
     return st.f_bavail * st.f_frsize < 64 * 1024
 
 
+def clear_temps(run_dir: Path) -> list[Path]:
+    """Remove the temp files of atomic writes a killed writer left (hidden files: the records'
+    ``.NAME.PID.*`` in the run folder, the traces' ``.rankN.PID.tmp.json.gz`` in
+    ``traces/``), never a link or the point's lock; returns them. Called holding the point's
+    lock, with no process of a launch alive, so no live writer owns one."""
+    out = []
+    for folder in (run_dir, run_dir / breakdown.TRACES_DIR):
+        if folder.is_symlink():
+            continue
+        for tmp in folder.glob(".*"):
+            if tmp.is_file() and not tmp.is_symlink() and tmp.name != lifetime.POINT_LOCK:
+                tmp.unlink(missing_ok=True)
+                out.append(tmp)
+    return out
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     """SIGTERM the launch's process group (torchrun stops its ranks on it, srun its step), then
     SIGKILL it (the ranks die with torchrun: ``scalestudy.run.lifetime``)."""
@@ -143,9 +159,7 @@ def attempt(point: Point, run_dir: Path, lock_fd: int | None = None) -> dict:
     ``lock_fd``: the point's lock (``lifetime.hold_point``), handed down to the ranks."""
     for name in RECORD_FILES:  # a previous, interrupted attempt's record is not a result
         (run_dir / name).unlink(missing_ok=True)
-    for tmp in run_dir.glob(".*"):  # temp files of atomic writes cut short by a kill
-        if tmp.is_file() and tmp.name != lifetime.POINT_LOCK:
-            tmp.unlink(missing_ok=True)
+    clear_temps(run_dir)
     breakdown.clear_traces(run_dir, point.workload.traces)
     scratch = run_dir / SCRATCH  # TMPDIR of the launch: torchrun's log folders, ranks' temps
     shutil.rmtree(scratch, ignore_errors=True)
@@ -186,6 +200,7 @@ def attempt(point: Point, run_dir: Path, lock_fd: int | None = None) -> dict:
         finally:  # interrupted too: stop the ranks, leave no status (rerun later)
             _end_launch(proc, keep)
             output.join(timeout=_TERM_GRACE_S)
+            clear_temps(run_dir)  # no writer of the launch is left
     shutil.rmtree(scratch, ignore_errors=True)
     wall = round(time.monotonic() - t0, 3)
     lines = _tail(log, 200)
