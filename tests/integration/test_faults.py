@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -416,6 +417,38 @@ def test_a_killed_writers_trace_temp_is_removed_and_never_read(tmp_path, fake_la
     assert breakdown.trace_files(run_dir) == []  # the breakdown's glob never takes a temp
 
 
+def test_a_workloads_own_link_is_left_alone_and_recorded(tmp_path, fake_launch):
+    """A launch that links its data set into its run folder (``ln -s $DATA data``): the point
+    is ok, its record names the link, the link and the data are untouched (never followed or
+    written through, a rerun included), and the study folder is not refused for it; a link
+    where scalestudy writes (a record, the run folder itself) still is."""
+    from scalestudy.record.io import escaping_links
+    from scalestudy.record.reading import RecordError
+
+    data = tmp_path / "dataset"
+    data.mkdir()
+    (data / "rank0.json.gz").write_bytes(b"not a trace of ours")
+    (data / ".summary.1.json").write_text("theirs")
+    fake_launch("import os, pathlib, sys\n"
+                "d = pathlib.Path(sys.argv[1])\n"
+                f"os.path.lexists(d / 'data') or os.symlink({str(data)!r}, d / 'data')\n"
+                + WRITE_RECORD)
+    study = tmp_path / "study"  # the study folder, which holds the run folder
+    study.mkdir()
+    run_dir = _fake_point(study)
+    for _ in range(2):  # the rerun of a point whose folder holds the link
+        status = runner.run_point(run_dir / "point.json", run_dir)
+        assert status["state"] == "ok", status
+        assert status["links_left_alone"] == [f"data -> {data}"]
+    assert sorted(p.name for p in data.iterdir()) == [".summary.1.json", "rank0.json.gz"]
+    assert escaping_links(study) == []
+    guard.refuse_escaping_links(study)
+    (run_dir / "steps.jsonl").unlink()
+    (run_dir / "steps.jsonl").symlink_to(data / "rank0.json.gz")  # where a record goes
+    with pytest.raises(RecordError, match="steps.jsonl is a symlink to"):
+        guard.refuse_escaping_links(study)
+
+
 @contextmanager
 def memory_cgroup(limit_mb: int):
     """A new memory cgroup of ``limit_mb`` MB (no swap) beside this process's own, removed
@@ -712,3 +745,88 @@ def test_interrupted_sweep_resumes_and_a_second_invocation_is_refused(resumed):
     assert _trained(r.stdout + r.stderr) == N_JOBS - len(finished)
     after = _statuses(out)
     assert {pid: after[pid]["finished"] for pid in finished} == finished
+
+
+# --------------------------------------------------------------------------------------------
+# A point cut without a record, the tables aggregated, then the study run again.
+
+def _runner_pid(run_dir: Path, old: str) -> int | None:
+    """The pid of the runner that holds the point's lock now (its file says "pid N"; ``old``:
+    the text a previous runner left there)."""
+    try:
+        text = (run_dir / lifetime.POINT_LOCK).read_text()
+        cmd = Path(f"/proc/{text.split()[1]}/cmdline").read_bytes()
+    except (OSError, IndexError):
+        return None
+    return int(text.split()[1]) if text != old and b"scalestudy.run.runner" in cmd else None
+
+
+@pytest.mark.workflow
+def test_a_point_cut_before_an_aggregate_is_rerun_and_links_are_left_alone(tiny_study_run,
+                                                                          tmp_path):
+    """A point whose runner is SIGKILLed (as the OOM killer or a cancelled job does: no
+    record), then ``scalestudy aggregate`` (tables newer than the missing record), then
+    ``scalestudy run``: the point is trained once and ok. Meanwhile a killed trace writer's temp
+    sits in its traces/, and a finished point's folder holds a link to a data set outside the
+    results (``ln -s $DATA data``): the temp is gone, the link and its data untouched, the
+    plots drawn."""
+    from conftest import trained
+
+    shared_study, shared_results, _ = tiny_study_run
+    study_file, results = tmp_path / "tiny.yaml", tmp_path / "results"
+    shutil.copy2(shared_study, study_file)
+    shutil.copytree(shared_results, results, symlinks=True)
+    (results / "tiny" / "study.json").unlink()  # this copy takes the folder over
+    out = results / "tiny"
+    cut = next(p for p in (out / "runs").iterdir() if "weak_n2" in p.name)
+    kept = next(p for p in (out / "runs").iterdir() if "weak_n1" in p.name)
+    kept_status = (kept / "status.json").read_bytes()
+    old_lock = (cut / lifetime.POINT_LOCK).read_text()
+    (cut / "status.json").unlink()
+
+    # the cut: the point's runner SIGKILLed while it trains
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    sm = subprocess.Popen(_argv(study_file, results, str(cut / "status.json")),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                          start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while (pid := _runner_pid(cut, old_lock)) is None:
+            assert sm.poll() is None and time.monotonic() < deadline, sm.communicate()[0][-3000:]
+            time.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
+        sm.communicate(timeout=300)
+    finally:
+        if sm.poll() is None:
+            os.killpg(sm.pid, signal.SIGKILL)
+            sm.wait()
+    assert not (cut / "status.json").exists()
+    (cut / "traces").mkdir(exist_ok=True)
+    (cut / "traces" / ".rank1.999999.tmp.json.gz").write_bytes(b"half a trace")  # a killed writer's
+    data = tmp_path / "dataset"
+    data.mkdir()
+    (data / "train.jsonl").write_text('{"text": "mine"}\n')
+    (kept / "data").symlink_to(data)
+
+    cli = [sys.executable, "-m", "scalestudy.cli"]
+    agg = subprocess.run(cli + ["aggregate", str(out)], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert agg.returncode == 0, agg.stderr[-2000:]
+    runs = pd.read_csv(out / "runs.csv").set_index("point_id")
+    assert runs.loc[cut.name, "status"] == "not_run"
+    time.sleep(0.05)  # the tables strictly newer than anything the cut left
+
+    r = subprocess.run(cli + ["run", str(study_file), "--results", str(results), "--no-report"],
+                       capture_output=True, text=True, env=env, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert trained(r.stdout + r.stderr) == 1
+    assert json.loads((cut / "status.json").read_text())["state"] == "ok"
+    runs = pd.read_csv(out / "runs.csv").set_index("point_id")
+    assert runs.loc[cut.name, "status"] == "ok"
+    assert (kept / "status.json").read_bytes() == kept_status  # not trained again
+    assert not [p.name for p in (cut / "traces").iterdir() if p.name.startswith(".")]
+    assert os.readlink(kept / "data") == str(data)
+    assert (data / "train.jsonl").read_text() == '{"text": "mine"}\n'
+    assert sorted(p.name for p in data.iterdir()) == ["train.jsonl"]
+    for fig in FIGURES:
+        assert (out / "figures" / f"{fig}.png").stat().st_mtime > (out / "runs.csv").stat().st_mtime - 1

@@ -48,7 +48,7 @@ from pathlib import Path
 from scalestudy.config import sitepolicy
 from scalestudy.config.point import Point
 from scalestudy.record import breakdown
-from scalestudy.record.io import read_json, write_json
+from scalestudy.record.io import read_json, workload_links, write_json
 from scalestudy.record.read import run_problem
 from scalestudy.record.reading import read_tail
 from scalestudy.record.states import RECORD_FILES, RETRIED, RunState
@@ -117,6 +117,16 @@ def clear_temps(run_dir: Path) -> list[Path]:
     return out
 
 
+def _clear_traces(run_dir: Path, pattern: str | None) -> None:
+    """Remove a previous attempt's traces (``breakdown.trace_files``), only those that lie
+    inside the run folder: never a link, nor a file reached through one."""
+    real = run_dir.resolve()
+    for f in breakdown.trace_files(run_dir, pattern):
+        if (os.path.isfile(f) and not os.path.islink(f)
+                and Path(os.path.realpath(f)).is_relative_to(real)):
+            os.unlink(f)
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     """SIGTERM the launch's process group (torchrun stops its ranks on it, srun its step), then
     SIGKILL it (the ranks die with torchrun: ``scalestudy.run.lifetime``)."""
@@ -160,8 +170,10 @@ def attempt(point: Point, run_dir: Path, lock_fd: int | None = None) -> dict:
     for name in RECORD_FILES:  # a previous, interrupted attempt's record is not a result
         (run_dir / name).unlink(missing_ok=True)
     clear_temps(run_dir)
-    breakdown.clear_traces(run_dir, point.workload.traces)
+    _clear_traces(run_dir, point.workload.traces)
     scratch = run_dir / SCRATCH  # TMPDIR of the launch: torchrun's log folders, ranks' temps
+    if scratch.is_symlink():  # never emptied through a link
+        scratch.unlink()
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir()
     argv = launch.launch_argv(point, run_dir)
@@ -227,9 +239,12 @@ def attempt(point: Point, run_dir: Path, lock_fd: int | None = None) -> dict:
             state, reason = RunState.OOM, outcome.oom_reason(reason, killed)
     if state != RunState.OK and (_disk_full(run_dir) or any(NO_SPACE.search(ln) for ln in lines)):
         state, reason = RunState.CRASHED, no_space(run_dir)  # a full disk, whatever broke
+    # a command's own links (its data set, an output folder elsewhere) are left as they are
+    left_alone = [f"{rel} -> {target}" for rel, target in workload_links(run_dir)]
     return {"state": state, "reason": reason,
             "evidence": [] if state == RunState.OK else outcome.evidence(lines) + (
                 [killed] if killed else []),
+            **({"links_left_alone": left_alone} if left_alone else {}),
             "exit_code": proc.returncode, "started": started, "finished": _now(),
             "wall_s": wall, "log_cut_bytes": output.cut}
 
