@@ -48,7 +48,7 @@ from pathlib import Path
 from scalestudy.config import sitepolicy
 from scalestudy.config.point import Point
 from scalestudy.record import breakdown
-from scalestudy.record.io import read_json, workload_links, write_json
+from scalestudy.record.io import read_json, read_record, workload_links, write_json
 from scalestudy.record.read import run_problem
 from scalestudy.record.reading import read_tail
 from scalestudy.record.states import RECORD_FILES, RETRIED, RunState
@@ -317,14 +317,41 @@ def _tries(point_json: Path, run_dir: Path, lock_fd: int) -> dict:
 
 def _write_breakdown(point: Point, run_dir: Path) -> None:
     """A profiled run's ``breakdown.json`` from its traces (``scalestudy.record.breakdown``:
-    a damaged trace is an empty breakdown with its reason); a run that could not write it
-    has none, which the tables say."""
-    if not (point.profile.enabled or point.workload.traces):
+    a damaged trace is an empty breakdown with its reason); a command workload's that left no
+    trace says so (:func:`no_trace_reason`); a run that could not write it has none, which
+    the tables say."""
+    why = no_trace_reason(point, run_dir)
+    if not (point.profile.enabled or point.workload.traces or why):
         return
     try:
-        breakdown.write_breakdown(run_dir, point.to_json(), point.workload.traces)
+        if why:
+            write_json(run_dir / breakdown.BREAKDOWN_FILE, breakdown.empty(why))
+        else:
+            breakdown.write_breakdown(run_dir, point.to_json(), point.workload.traces)
     except OSError as e:
         print(f"scalestudy: breakdown.json not written: {e}", file=sys.stderr)
+
+
+def no_trace_reason(point: Point, run_dir: Path) -> str | None:
+    """Why a command workload with profiling asked has no breakdown: it left no trace where
+    ``workload.traces`` says, or the study asks ``profile.enabled`` (the built-in trainer's
+    setting, read from the study's ``study.json``) and the command says nowhere where it
+    traces; None otherwise."""
+    if not point.workload.is_command:
+        return None
+    pattern = point.workload.traces
+    if pattern:
+        if breakdown.trace_files(run_dir, pattern):
+            return None
+        return (f"profiling asked (workload.traces: {pattern}), but the command left no trace "
+                f"there: nothing in its run folder matches {pattern}")
+    study = read_record(run_dir.parent.parent / "study.json") or {}
+    profile = study.get("profile")
+    if isinstance(profile, dict) and profile.get("enabled") is True:
+        return ("profiling asked (profile.enabled), but a command workload traces itself and "
+                "this one left no trace scalestudy can find: set workload.traces to the files "
+                "its profiler writes in its run folder")
+    return None
 
 
 def write_status(run_dir: Path, status: dict) -> None:
