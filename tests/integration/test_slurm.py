@@ -205,9 +205,10 @@ def test_sbatch_two_nodes_two_procs_all_reduce(slurm, tmp_path):
     assert {r["gpus"] for r in recs} == {"0,1"}  # each rank sees its node's two GPUs
 
 
-def _snakemake(study: Path, results: Path, profile: Path, env: dict) -> subprocess.Popen:
+def _snakemake(study: Path, results: Path, profile: Path, env: dict,
+               targets: tuple[str, ...] = ()) -> subprocess.Popen:
     argv = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
-            "--directory", str(results), "--profile", str(profile),
+            "--directory", str(results), "--profile", str(profile), *targets,
             "--config", f"study={study}", f"results={results}"]
     results.mkdir(parents=True, exist_ok=True)
     log = open(results / "snakemake.out", "w")
@@ -430,7 +431,13 @@ def test_a_node_down_mid_point_leaves_no_process_and_the_rerun_finishes(slurm, t
             "PYTHONPATH": os.pathsep.join([str(tests), slurm["PYTHONPATH"]])}
     results = tmp_path / "r"
     out = results / "slurmdown"
-    proc = _snakemake(study, results, CI_PROFILE, slow)
+    from scalestudy.config.study import validate
+    from scalestudy.plan.planner import plan_points
+
+    (point,) = [p for p in plan_points(validate(DOWN_STUDY)) if p.feasible]
+    # the point's record alone (no calibration, tables or plots: they are not what is tested)
+    target = (str(out / "runs" / point.point_id / "status.json"),)
+    proc = _snakemake(study, results, CI_PROFILE, slow, target)
     proc.t0 = time.monotonic()
     node = None
     try:
@@ -460,7 +467,7 @@ def test_a_node_down_mid_point_leaves_no_process_and_the_rerun_finishes(slurm, t
         time.sleep(0.5)
     assert not _swept(token), f"alive after the sweep ended: {_swept(token)}"
 
-    rerun = _snakemake(study, results, CI_PROFILE, {**slurm, TOKEN_ENV: token})
+    rerun = _snakemake(study, results, CI_PROFILE, {**slurm, TOKEN_ENV: token}, target)
     rerun.t0 = time.monotonic()
     rc, log, _ = _finish(rerun, results, time.monotonic() + 500)
     assert rc == 0, log[-4000:]
