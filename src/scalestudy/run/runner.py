@@ -22,10 +22,15 @@ Limits that turn a sick point into a classified one:
 - ``platform.memory_limit_mb`` (CPU only): ``RLIMIT_AS`` per training process, set here before
   torchrun starts, so a point that does not fit fails with the framework's own allocation error
   ("DefaultCPUAllocator: can't allocate memory"): oom.
+- a memory cgroup's limit (Slurm's ``--mem`` under task/cgroup): the kernel's OOM killer
+  SIGKILLs a rank; on the kernel's own word (``scalestudy.run.oomkill``): oom, with it as
+  evidence.
 
 Nothing of a point outlives it, and one training at a time writes its folder
 (``scalestudy.run.lifetime``); its output goes to ``stdout.log`` through a cap
-(``scalestudy.run.capture``), and its TMPDIR is ``RUN_DIR/tmp``, removed after each attempt.
+(``scalestudy.run.capture``), and its TMPDIR is ``RUN_DIR/tmp``, removed after each attempt,
+as are the temp files of writes a kill cut short (:func:`clear_temps`). A link the workload
+made in its folder is never followed nor written through, and the status lists it.
 
 Deliberately light: no torch import here (start-up cost per point is torchrun's alone).
 """
