@@ -227,6 +227,11 @@ cmd_stop() {
         rm -f "$f"
     done
     for p in $(our_stepds); do kill -KILL "$p" 2>/dev/null || true; done
+    local n
+    for n in "${NODES[@]}"; do  # the (empty) cgroups the nodes' proctrack/cgroup made
+        [ -d "/sys/fs/cgroup/freezer/slurm_$n" ] || continue
+        find "/sys/fs/cgroup/freezer/slurm_$n" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    done
     if [ -L "$SYS_CONF" ] && [ "$(readlink "$SYS_CONF")" = "$CONF" ]; then rm -f "$SYS_CONF"; fi
     rm -rf "$D"
     say "stopped"
