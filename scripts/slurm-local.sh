@@ -10,9 +10,12 @@
 #   scripts/slurm-local.sh status    daemons alive? sinfo / squeue
 #   scripts/slurm-local.sh env       prints `export SLURM_CONF=...` for clients
 #
-# Needs root (slurmd runs jobs as their user) but no systemd or cgroups:
-# proctrack/linuxproc, task/affinity, select/cons_tres, SlurmdParameters=config_overrides
-# (each node declares CPUS_PER_NODE CPUs even on a 2-core box). No slurmdbd: sacct does not
+# Needs root (slurmd runs jobs as their user) but no systemd: task/affinity, select/cons_tres,
+# SlurmdParameters=config_overrides (each node declares CPUS_PER_NODE CPUs even on a 2-core
+# box). Process tracking: proctrack/cgroup where the host lets root make cgroup v1 freezer
+# groups (a step's every process is in its cgroup, so none outlives the step, re-parented or
+# not), else proctrack/linuxproc (the parent-pid tree: a process whose parent died escapes
+# it); SLURM_LOCAL_PROCTRACK=cgroup|linuxproc forces one, `status` says which is in use. No slurmdbd: sacct does not
 # work, so Snakemake must use `--slurm-status-command squeue` (MinJobAge=300 keeps finished jobs
 # visible to squeue long enough). Clients read /etc/slurm/slurm.conf, which `start` points at
 # our config with a symlink (Snakemake's jobstep wrapper drops SLURM_CONF from the job's
@@ -21,7 +24,8 @@
 # Settings (environment): SLURM_LOCAL_DIR (state, default /tmp/scalestudy-slurm),
 # SLURM_LOCAL_CPUS (CPUs per node, default 4), SLURM_LOCAL_MEM_MB (per node, default 8000),
 # SLURM_LOCAL_GPUS (fake GPUs per node, default 2), SLURM_LOCAL_PORT (slurmctld port, default
-# 16817; slurmd ports are 17001-17002), SLURM_LOCAL_TIMEOUT (seconds to wait for idle nodes, 60).
+# 16817; slurmd ports are 17001-17002), SLURM_LOCAL_TIMEOUT (seconds to wait for idle nodes, 60),
+# SLURM_LOCAL_PROCTRACK (cgroup or linuxproc; default: cgroup where the host allows it).
 set -euo pipefail
 
 D=${SLURM_LOCAL_DIR:-/tmp/scalestudy-slurm}
@@ -30,6 +34,7 @@ MEM=${SLURM_LOCAL_MEM_MB:-8000}
 GPUS=${SLURM_LOCAL_GPUS:-2}
 CTLD_PORT=${SLURM_LOCAL_PORT:-16817}
 TIMEOUT=${SLURM_LOCAL_TIMEOUT:-60}
+PROCTRACK=${SLURM_LOCAL_PROCTRACK:-}
 NODES=(n1 n2)
 SYS_CONF=/etc/slurm/slurm.conf
 CONF=$D/etc/slurm.conf
@@ -58,6 +63,23 @@ cmd_install() {
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
+# cgroup tracking needs the v1 freezer hierarchy (Slurm 22.05's cgroup/v1; a host whose
+# /sys/fs/cgroup is cgroup2 would need cgroup/v2 with its controllers delegated) and root
+# allowed to make groups in it.
+cgroup_ok() {
+    local probe=/sys/fs/cgroup/freezer/scalestudy-probe.$$
+    [ -d /sys/fs/cgroup/freezer ] && mkdir "$probe" 2>/dev/null && rmdir "$probe"
+}
+
+pick_proctrack() {
+    case "$PROCTRACK" in
+        cgroup) cgroup_ok || die "SLURM_LOCAL_PROCTRACK=cgroup but no writable cgroup v1 freezer here" ;;
+        linuxproc) ;;
+        "") if cgroup_ok; then PROCTRACK=cgroup; else PROCTRACK=linuxproc; fi ;;
+        *) die "SLURM_LOCAL_PROCTRACK=$PROCTRACK: use cgroup or linuxproc" ;;
+    esac
+}
+
 write_config() {
     local host
     host=$(hostname -s)
@@ -81,7 +103,7 @@ SlurmctldPidFile=${D}/pids/slurmctld.daemon.pid
 SlurmdPidFile=${D}/pids/slurmd.%n.daemon.pid
 SlurmctldLogFile=${D}/log/slurmctld.log
 SlurmdLogFile=${D}/log/slurmd.%n.log
-ProctrackType=proctrack/linuxproc
+ProctrackType=proctrack/${PROCTRACK}
 TaskPlugin=task/affinity
 SlurmdParameters=config_overrides
 SelectType=select/cons_tres
@@ -109,6 +131,9 @@ EOF
     local list
     list=$(IFS=,; echo "${files[*]:0:$GPUS}")
     printf 'AutoDetect=off\nNodeName=n[1-2] Name=gpu File=%s\n' "$list" >"$D/etc/gres.conf"
+    # cgroup tracking only (no resource constraint: the emulated nodes share the host)
+    printf 'CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\nCgroupAutomount=no\n' \
+        >"$D/etc/cgroup.conf"
 }
 
 # start_bg NAME CMD...: run a foreground daemon in its own session, remember its pid.
@@ -144,6 +169,7 @@ cmd_start() {
         die "$SYS_CONF exists and is not ours: this machine has its own Slurm; not touching it"
     fi
     rm -rf "$D"  # drained nodes and old jobs persist in StateSaveLocation
+    pick_proctrack
     write_config
     mkdir -p "$(dirname "$SYS_CONF")"
     ln -sfn "$CONF" "$SYS_CONF"
@@ -161,7 +187,7 @@ cmd_start() {
         tail -n 5 "$D"/log/*.log >&2 || true
         cmd_stop; die "Slurm did not come up"
     fi
-    say "up: $(sinfo -h -N -o '%N:%t' | tr '\n' ' ')(SLURM_CONF=$CONF)"
+    say "up: $(sinfo -h -N -o '%N:%t' | tr '\n' ' ')(proctrack/$PROCTRACK, SLURM_CONF=$CONF)"
 }
 
 # PIDs of job steps our slurmds started (slurmstepd re-parents to init, so find them by the
@@ -201,6 +227,11 @@ cmd_stop() {
         rm -f "$f"
     done
     for p in $(our_stepds); do kill -KILL "$p" 2>/dev/null || true; done
+    local n
+    for n in "${NODES[@]}"; do  # the (empty) cgroups the nodes' proctrack/cgroup made
+        [ -d "/sys/fs/cgroup/freezer/slurm_$n" ] || continue
+        find "/sys/fs/cgroup/freezer/slurm_$n" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    done
     if [ -L "$SYS_CONF" ] && [ "$(readlink "$SYS_CONF")" = "$CONF" ]; then rm -f "$SYS_CONF"; fi
     rm -rf "$D"
     say "stopped"
@@ -213,6 +244,7 @@ cmd_status() {
         else echo "$f: not running"; rc=1; fi
     done
     if [ $rc = 0 ]; then
+        grep -h '^ProctrackType' "$CONF" || true
         SLURM_CONF=$CONF sinfo -N || rc=1
         SLURM_CONF=$CONF squeue || rc=1
     fi

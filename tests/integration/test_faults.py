@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -155,6 +157,59 @@ def test_classify_unprefixed_exception_beats_torchruns_child_failed_error():
     log = ["FileNotFoundError: [Errno 2] No such file or directory: 'run/point.json'",
            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "]
     assert outcome.classify(1, False, log, False) == ("crashed", log[0])
+
+
+# the kernel OOM killer's lines (mm/oom_kill.c, Linux 6.x), pid 4242 as in KILLED_RANK_LOG
+KERNEL_OOM_LINES = [
+    "python invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0",
+    "Memory cgroup out of memory: Killed process 4242 (python) total-vm:1234567kB, "
+    "anon-rss:812345kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1800kB oom_score_adj:0",
+]
+
+
+def test_a_sigkill_is_an_oom_only_on_the_kernels_word():
+    lines = _lines(KILLED_RANK_LOG)
+    assert outcome.killed_by_sigkill(1, lines) == [4242]  # torchrun names the killed rank
+    assert outcome.killed_by_sigkill(-9, []) == [None]  # the launcher itself
+    assert outcome.killed_by_sigkill(1, _lines(CPU_OOM_LOG)) == []
+    # no evidence: a crash, as before
+    assert outcome.kernel_oom(1, lines, (0, "memory.events: oom_kill 3 -> 3"), []) is None
+    assert outcome.kernel_oom(1, lines, None, KERNEL_OOM_LINES[:1]) is None
+    # the memory cgroup counted a kill meanwhile
+    assert outcome.kernel_oom(1, lines, (1, "m/memory.events: oom_kill 3 -> 4"), []) == \
+        "memory cgroup m/memory.events: oom_kill 3 -> 4"
+    # the kernel log names the killed rank's pid (another pid is another process's kill)
+    assert outcome.kernel_oom(1, lines, None, KERNEL_OOM_LINES).startswith(
+        "kernel log: Memory cgroup out of memory: Killed process 4242 (python)")
+    other = [KERNEL_OOM_LINES[1].replace("4242", "999")]
+    assert outcome.kernel_oom(1, lines, None, other) is None
+    assert outcome.kernel_oom(-9, [], None, other) is not None  # the launcher: pid unknown
+    # a kill that was no SIGKILL is not the OOM killer's
+    assert outcome.kernel_oom(-15, [], (1, "x"), KERNEL_OOM_LINES) is None
+    # Slurm's own word in the step's log is enough
+    slurm = "slurmstepd: error: Detected 1 oom_kill event in StepId=17.0. Some of the step " \
+            "tasks have been OOM Killed."
+    assert outcome.kernel_oom(1, [slurm], None, []) == f"Slurm: {slurm}"
+    assert outcome.oom_reason("rank 1 was killed by SIGKILL", "memory cgroup x").startswith(
+        "out of memory: the kernel's OOM killer ended it (memory cgroup x); rank 1 was killed")
+
+
+def test_the_memory_cgroup_counter_is_found_for_v1_and_v2(tmp_path):
+    from scalestudy.run import oomkill
+
+    v1 = tmp_path / "memory" / "a" / "b" / "memory.oom_control"
+    v1.parent.mkdir(parents=True)
+    v1.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n")
+    text = "9:name=systemd:/\n4:memory:/a/b\n1:cpu:/\n0::/\n"
+    assert oomkill.memory_counter(text, tmp_path) == v1
+    assert oomkill.read_oom_kills(v1) == 7
+    v2 = tmp_path / "c" / "memory.events"
+    v2.parent.mkdir()
+    v2.write_text("low 0\nhigh 0\nmax 2\noom 1\noom_kill 1\noom_group_kill 0\n")
+    assert oomkill.memory_counter("0::/c\n", tmp_path) == v2
+    assert oomkill.read_oom_kills(v2) == 1
+    assert oomkill.memory_counter("0::/nowhere\n", tmp_path) is None
+    assert oomkill.read_oom_kills(None) is None
 
 
 def test_evidence_keeps_the_injection_and_root_cause_lines():
@@ -339,6 +394,125 @@ def test_stale_records_and_temp_files_are_cleared_before_an_attempt(tmp_path, fa
     log = (run_dir / "stdout.log").read_text()
     # nothing of the old attempt was left: the point's lock and the launch's TMPDIR are new
     assert "['.point.lock', 'point.json', 'stdout.log', 'tmp']" in log
+
+
+def test_a_killed_writers_trace_temp_is_removed_and_never_read(tmp_path, fake_launch):
+    """A trace temp (train/profile.py's ``traces/.rankN.PID.tmp.json.gz``) left by a killed
+    runner is gone before the next attempt starts, and one left by a rank killed while
+    writing it is gone when the attempt ends."""
+    fake_launch("import os, pathlib, signal, sys\n"
+                "d = pathlib.Path(sys.argv[1]) / 'traces'\n"
+                "print('before:', sorted(p.name for p in d.iterdir()), flush=True)\n"
+                "(d / f'.rank1.{os.getpid()}.tmp.json.gz').write_bytes(b'half a trace')\n"
+                "os.kill(os.getpid(), signal.SIGKILL)\n")
+    run_dir = _fake_point(tmp_path)
+    (run_dir / "traces").mkdir()
+    (run_dir / "traces" / ".rank0.999999.tmp.json.gz").write_bytes(b"cut")  # a killed runner's
+    status = runner.run_point(run_dir / "point.json", run_dir)
+    assert status["state"] == "crashed", status
+    assert "before: []" in (run_dir / "stdout.log").read_text()
+    assert not list((run_dir / "traces").iterdir())
+    from scalestudy.record import breakdown
+
+    (run_dir / "traces" / ".rank0.1.tmp.json.gz").write_bytes(b"x")
+    assert breakdown.trace_files(run_dir) == []  # the breakdown's glob never takes a temp
+
+
+def test_a_workloads_own_link_is_left_alone_and_recorded(tmp_path, fake_launch):
+    """A launch that links its data set into its run folder (``ln -s $DATA data``): the point
+    is ok, its record names the link, the link and the data are untouched (never followed or
+    written through, a rerun included), and the study folder is not refused for it; a link
+    where scalestudy writes (a record, the run folder itself) still is."""
+    from scalestudy.record.io import escaping_links
+    from scalestudy.record.bounded_read import RecordError
+
+    data = tmp_path / "dataset"
+    data.mkdir()
+    (data / "rank0.json.gz").write_bytes(b"not a trace of ours")
+    (data / ".summary.1.json").write_text("theirs")
+    fake_launch("import os, pathlib, sys\n"
+                "d = pathlib.Path(sys.argv[1])\n"
+                f"os.path.lexists(d / 'data') or os.symlink({str(data)!r}, d / 'data')\n"
+                + WRITE_RECORD)
+    study = tmp_path / "study"  # the study folder, which holds the run folder
+    study.mkdir()
+    run_dir = _fake_point(study)
+    for _ in range(2):  # the rerun of a point whose folder holds the link
+        status = runner.run_point(run_dir / "point.json", run_dir)
+        assert status["state"] == "ok", status
+        assert status["links_left_alone"] == [f"data -> {data}"]
+    assert sorted(p.name for p in data.iterdir()) == [".summary.1.json", "rank0.json.gz"]
+    assert escaping_links(study) == []
+    guard.refuse_escaping_links(study)
+    (run_dir / "steps.jsonl").unlink()
+    (run_dir / "steps.jsonl").symlink_to(data / "rank0.json.gz")  # where a record goes
+    with pytest.raises(RecordError, match="steps.jsonl is a symlink to"):
+        guard.refuse_escaping_links(study)
+
+
+@contextmanager
+def memory_cgroup(limit_mb: int):
+    """A new memory cgroup of ``limit_mb`` MB (no swap) beside this process's own, removed
+    after the block; the test is skipped where the host offers none to make (not root, no
+    memory controller, cgroup v2 without it delegated)."""
+    from scalestudy.run import oomkill
+
+    counter = oomkill.memory_counter()
+    if counter is None:
+        pytest.skip("no memory cgroup counter readable here (/proc/self/cgroup)")
+    group = counter.parent / f"scalestudy-oom-test-{os.getpid()}"
+    limits = ({"memory.limit_in_bytes": limit_mb * 2**20, "memory.memsw.limit_in_bytes":
+               limit_mb * 2**20} if counter.name == "memory.oom_control"
+              else {"memory.max": limit_mb * 2**20, "memory.swap.max": 0})
+    try:
+        group.mkdir()
+        for name, value in limits.items():
+            if name == "memory.memsw.limit_in_bytes" and not (group / name).exists():
+                continue  # v1 without swap accounting
+            (group / name).write_text(str(value))
+    except OSError as e:
+        if group.exists():
+            group.rmdir()
+        pytest.skip(f"cannot make a memory cgroup beside {counter.parent} here: {e}")
+    try:
+        yield group
+    finally:
+        for _ in range(100):  # its last process may still be exiting
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+#: The runner with the stand-in launch, started inside a cgroup (argv: cgroup, run folder,
+#: the launch's code).
+IN_CGROUP = ("import os, sys, pathlib\n"
+             "pathlib.Path(sys.argv[1], 'cgroup.procs').write_text(str(os.getpid()))\n"
+             "from scalestudy.run import runner\n"
+             "runner.launch.launch_argv = lambda p, d: [sys.executable, '-c', sys.argv[3], str(d)]\n"
+             "runner.launch.launch_env = lambda p, environ: {}\n"
+             "d = pathlib.Path(sys.argv[2])\n"
+             "runner.run_point(d / 'point.json', d)\n")
+
+
+def test_a_kernel_oom_kill_under_a_cgroup_limit_is_an_oom(tmp_path):
+    """A real memory cgroup limit (as Slurm's task/cgroup sets one): the launch touches 800 MB
+    under 300 MB, the kernel's OOM killer SIGKILLs it; the status says oom, with the cgroup's
+    own count as evidence, not a crash by SIGKILL."""
+    run_dir = _fake_point(tmp_path)
+    with memory_cgroup(300) as group:
+        r = subprocess.run([sys.executable, "-c", IN_CGROUP, str(group), str(run_dir),
+                            "x = b'1' * (800 * 2**20)\n"], capture_output=True, text=True,
+                           timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "oom", status
+    assert status["reason"].startswith("out of memory: the kernel's OOM killer ended it "
+                                       "(memory cgroup "), status["reason"]
+    assert "oom_kill 0 -> 1" in status["reason"] and "SIGKILL" in status["reason"]
+    assert any(ln.startswith("memory cgroup ") for ln in status["evidence"])
+    assert len(status["attempts"]) == 1  # an oom is not retried
 
 
 def _exited(pid: int, timeout: float = 120.0) -> bool:
@@ -572,3 +746,88 @@ def test_interrupted_sweep_resumes_and_a_second_invocation_is_refused(resumed):
     assert _trained(r.stdout + r.stderr) == N_JOBS - len(finished)
     after = _statuses(out)
     assert {pid: after[pid]["finished"] for pid in finished} == finished
+
+
+# --------------------------------------------------------------------------------------------
+# A point cut without a record, the tables aggregated, then the study run again.
+
+def _runner_pid(run_dir: Path, old: str) -> int | None:
+    """The pid of the runner that holds the point's lock now (its file says "pid N"; ``old``:
+    the text a previous runner left there)."""
+    try:
+        text = (run_dir / lifetime.POINT_LOCK).read_text()
+        cmd = Path(f"/proc/{text.split()[1]}/cmdline").read_bytes()
+    except (OSError, IndexError):
+        return None
+    return int(text.split()[1]) if text != old and b"run-point" in cmd else None
+
+
+@pytest.mark.workflow
+def test_a_point_cut_before_an_aggregate_is_rerun_and_links_are_left_alone(tiny_study_run,
+                                                                          tmp_path):
+    """A point whose runner is SIGKILLed (as the OOM killer or a cancelled job does: no
+    record), then ``scalestudy aggregate`` (tables newer than the missing record), then
+    ``scalestudy run``: the point is trained once and ok. Meanwhile a killed trace writer's temp
+    sits in its traces/, and a finished point's folder holds a link to a data set outside the
+    results (``ln -s $DATA data``): the temp is gone, the link and its data untouched, the
+    plots drawn."""
+    from conftest import trained
+
+    shared_study, shared_results, _ = tiny_study_run
+    study_file, results = tmp_path / "tiny.yaml", tmp_path / "results"
+    shutil.copy2(shared_study, study_file)
+    shutil.copytree(shared_results, results, symlinks=True)
+    (results / "tiny" / "study.json").unlink()  # this copy takes the folder over
+    out = results / "tiny"
+    cut = next(p for p in (out / "runs").iterdir() if "weak_n2" in p.name)
+    kept = next(p for p in (out / "runs").iterdir() if "weak_n1" in p.name)
+    kept_status = (kept / "status.json").read_bytes()
+    old_lock = (cut / lifetime.POINT_LOCK).read_text()
+    (cut / "status.json").unlink()
+
+    # the cut: the point's runner SIGKILLed while it trains
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    sm = subprocess.Popen(_argv(study_file, results, str(cut / "status.json")),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                          start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while (pid := _runner_pid(cut, old_lock)) is None:
+            assert sm.poll() is None and time.monotonic() < deadline, sm.communicate()[0][-3000:]
+            time.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
+        sm.communicate(timeout=300)
+    finally:
+        if sm.poll() is None:
+            os.killpg(sm.pid, signal.SIGKILL)
+            sm.wait()
+    assert not (cut / "status.json").exists()
+    (cut / "traces").mkdir(exist_ok=True)
+    (cut / "traces" / ".rank1.999999.tmp.json.gz").write_bytes(b"half a trace")  # a killed writer's
+    data = tmp_path / "dataset"
+    data.mkdir()
+    (data / "train.jsonl").write_text('{"text": "mine"}\n')
+    (kept / "data").symlink_to(data)
+
+    cli = [sys.executable, "-m", "scalestudy.cli"]
+    agg = subprocess.run(cli + ["aggregate", str(out)], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert agg.returncode == 0, agg.stderr[-2000:]
+    runs = pd.read_csv(out / "runs.csv").set_index("point_id")
+    assert runs.loc[cut.name, "status"] == "not_run"
+    time.sleep(0.05)  # the tables strictly newer than anything the cut left
+
+    r = subprocess.run(cli + ["run", str(study_file), "--results", str(results), "--no-report"],
+                       capture_output=True, text=True, env=env, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert trained(r.stdout + r.stderr) == 1
+    assert json.loads((cut / "status.json").read_text())["state"] == "ok"
+    runs = pd.read_csv(out / "runs.csv").set_index("point_id")
+    assert runs.loc[cut.name, "status"] == "ok"
+    assert (kept / "status.json").read_bytes() == kept_status  # not trained again
+    assert not [p.name for p in (cut / "traces").iterdir() if p.name.startswith(".")]
+    assert os.readlink(kept / "data") == str(data)
+    assert (data / "train.jsonl").read_text() == '{"text": "mine"}\n'
+    assert sorted(p.name for p in data.iterdir()) == ["train.jsonl"]
+    for fig in FIGURES:
+        assert (out / "figures" / f"{fig}.png").stat().st_mtime > (out / "runs.csv").stat().st_mtime - 1

@@ -205,9 +205,10 @@ def test_sbatch_two_nodes_two_procs_all_reduce(slurm, tmp_path):
     assert {r["gpus"] for r in recs} == {"0,1"}  # each rank sees its node's two GPUs
 
 
-def _snakemake(study: Path, results: Path, profile: Path, env: dict) -> subprocess.Popen:
+def _snakemake(study: Path, results: Path, profile: Path, env: dict,
+               targets: tuple[str, ...] = ()) -> subprocess.Popen:
     argv = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
-            "--directory", str(results), "--profile", str(profile),
+            "--directory", str(results), "--profile", str(profile), *targets,
             "--config", f"study={study}", f"results={results}"]
     results.mkdir(parents=True, exist_ok=True)
     log = open(results / "snakemake.out", "w")
@@ -381,3 +382,97 @@ def test_tune_searches_through_slurm(slurm, tmp_path):
     again = subprocess.run(argv, capture_output=True, text=True, env=slurm, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "submitted with SLURM jobid" not in again.stdout + again.stderr
+
+
+DOWN_STUDY = {
+    "name": "slurmdown",
+    "models": {"m": {"layers": 2, "hidden": 32, "heads": 2, "seq_len": 16, "vocab": 64}},
+    "train": {"steps": 30, "warmup_steps": 1},
+    # a job on a node that goes DOWN fails (NODE_FAIL) instead of waiting to be requeued
+    "platform": {"device": "cpu", "devices_per_node": 2, "timeout_s": 400,
+                 "site": {"extra": "--no-requeue"}},
+    "series": [{"name": "w", "mode": "weak", "model": "m", "gpus": [2], "micro_batch": 1}],
+}
+TOKEN_ENV = "SCALESTUDY_TEST_SWEEP"
+
+
+def _swept(token: str) -> dict[int, str]:
+    """The live processes (not zombies) whose environment holds the sweep's token."""
+    found = {}
+    needle = f"{TOKEN_ENV}={token}".encode()
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if needle not in Path(f"/proc/{name}/environ").read_bytes().split(b"\0"):
+                continue
+            if _running(int(name)):
+                found[int(name)] = Path(f"/proc/{name}/cmdline").read_bytes().replace(
+                    b"\0", b" ").decode(errors="replace")[:200]
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(900)
+def test_a_node_down_mid_point_leaves_no_process_and_the_rerun_finishes(slurm, tmp_path):
+    """A point's node set DOWN while it trains (``scontrol update state=down``): the sweep
+    ends with the point unfinished, and once it has, no process of its job (Snakemake's job
+    step, the runner, torchrun, a rank) is left on the node; the rerun trains it, ok, and
+    leaves none either. The local Slurm tracks a step's processes by cgroup where the host
+    allows it (scripts/slurm-local.sh; docs/slurm.md, "Process tracking")."""
+    import uuid
+
+    study = tmp_path / "down.yaml"
+    study.write_text(yaml.safe_dump(DOWN_STUDY))
+    token = uuid.uuid4().hex
+    tests = REPO / "tests"
+    slow = {**slurm, TOKEN_ENV: token, "SCALESTUDY_STEP_HOOK": "fault_injection:make_hook",
+            "SCALESTUDY_FAULT": "slow:rank=0:ms=500",  # ~15 s of training to cut into
+            "PYTHONPATH": os.pathsep.join([str(tests), slurm["PYTHONPATH"]])}
+    results = tmp_path / "r"
+    out = results / "slurmdown"
+    from scalestudy.config.study import validate
+    from scalestudy.plan.planner import plan_points
+
+    (point,) = [p for p in plan_points(validate(DOWN_STUDY)) if p.feasible]
+    # the point's record alone (no calibration, tables or plots: they are not what is tested)
+    target = (str(out / "runs" / point.point_id / "status.json"),)
+    proc = _snakemake(study, results, CI_PROFILE, slow, target)
+    proc.t0 = time.monotonic()
+    node = None
+    try:
+        deadline = time.monotonic() + 400
+        while node is None:
+            assert proc.poll() is None and time.monotonic() < deadline, \
+                (results / "snakemake.out").read_text()[-3000:]
+            logs = list(out.glob("runs/*/stdout.log"))
+            if logs and "slow by" in logs[0].read_text(errors="replace"):
+                node = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%N"], env=slurm,
+                                      capture_output=True, text=True, timeout=30).stdout.split()
+                node = next((n for n in node if n.startswith("n")), None)
+            time.sleep(0.5)
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down",
+                        "reason=scalestudy-test"], env=slurm, check=True, timeout=30)
+        rc, log, _ = _finish(proc, results, time.monotonic() + 400)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait(timeout=30)
+        subprocess.run(["scontrol", "update", f"nodename={node or 'n1'}", "state=resume"],
+                       env=slurm, timeout=30)
+    (pid,) = [p.parent.name for p in out.glob("runs/*/point.json")]
+    assert not (out / "runs" / pid / "status.json").exists(), log[-3000:]  # cut: no record
+    deadline = time.monotonic() + 60
+    while _swept(token) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _swept(token), f"alive after the sweep ended: {_swept(token)}"
+
+    rerun = _snakemake(study, results, CI_PROFILE, {**slurm, TOKEN_ENV: token}, target)
+    rerun.t0 = time.monotonic()
+    rc, log, _ = _finish(rerun, results, time.monotonic() + 500)
+    assert rc == 0, log[-4000:]
+    assert json.loads((out / "runs" / pid / "status.json").read_text())["state"] == "ok"
+    deadline = time.monotonic() + 60
+    while _swept(token) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _swept(token), f"alive after the rerun ended: {_swept(token)}"

@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -182,7 +183,7 @@ def test_a_damaged_status_json_is_removed_so_the_point_reruns(tmp_path):
 def test_lock_is_exclusive_and_released_with_its_process(tmp_path):
     fd = guard.lock_study(tmp_path)
     assert guard.is_locked(tmp_path)
-    with pytest.raises(guard.StudyLocked, match=f"pid {os.getpid()} since"):
+    with pytest.raises(guard.StudyLocked, match=f"pid {os.getpid()} on .* since"):
         guard.lock_study(tmp_path)
     os.close(fd)
     assert not guard.is_locked(tmp_path)
@@ -211,12 +212,20 @@ def test_two_launchers_of_one_study_at_once_the_second_refuses(tmp_path):
             *filter(None, [os.environ.get("PYTHONPATH")])]
     hung = {**env, "SCALESTUDY_STEP_HOOK": "fault_injection:make_hook",
             "SCALESTUDY_FAULT": "hang:rank=0:step=1", "PYTHONPATH": os.pathsep.join(path)}
-    first = subprocess.Popen([sys.executable, "-m", "scalestudy.cli", "run", str(study_file),
-                              "--results", str(results), "--no-report"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=hung,
-                             start_new_session=True, preexec_fn=as_from_a_terminal)
+    # two launchers started at the same instant: one holds the study, the other is refused
+    twins = [subprocess.Popen([sys.executable, "-m", "scalestudy.cli", "run", str(study_file),
+                               "--results", str(results), "--no-report"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              env=hung, start_new_session=True, preexec_fn=as_from_a_terminal)
+             for _ in range(2)]
     try:
         deadline = time.monotonic() + 300
+        while all(t.poll() is None for t in twins):
+            assert time.monotonic() < deadline, "neither twin ended"
+            time.sleep(0.2)
+        (twin,) = [t for t in twins if t.poll() is not None]
+        (first,) = [t for t in twins if t is not twin]
+        twin_err = twin.communicate(timeout=60)[1]
         while not guard.is_locked(out):
             assert first.poll() is None and time.monotonic() < deadline, "never took the lock"
             time.sleep(0.2)
@@ -237,11 +246,17 @@ def test_two_launchers_of_one_study_at_once_the_second_refuses(tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(first.pid, signal.SIGKILL)
             first.wait()
-    assert second.returncode != 0
-    assert "study locked is being run by another launcher (pid" in second.stdout + second.stderr
+    refusal = (f"scalestudy: error: study locked is being run by another launcher (pid "
+               f"{first.pid} on {socket.gethostname()} since ")
+    assert twin.returncode == 2 and twin_err.count("\n") == 1, twin_err
+    assert twin_err.startswith(refusal), twin_err
+    assert f"or stop it (kill {first.pid} on {socket.gethostname()})" in twin_err
+    # plain snakemake: the same one line, exit 2, no stack trace
+    assert second.returncode == 2, second.stderr[-2000:]
+    assert refusal in second.stderr and "Traceback" not in second.stderr
     assert "rule train:" not in second.stdout + second.stderr
     assert third.returncode == 2 and third.stderr.count("\n") == 1
-    assert third.stderr.startswith("scalestudy: error: study locked is being run by another")
+    assert third.stderr.startswith(refusal)
     assert not guard.is_locked(out)  # the first launcher's end released it
 
 

@@ -272,3 +272,27 @@ def test_runner_marks_missing_metrics_invalid(tmp_path):
     assert status["attempts"] == [{"state": "invalid", "reason": status["reason"],
                                    "wall_s": status["wall_s"]}]  # deterministic: no retry
     assert not (run / "summary.json").exists() and (run / "env.json").exists()
+
+
+@pytest.mark.dist
+def test_a_command_with_profiling_asked_that_left_no_trace_says_so(tmp_path):
+    from dataclasses import replace
+
+    from scalestudy.record.breakdown import read_breakdown
+    from scalestudy.run.runner import no_trace_reason
+
+    s = study(workload={**STUDY["workload"], "traces": "prof/*.json"})
+    status, run = _run(tmp_path, s, n=1)
+    assert status["state"] == "ok", status
+    rec, why = read_breakdown(run)
+    assert rec is None and why == ("profiling asked (workload.traces: prof/*.json), but the "
+                                   "command left no trace there: nothing in its run folder "
+                                   "matches prof/*.json"), why
+    # profile.enabled on a command study without workload.traces: said as such
+    point = Point.from_json(json.loads((run / "point.json").read_text()))
+    bare = point.replace(workload=replace(point.workload, traces=None))
+    assert no_trace_reason(bare, run) is None  # the study asks nothing
+    (tmp_path / "study.json").write_text(json.dumps(validate(study(profile={"enabled": True}))
+                                                    .to_json(), default=str))
+    assert no_trace_reason(bare, run).startswith("profiling asked (profile.enabled), but a "
+                                                 "command workload traces itself")

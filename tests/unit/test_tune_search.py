@@ -263,3 +263,23 @@ def test_a_duplicate_of_a_pruned_layout_is_pruned_at_the_same_rung(study, tmp_pa
         assert t.state.name == "PRUNED"
         assert t.intermediate_values == {first["steps"]: first["measured_tokens_per_s_per_device"]}
         assert r["measured_tokens_per_s_per_device"] == first["measured_tokens_per_s_per_device"]
+
+
+def test_a_resumed_search_answers_a_repeat_from_its_source_trial(study, tmp_path):
+    """A search cut after its first layout and resumed from its trials.csv (an empty reason
+    reads back as NaN there): a trial asking for that layout again is answered from it, and
+    its reason names the source trial and the value it gave, never ``nan``."""
+    space = replace(study.tune.space, tp=(1,), pp=(1,), micro_batch=(1, 2), dp_mode=("ddp",))
+    kw = dict(space=space, trials=2, parallel=1, sampler="random", warm_start=0, min_steps=None)
+    with pytest.raises(KeyboardInterrupt):
+        _search(study, tmp_path, Table(stop_at=2), **kw).run()
+    search = _search(study, tmp_path, Table(), **kw)  # resumed from trials.csv
+    (first,) = [r for r in search.rows if r["state"] == "complete"]
+    t = search.engine.ask()
+    t.layout = TrialLayout.from_params(first)
+    assert search._settled(t)
+    dup = search.rows[-1]
+    value = float(first["measured_tokens_per_s_per_device"])
+    assert dup["state"] == "duplicate" and dup["measured_tokens_per_s_per_device"] == value
+    assert dup["reason"] == (f"measured by trial {int(first['trial'])}: complete, {value:.4g} "
+                             "tokens/s per device"), dup["reason"]

@@ -314,17 +314,51 @@ def read_record(path: str | os.PathLike) -> dict | None:
         return None
 
 
+def _workload_own(rel: tuple[str, ...]) -> bool:
+    """Whether a path ``rel`` inside a run folder (its parts) is the workload's: under a name
+    scalestudy never writes there (``record.states.RUN_FOLDER_NAMES``)."""
+    from scalestudy.record.states import RUN_FOLDER_NAMES
+
+    return bool(rel) and rel[0] not in RUN_FOLDER_NAMES
+
+
+def workload_links(run_dir: str | os.PathLike) -> list[tuple[str, str]]:
+    """The links a workload made in its run folder (not under a name scalestudy writes),
+    found without following any: ``(path relative to the run folder, target)``."""
+    root = Path(run_dir)
+    if root.is_symlink() or not root.is_dir():
+        return []
+    out = []
+    for top, dirs, files in os.walk(root, followlinks=False):
+        for name in sorted(dirs + files):
+            p = Path(top, name)
+            rel = p.relative_to(root).parts
+            if p.is_symlink() and _workload_own(rel):
+                out.append(("/".join(rel), os.readlink(p)))
+    return out
+
+
 def escaping_links(study_dir: str | os.PathLike) -> list[tuple[Path, str]]:
-    """Symlinks inside ``study_dir`` whose target lies outside it: ``(link, target)``."""
+    """Symlinks inside ``study_dir`` whose target lies outside it: ``(link, target)``. A link
+    a workload made in its run folder (a folder holding ``point.json``; not under a name
+    scalestudy writes: :func:`workload_links`) is the workload's: scalestudy never follows
+    nor writes through it, so it is not one."""
     root = Path(study_dir)
     if not root.is_dir():
         return []
     real = root.resolve()
     out = []
+    run_dirs: list[Path] = []
     for top, dirs, files in os.walk(root, followlinks=False):
+        here = Path(top)
+        if "point.json" in files and not (here / "point.json").is_symlink():
+            run_dirs.append(here)
+        owner = next((r for r in run_dirs if here == r or here.is_relative_to(r)), None)
         for name in dirs + files:
-            p = Path(top, name)
+            p = here / name
             if p.is_symlink():
+                if owner is not None and _workload_own(p.relative_to(owner).parts):
+                    continue
                 target = os.path.realpath(p)
                 if not Path(target).is_relative_to(real):
                     out.append((p, target))

@@ -31,3 +31,8 @@ RETRIED = (RunState.CRASHED, RunState.TIMEOUT)
 #: breakdown.json from its traces/ just before).
 RECORD_FILES = ("steps.jsonl", "summary.json", "env.json", "status.json", "stdout.log",
                 "breakdown.json")
+#: Every name scalestudy writes in a run folder (the records, ``point.json``, the built-in
+#: trainer's ``traces/``, the launch's ``tmp/``, the point's lock); anything else there is the
+#: workload's own (a command's data link, its outputs), never followed nor written through.
+RUN_FOLDER_NAMES = frozenset(("point.json", *RECORD_FILES, "health.json", "traces", "tmp",
+                              ".point.lock"))

@@ -6,7 +6,10 @@ from the repository root, an installed package: they all parse ``workflow/Snakef
   non-blocking) for the launcher's whole life, so two launchers of the same study never train
   a point twice, whatever their ``.snakemake`` folders. The kernel drops the lock when the
   process ends, however it ends: a killed launcher leaves no stale lock. The file holds the
-  owner's pid and start time, for the refusal's one line.
+  owner's pid, host and start time, for the refusal's one line. ``scalestudy run`` takes it
+  before Snakemake starts and hands it down (:data:`LOCK_FD_ENV`), so two launchers started
+  at the same instant cannot both pass; a launcher refused in the Snakefile (plain
+  ``snakemake``) ends with the same one line, exit status 2.
 - **Nothing written outside the results folder**: a symlink in the study folder (a run
   folder, ``figures/``, a record) that leads outside it is refused with one line.
 - **One study file per results folder**: a folder another study file with the same ``name:``
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
+import socket
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,25 +43,61 @@ class StudyLocked(RuntimeError):
     """Another launcher runs the study (one line)."""
 
 
+#: The environment variable through which a launcher that holds a study's lock hands its
+#: descriptor to the Snakemake it starts (the Snakefile's claim then takes no second lock).
+LOCK_FD_ENV = "SCALESTUDY_STUDY_LOCK_FD"
+
+
+def locked_message(study_dir: str | os.PathLike) -> str:
+    """The one line of a refused launcher: who holds the study (pid, host, since when) and
+    how to wait for it or free it."""
+    path = Path(study_dir) / LOCK_FILE
+    who = holder(path)
+    m = re.match(r"pid (\d+)(?: on (\S+))?", who)
+    stop = (f"or stop it (kill {m[1]}{f' on {m[2]}' if m[2] else ''}): the lock is released "
+            "when its holder ends, however it ends" if m else "or stop it")
+    return (f"study {Path(study_dir).name} is being run by another launcher ({who}); wait for "
+            f"it to finish (flock {path} true) {stop}, then run the same command again")
+
+
+def _inherited_lock(path: Path, environ=os.environ) -> int | None:
+    """The study lock's descriptor a parent launcher handed down (:data:`LOCK_FD_ENV`), when
+    it is open on ``path`` and its lock is ours; else None."""
+    try:
+        fd = int(environ.get(LOCK_FD_ENV, ""))
+        held, here = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except (ValueError, OSError):
+        return None
+    if (held.st_dev, held.st_ino) != (here.st_dev, here.st_ino):
+        return None
+    try:  # the same open file description: granted when its lock is the parent's (ours)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return None
+    return fd
+
+
 def lock_study(study_dir: str | os.PathLike) -> int:
     """Take the study's lock; returns its file descriptor (keep it open: closing it, or the
-    process ending, releases the lock). Raises :class:`StudyLocked` when held."""
+    process ending, releases the lock). A lock a parent launcher holds and handed down
+    (:data:`LOCK_FD_ENV`) is taken as ours. Raises :class:`StudyLocked` when held."""
     study_dir = Path(study_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
     path = study_dir / LOCK_FILE
+    fd = _inherited_lock(path)
+    if fd is not None:
+        return fd
     fd = try_lock(path)
     if fd is None:
-        raise StudyLocked(f"study {study_dir.name} is being run by another launcher "
-                          f"({holder(path)}); wait for it to finish or stop it "
-                          f"(lock: {path})") from None
+        raise StudyLocked(locked_message(study_dir)) from None
     os.ftruncate(fd, 0)
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    os.write(fd, f"pid {os.getpid()} since {stamp}\n".encode())
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {stamp}\n".encode())
     return fd
 
 
 def holder(lock_path: str | os.PathLike) -> str:
-    """Who holds a study's lock, from its file ("pid N since T")."""
+    """Who holds a study's lock, from its file ("pid N on HOST since T")."""
     try:
         with open(lock_path, errors="replace") as f:
             return f.read(200).strip() or "owner unknown"

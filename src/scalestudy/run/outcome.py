@@ -37,7 +37,8 @@ def signal_name(code: int) -> str:
 
 def root_cause(log_lines: list[str]) -> dict | None:
     """torchrun's "Root Cause (first observed failure)" record: ``{rank, exitcode, traceback}``
-    of the rank that failed first, or None when the log has none."""
+    (and ``pid`` where it says) of the rank that failed first, or None when the log has
+    none."""
     try:
         start = max(i for i, ln in enumerate(log_lines) if "Root Cause (first observed failure)" in ln)
     except ValueError:
@@ -51,6 +52,9 @@ def root_cause(log_lines: list[str]) -> dict | None:
                 out["rank"] = int(value.split()[0])
             elif key == "exitcode":
                 out["exitcode"] = int(value.split()[0])
+                pid = re.search(r"\(pid: (\d+)\)", value)
+                if pid:
+                    out["pid"] = int(pid[1])
             else:
                 out["traceback"] = value.strip()
         if ln.startswith("==="):
@@ -102,6 +106,59 @@ def classify(exit_code: int | None, timed_out: bool, log_lines: list[str],
                              and "ChildFailedError" not in ln]  # torchrun's, not the cause
     first = errors[0].strip() if rank_errors else (errors[-1].strip() if errors else "")
     return RunState.CRASHED, (first or f"exit code {exit_code}")[:300]
+
+
+#: Slurm's own word that the kernel OOM-killed a task of a step or job: slurmstepd's line in
+#: the step's output (task/cgroup), and the job state ``OUT_OF_MEMORY`` (sacct, squeue).
+SLURM_OOM_PATTERNS = (r"Detected \d+ oom[-_ ]kill events?", r"\bOUT_OF_MEMORY\b")
+#: The kernel OOM killer's line in the kernel log (mm/oom_kill.c), with the victim's pid.
+KERNEL_KILLED = re.compile(r"(?:Out of memory|Memory cgroup out of memory).*?"
+                           r"Killed process (\d+)|oom_reaper: reaped process (\d+)")
+
+
+def killed_by_sigkill(exit_code: int | None, log_lines: list[str]) -> list[int | None]:
+    """The processes of the launch that died by SIGKILL: the launcher itself (None) or the
+    pid torchrun names for its root-cause rank (None when it names none); empty when none
+    did."""
+    if exit_code == -signal.SIGKILL:
+        return [None]
+    cause = root_cause(log_lines)
+    if cause and cause.get("exitcode") == -signal.SIGKILL:
+        return [cause.get("pid")]
+    return []
+
+
+def kernel_oom(exit_code: int | None, log_lines: list[str], cgroup_kills: tuple[int, str] | None,
+               kernel_lines: list[str]) -> str | None:
+    """The evidence that the kernel's OOM killer ended a process of the attempt, or None.
+
+    ``cgroup_kills``: the memory cgroup's ``(new OOM kills, "FILE: oom_kill A -> B")`` during
+    the attempt (``scalestudy.run.oomkill``), None where unreadable; ``kernel_lines``: the
+    kernel log since the attempt started (empty where unreadable). Slurm's own line in the
+    log is evidence alone; otherwise a process must have died by SIGKILL, and the cgroup's
+    count grown or the kernel log name the killed pid (any OOM kill, when the pid is
+    unknown)."""
+    for pat in SLURM_OOM_PATTERNS:
+        line = next((ln for ln in log_lines if re.search(pat, ln)), None)
+        if line:
+            return f"Slurm: {line.strip()}"
+    killed = killed_by_sigkill(exit_code, log_lines)
+    if not killed:
+        return None
+    if cgroup_kills and cgroup_kills[0] > 0:
+        return f"memory cgroup {cgroup_kills[1]}"
+    for ln in kernel_lines:
+        m = KERNEL_KILLED.search(ln)
+        if m and (None in killed or int(m[1] or m[2]) in killed):
+            return f"kernel log: {ln.strip()}"
+    return None
+
+
+def oom_reason(crashed: str, evidence_line: str) -> str:
+    """The reason of an attempt the kernel's OOM killer ended (``crashed``: the reason it had
+    read as a crash)."""
+    return (f"out of memory: the kernel's OOM killer ended it ({evidence_line}); "
+            f"{crashed}")[:300]
 
 
 def evidence(log_lines: list[str], n_tail: int = 12) -> list[str]:

@@ -22,10 +22,15 @@ Limits that turn a sick point into a classified one:
 - ``platform.memory_limit_mb`` (CPU only): ``RLIMIT_AS`` per training process, set here before
   torchrun starts, so a point that does not fit fails with the framework's own allocation error
   ("DefaultCPUAllocator: can't allocate memory"): oom.
+- a memory cgroup's limit (Slurm's ``--mem`` under task/cgroup): the kernel's OOM killer
+  SIGKILLs a rank; on the kernel's own word (``scalestudy.run.oomkill``): oom, with it as
+  evidence.
 
 Nothing of a point outlives it, and one training at a time writes its folder
 (``scalestudy.run.lifetime``); its output goes to ``stdout.log`` through a cap
-(``scalestudy.run.capture``), and its TMPDIR is ``RUN_DIR/tmp``, removed after each attempt.
+(``scalestudy.run.capture``), and its TMPDIR is ``RUN_DIR/tmp``, removed after each attempt,
+as are the temp files of writes a kill cut short (:func:`clear_temps`). A link the workload
+made in its folder is never followed nor written through, and the status lists it.
 
 Deliberately light: no torch import here (start-up cost per point is torchrun's alone).
 """
@@ -47,11 +52,12 @@ from pathlib import Path
 from scalestudy.config import sitepolicy
 from scalestudy.config.point import Point
 from scalestudy.record import breakdown
-from scalestudy.record.io import read_json, write_json
+from scalestudy.record.io import read_json, read_record, workload_links, write_json
 from scalestudy.record.run_records import run_problem
 from scalestudy.record.bounded_read import read_tail
 from scalestudy.record.states import RECORD_FILES, RETRIED, RunState
-from scalestudy.run import capture, collect, health, launch, lifetime, outcome, workload
+from scalestudy.run import (capture, collect, health, launch, lifetime, oomkill, outcome,
+                            workload)
 
 _TERM_GRACE_S = 10.0
 #: The launch's TMPDIR in the run folder (removed after each attempt): every file a point
@@ -99,6 +105,32 @@ def _disk_full(path: Path) -> bool:
     return st.f_bavail * st.f_frsize < 64 * 1024
 
 
+def clear_temps(run_dir: Path) -> list[Path]:
+    """Remove the temp files of atomic writes a killed writer left (hidden files: the records'
+    ``.NAME.PID.*`` in the run folder, the traces' ``.rankN.PID.tmp.json.gz`` in
+    ``traces/``), never a link or the point's lock; returns them. Called holding the point's
+    lock, with no process of a launch alive, so no live writer owns one."""
+    out = []
+    for folder in (run_dir, run_dir / breakdown.TRACES_DIR):
+        if folder.is_symlink():
+            continue
+        for tmp in folder.glob(".*"):
+            if tmp.is_file() and not tmp.is_symlink() and tmp.name != lifetime.POINT_LOCK:
+                tmp.unlink(missing_ok=True)
+                out.append(tmp)
+    return out
+
+
+def _clear_traces(run_dir: Path, pattern: str | None) -> None:
+    """Remove a previous attempt's traces (``breakdown.trace_files``), only those that lie
+    inside the run folder: never a link, nor a file reached through one."""
+    real = run_dir.resolve()
+    for f in breakdown.trace_files(run_dir, pattern):
+        if (os.path.isfile(f) and not os.path.islink(f)
+                and Path(os.path.realpath(f)).is_relative_to(real)):
+            os.unlink(f)
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     """SIGTERM the launch's process group (torchrun stops its ranks on it, srun its step), then
     SIGKILL it (the ranks die with torchrun: ``scalestudy.run.lifetime``)."""
@@ -141,11 +173,11 @@ def attempt(point: Point, run_dir: Path, lock_fd: int | None = None) -> dict:
     ``lock_fd``: the point's lock (``lifetime.hold_point``), handed down to the ranks."""
     for name in RECORD_FILES:  # a previous, interrupted attempt's record is not a result
         (run_dir / name).unlink(missing_ok=True)
-    for tmp in run_dir.glob(".*"):  # temp files of atomic writes cut short by a kill
-        if tmp.is_file() and tmp.name != lifetime.POINT_LOCK:
-            tmp.unlink(missing_ok=True)
-    breakdown.clear_traces(run_dir, point.workload.traces)
+    clear_temps(run_dir)
+    _clear_traces(run_dir, point.workload.traces)
     scratch = run_dir / SCRATCH  # TMPDIR of the launch: torchrun's log folders, ranks' temps
+    if scratch.is_symlink():  # never emptied through a link
+        scratch.unlink()
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir()
     argv = launch.launch_argv(point, run_dir)
@@ -164,6 +196,7 @@ def attempt(point: Point, run_dir: Path, lock_fd: int | None = None) -> dict:
     started, t0 = _now(), time.monotonic()
     timed_out = False
     keep = lifetime.children()
+    memory = oomkill.snapshot()
     with open(log, "wb") as out:
         out.write(f"$ {shown}\n".encode())
         out.flush()
@@ -183,6 +216,7 @@ def attempt(point: Point, run_dir: Path, lock_fd: int | None = None) -> dict:
         finally:  # interrupted too: stop the ranks, leave no status (rerun later)
             _end_launch(proc, keep)
             output.join(timeout=_TERM_GRACE_S)
+            clear_temps(run_dir)  # no writer of the launch is left
     shutil.rmtree(scratch, ignore_errors=True)
     wall = round(time.monotonic() - t0, 3)
     lines = _tail(log, 200)
@@ -202,12 +236,32 @@ def attempt(point: Point, run_dir: Path, lock_fd: int | None = None) -> dict:
             invalid = run_problem(run_dir, point.to_json())
             if invalid:
                 state, reason = RunState.INVALID, invalid
+    killed = None
+    if state == RunState.CRASHED:  # a SIGKILL the kernel's OOM killer dealt is an oom
+        killed = _kernel_oom(proc.returncode, lines, memory)
+        if killed:
+            state, reason = RunState.OOM, outcome.oom_reason(reason, killed)
     if state != RunState.OK and (_disk_full(run_dir) or any(NO_SPACE.search(ln) for ln in lines)):
         state, reason = RunState.CRASHED, no_space(run_dir)  # a full disk, whatever broke
+    # a command's own links (its data set, an output folder elsewhere) are left as they are
+    left_alone = [f"{rel} -> {target}" for rel, target in workload_links(run_dir)]
     return {"state": state, "reason": reason,
-            "evidence": [] if state == RunState.OK else outcome.evidence(lines),
+            "evidence": [] if state == RunState.OK else outcome.evidence(lines) + (
+                [killed] if killed else []),
+            **({"links_left_alone": left_alone} if left_alone else {}),
             "exit_code": proc.returncode, "started": started, "finished": _now(),
             "wall_s": wall, "log_cut_bytes": output.cut}
+
+
+def _kernel_oom(exit_code: int | None, lines: list[str], before: oomkill.Snapshot) -> str | None:
+    """The kernel's evidence that its OOM killer ended a process of the attempt
+    (``outcome.kernel_oom``), the kernel log read only for a SIGKILL the cgroup did not
+    count."""
+    kills = oomkill.oom_kills_since(before)
+    found = outcome.kernel_oom(exit_code, lines, kills, [])
+    if found or not outcome.killed_by_sigkill(exit_code, lines):
+        return found
+    return outcome.kernel_oom(exit_code, lines, kills, oomkill.kernel_lines_since(before.t_us))
 
 
 def _runner_error(exc: Exception, started: str, t0: float) -> dict:
@@ -267,14 +321,41 @@ def _tries(point_json: Path, run_dir: Path, lock_fd: int) -> dict:
 
 def _write_breakdown(point: Point, run_dir: Path) -> None:
     """A profiled run's ``breakdown.json`` from its traces (``scalestudy.record.breakdown``:
-    a damaged trace is an empty breakdown with its reason); a run that could not write it
-    has none, which the tables say."""
-    if not (point.profile.enabled or point.workload.traces):
+    a damaged trace is an empty breakdown with its reason); a command workload's that left no
+    trace says so (:func:`no_trace_reason`); a run that could not write it has none, which
+    the tables say."""
+    why = no_trace_reason(point, run_dir)
+    if not (point.profile.enabled or point.workload.traces or why):
         return
     try:
-        breakdown.write_breakdown(run_dir, point.to_json(), point.workload.traces)
+        if why:
+            write_json(run_dir / breakdown.BREAKDOWN_FILE, breakdown.empty(why))
+        else:
+            breakdown.write_breakdown(run_dir, point.to_json(), point.workload.traces)
     except OSError as e:
         print(f"scalestudy: breakdown.json not written: {e}", file=sys.stderr)
+
+
+def no_trace_reason(point: Point, run_dir: Path) -> str | None:
+    """Why a command workload with profiling asked has no breakdown: it left no trace where
+    ``workload.traces`` says, or the study asks ``profile.enabled`` (the built-in trainer's
+    setting, read from the study's ``study.json``) and the command says nowhere where it
+    traces; None otherwise."""
+    if not point.workload.is_command:
+        return None
+    pattern = point.workload.traces
+    if pattern:
+        if breakdown.trace_files(run_dir, pattern):
+            return None
+        return (f"profiling asked (workload.traces: {pattern}), but the command left no trace "
+                f"there: nothing in its run folder matches {pattern}")
+    study = read_record(run_dir.parent.parent / "study.json") or {}
+    profile = study.get("profile")
+    if isinstance(profile, dict) and profile.get("enabled") is True:
+        return ("profiling asked (profile.enabled), but a command workload traces itself and "
+                "this one left no trace scalestudy can find: set workload.traces to the files "
+                "its profiler writes in its run folder")
+    return None
 
 
 def write_status(run_dir: Path, status: dict) -> None:

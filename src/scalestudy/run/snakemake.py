@@ -105,8 +105,11 @@ def run_snakemake(argv: list[str], env: dict | None = None) -> int:
     def interrupt(*_):
         raise KeyboardInterrupt
 
+    from scalestudy.run.guard import LOCK_FD_ENV
+
+    lock = (os.environ if env is None else env).get(LOCK_FD_ENV, "")
     proc = subprocess.Popen(argv, process_group=0, preexec_fn=dies_with_parent(signal.SIGKILL),
-                            env=env)
+                            env=env, pass_fds=(int(lock),) if lock.isdigit() else ())
     handlers = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         return proc.wait()
@@ -124,12 +127,33 @@ def run_snakemake(argv: list[str], env: dict | None = None) -> int:
             signal.signal(sig, handler)
 
 
+#: The study locks this process holds (study folder -> descriptor), kept until it exits.
+_HELD: dict[Path, int] = {}
+
+
+def hold_study(study_dir: Path) -> int:
+    """Take ``study_dir``'s lock for the rest of this process's life (once per study) and
+    hand it down to the Snakemake runs it starts (``guard.LOCK_FD_ENV`` in the environment,
+    the descriptor passed on), whose Snakefile then takes no second lock: a launcher started
+    at the same instant as another is refused here, before Snakemake starts.
+    :class:`guard.StudyLocked` when another holds it."""
+    from scalestudy.run import guard
+
+    key = study_dir.resolve()
+    if key not in _HELD:
+        fd = guard.lock_study(study_dir)
+        os.set_inheritable(fd, True)
+        _HELD[key] = fd
+    os.environ[guard.LOCK_FD_ENV] = str(_HELD[key])
+    return _HELD[key]
+
+
 def launch(study_file: str, study: Study, results: str, profile: str, extra: list[str],
            trust_site: bool = False) -> int:
     """Run ``study`` (loaded from ``study_file``) through Snakemake with ``profile`` and the
     caller's Snakemake arguments ``extra`` (targets, options); its exit status. Refuses first,
     with one line: a profile site the policy refuses, links out of the results folder, a folder
-    another study file made, a study another launcher holds."""
+    another study file made, a study another launcher holds (:func:`hold_study`)."""
     from scalestudy.record.source import refuse_other_source
     from scalestudy.run import guard
 
@@ -139,8 +163,5 @@ def launch(study_file: str, study: Study, results: str, profile: str, extra: lis
     # an unwritable results folder (read-only, full): one line here, not Snakemake's trace
     study_dir.mkdir(parents=True, exist_ok=True)
     refuse_other_source(study_dir, study_file, study.to_json())
-    if guard.is_locked(study_dir):
-        raise guard.StudyLocked(f"study {study.name} is being run by another launcher "
-                                f"({guard.holder(study_dir / guard.LOCK_FILE)}); wait for it "
-                                "to finish or stop it")
+    hold_study(study_dir)
     return run_snakemake(snakemake_argv(study_file, results, profile, extra, trust_site))

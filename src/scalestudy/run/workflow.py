@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, replace
 from typing import Mapping, MutableMapping
 
@@ -19,7 +20,7 @@ from scalestudy.config.studyspec import Study
 from scalestudy.plan.planner import plan_points
 from scalestudy.record.source import source_path
 from scalestudy.record.io import os_error_line
-from scalestudy.run.guard import claim_study
+from scalestudy.run.guard import StudyLocked, claim_study
 
 DEFAULT_STUDY = "workflow/config/default.yaml"
 
@@ -76,6 +77,9 @@ def workflow_setup(config: Mapping, *, claim: bool = False,
         lock = claim_study(out, feasible, source, study.to_json()) if claim else None
     except OSError as e:  # an unwritable results folder: one line, as every other path says
         raise SystemExit(f"scalestudy: error: {os_error_line(e)}") from None
+    except StudyLocked as e:  # another launcher: its one line, exit status 2, as the CLI's
+        print(f"scalestudy: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     return WorkflowSetup(
         study_file=study_file, source=source, study=study, platform=study.platform,
         points=points, feasible=feasible, out=out,

@@ -12,8 +12,9 @@ entirely ends the search instead of sampling forever."""
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from scalestudy.config.studyspec import Study
 from scalestudy.record.states import RunState
@@ -26,6 +27,25 @@ from scalestudy.tune.space import TrialLayout
 MAX_ASKS_PER_TRIAL = 50
 
 Evaluate = Callable[[list[tuple[TrialLayout, int]]], dict[tuple[TrialLayout, int], Outcome]]
+
+
+class Measured(NamedTuple):
+    """What a measured layout gave: its state, the tokens/s per device told the engine, the
+    reason, the steps run and the trial that measured it (None: unknown)."""
+
+    state: TrialState
+    value: float
+    reason: str
+    steps: int
+    trial: int | None
+
+
+def duplicate_reason(m: Measured) -> str:
+    """The reason of a trial answered from an earlier one: the source trial, its state, the
+    value it gave (tokens/s per device) and its reason; never a missing value's ``nan``."""
+    source = f"trial {m.trial}" if m.trial is not None else "an earlier trial"
+    value = f", {m.value:.4g} tokens/s per device" if _finite(m.value) else ""
+    return f"measured by {source}: {m.state}{value}" + (f" ({m.reason})" if m.reason else "")
 
 
 @dataclass
@@ -45,8 +65,8 @@ class Search:
     evaluate: Evaluate
     capacity_gb: float | None = None  # memory per device (the planner's memory rule)
     rows: list[dict] = field(default_factory=list)
-    #: what each measured layout gave: (state, tokens/s per device told, reason, steps run)
-    measured: dict[TrialLayout, tuple[TrialState, float, str, int]] = field(default_factory=dict)
+    #: what each measured layout gave
+    measured: dict[TrialLayout, Measured] = field(default_factory=dict)
     write: Callable[[list[dict]], None] = lambda rows: None
 
     @property
@@ -114,14 +134,12 @@ class Search:
             return True
         t.layout = lay
         if lay in self.measured:  # an earlier trial's result: nothing runs
-            state, value, why, steps = self.measured[lay]
-            if state == TrialState.PRUNED:  # as the earlier trial: its rate at its rung
-                self.engine.prune(t, steps, value)
+            m = self.measured[lay]
+            if m.state == TrialState.PRUNED:  # as the earlier trial: its rate at its rung
+                self.engine.prune(t, m.steps, m.value)
             else:
-                self.engine.tell(t, value)
-            self._row(t, lay, None, TrialState.DUPLICATE,
-                      f"measured by an earlier trial: {state}" + (f" ({why})" if why else ""),
-                      measured=value)
+                self.engine.tell(t, m.value)
+            self._row(t, lay, None, TrialState.DUPLICATE, duplicate_reason(m), measured=m.value)
             return True
         return False
 
@@ -132,26 +150,28 @@ class Search:
         short = self._memory_short(o)
         if short:
             self.engine.tell(t, 0.0)
-            self.measured[t.layout] = (TrialState.SHORT_OF_MEMORY, 0.0, short, steps)
+            self.measured[t.layout] = Measured(TrialState.SHORT_OF_MEMORY, 0.0, short, steps,
+                                               t.number)
             self._row(t, t.layout, o, TrialState.SHORT_OF_MEMORY, short, steps=steps)
             return False
         if o.state != RunState.OK:
             state = TrialState(o.state) if o.state in (
                 RunState.OOM, RunState.TIMEOUT, RunState.CRASHED) else TrialState.INVALID
             self.engine.tell(t, 0.0)
-            self.measured[t.layout] = (state, 0.0, o.reason, steps)
+            self.measured[t.layout] = Measured(state, 0.0, o.reason, steps, t.number)
             self._row(t, t.layout, o, state, o.reason, steps=steps)
             return False
         if last:
             self.engine.tell(t, o.tokens_per_s_per_device)
-            self.measured[t.layout] = (TrialState.COMPLETE, o.tokens_per_s_per_device, "", steps)
+            self.measured[t.layout] = Measured(TrialState.COMPLETE, o.tokens_per_s_per_device, "",
+                                               steps, t.number)
             self._row(t, t.layout, o, TrialState.COMPLETE, "", steps=steps)
             return False
         go_on = self.engine.report(t, steps, o.tokens_per_s_per_device)
         if not go_on:
             self.engine.prune(t)
-            self.measured[t.layout] = (TrialState.PRUNED, o.tokens_per_s_per_device,
-                                       f"pruned at {steps} steps", steps)
+            self.measured[t.layout] = Measured(TrialState.PRUNED, o.tokens_per_s_per_device,
+                                               f"pruned at {steps} steps", steps, t.number)
         self._row(t, t.layout, o, TrialState.PROMOTED if go_on else TrialState.PRUNED,
                   "" if go_on else f"not in the best 1/{self.study.tune.eta} at {steps} steps",
                   steps=steps)
@@ -189,21 +209,29 @@ class Search:
         self.write(self.rows)
 
     def resume(self, rows: list[dict]) -> None:
-        """Go on from an earlier search's rows (trials.csv): what they measured is known."""
+        """Go on from an earlier search's rows (trials.csv, as ``record.trials`` reads it: an
+        empty cell is NaN): what they measured, and which trial measured it, is known."""
         self.rows = list(rows)
         for r in self.rows:
             state = TrialState(r["state"])
             if state in (TrialState.REFUSED, TrialState.DUPLICATE, TrialState.PROMOTED):
                 continue
             value = r["measured_tokens_per_s_per_device"]
-            self.measured[TrialLayout.from_params(r)] = (
-                state, 0.0 if not _finite(value) or state != TrialState.COMPLETE
-                and state != TrialState.PRUNED else float(value), str(r["reason"] or ""),
-                int(r["steps"]) if _finite(r["steps"]) else 0)
+            told = state in (TrialState.COMPLETE, TrialState.PRUNED) and _finite(value)
+            self.measured[TrialLayout.from_params(r)] = Measured(
+                state, float(value) if told else 0.0, _text(r["reason"]),
+                int(r["steps"]) if _finite(r["steps"]) else 0,
+                int(r["trial"]) if _finite(r["trial"]) else None)
+
+
+def _text(x) -> str:
+    """A text cell of a table read back: "" for an empty one (NaN), never ``"nan"``."""
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x)
 
 
 def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
+    """A finite number (numpy's scalars of a table read back included)."""
+    return isinstance(x, numbers.Real) and math.isfinite(x)
 
 
 def predictions(study: Study, points: dict) -> tuple[dict[TrialLayout, float], str]:
