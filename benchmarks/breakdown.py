@@ -65,7 +65,7 @@ def terms(study_dir: Path) -> dict:
     """The model term by term against the traces of a run study (module doc)."""
     import pandas as pd
 
-    from scalestudy.analysis.breakdown import term_ratio_summary
+    from scalestudy.analysis.loss_by_term import term_ratio_summary
 
     path = study_dir / "predict" / "terms_vs_measured.csv"
     if not path.exists():

@@ -316,8 +316,8 @@ def test_a_damaged_trace_or_breakdown_leaves_the_breakdown_empty_with_its_reason
     """A run's cut trace (re-read as the runner reads it) or a damaged breakdown.json: that
     point's measured terms are empty and its rows say why; the other points keep theirs, and
     no table holds a number out of range."""
-    from scalestudy.analysis.breakdown import breakdown_tables
-    from scalestudy.record import breakdown as rbreakdown
+    from scalestudy.analysis.loss_by_term import breakdown_tables
+    from scalestudy.record import trace_terms as rbreakdown
 
     target, other = ok_runs(study)[:2]
     trace = target / "traces" / "rank0.json.gz"

@@ -13,7 +13,7 @@ import pytest
 
 import synthetic_trace as st
 from scalestudy.config.layout import group_key, profiled_ranks, rank_coords
-from scalestudy.record import breakdown as rb
+from scalestudy.record import trace_terms as rb
 from scalestudy.record import hta
 from scalestudy.record.terms import MEASURED_TERMS
 from scalestudy.record.timeline import Transfer, classify_chain, read_trace_steps, transfer_kind

@@ -17,7 +17,7 @@ import warnings
 
 #: The largest difference, as a fraction of a rank's kernel span (or of the overlap
 #: fraction's range, 1), at which HTA and the project's reading agree.
-AGREE = 0.01
+AGREE = 0.05
 
 
 def available() -> bool:

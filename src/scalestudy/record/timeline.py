@@ -41,7 +41,7 @@ overhead.
 
 Exposed pipeline traffic is its transfers and the stage's waiting for the other stages (the
 bubble); a collective's exposed time, its transfer and the waiting for the slowest rank. Both
-splits need the other ranks' traces (``scalestudy.record.breakdown``): here all of it is the
+splits need the other ranks' traces (``scalestudy.record.trace_terms``): here all of it is the
 kind's exposed communication, and each transfer keeps its lifetime and exposed seconds
 (:class:`Transfer`).
 
@@ -51,7 +51,7 @@ Pure: no torch, no files.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -76,7 +76,26 @@ _WAIT = re.compile(r"wait_tensor|^c10d::wait|ProcessGroup.*::wait|^aten::wait")
 _LAUNCH = re.compile(r"^(c10d::|_c10d_functional::|c10d_functional::|record_param_comms)")
 _P2P = re.compile(r"send|recv|SendRecv", re.IGNORECASE)
 _COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
-_GEMM_KERNEL = re.compile(r"gemm|cutlass|cublas|xmma|wgmma|Kernel2|matmul|_mm_", re.IGNORECASE)
+# (cuBLAS/CUTLASS names; ``Cijk_`` is rocBLAS/hipBLASLt's Tensile GEMMs on ROCm)
+_GEMM_KERNEL = re.compile(r"gemm|cutlass|cublas|xmma|wgmma|Kernel2|matmul|_mm_|^Cijk_",
+                          re.IGNORECASE)
+#: A host event that names the collective it launches: the backend's own range
+#: (``nccl:all_to_all``, ``gloo:all_reduce``), a c10d operator (``c10d::alltoall_base_``) or a
+#: functional one (``_c10d_functional::all_gather_into_tensor``).
+_COLLECTIVE_EVENT = re.compile(r"^(nccl|rccl|gloo|c10d|_c10d_functional|c10d_functional)::?"
+                               r"(?P<op>\w+)")
+#: Collectives by the words of their names (underscores dropped, lower case), most specific
+#: first; ``send``/``recv`` are the only point-to-point ones.
+_COLLECTIVES = (("alltoall", "all_to_all"), ("allgather", "all_gather"),
+                ("reducescatter", "reduce_scatter"), ("allreduce", "all_reduce"),
+                ("broadcast", "broadcast"), ("barrier", "barrier"), ("sendrecv", "send_recv"),
+                ("send", "send"), ("recv", "recv"), ("gather", "gather"),
+                ("scatter", "scatter"), ("reduce", "reduce"))
+#: Collectives that are point-to-point traffic (a pipeline's, on the built-in trainer).
+P2P_COLLECTIVES = ("send", "recv", "send_recv")
+#: How a transfer's collective was found: from the host op that launched it, or (no launcher
+#: in the trace) from the kernel's name only.
+BY_LAUNCHER, BY_KERNEL_NAME = "launcher", "kernel name"
 
 #: autograd's own scopes (its engine's wrappers and the graph's nodes, ``AddmmBackward0``):
 #: their time between operators is the backward's host work, never a wait.
@@ -158,6 +177,8 @@ class Transfer:
     end: float
     exposed: float = 0.0
     overlapped: float = 0.0
+    collective: str | None = None
+    named_by: str = BY_LAUNCHER
 
     @property
     def lifetime(self) -> float:
@@ -168,8 +189,10 @@ class Transfer:
 class StepReading:
     """One profiled step of one rank: ``span_s`` its length (s), ``terms`` seconds per
     ``MEASURED_TERMS`` name adding up to ``span_s`` (``sync_wait_s`` still 0: see
-    ``scalestudy.record.breakdown``), ``overlapped`` seconds per kind, ``transfers`` its
-    communications, ``events`` the host events the profiler recorded in it."""
+    ``scalestudy.record.trace_terms``), ``overlapped`` seconds per kind, ``transfers`` its
+    communications, ``events`` the host events the profiler recorded in it; ``raw_span_s``
+    the traced length before the profiler's cost was taken out, ``profiler_s`` that cost
+    (``span_s = raw_span_s - profiler_s``)."""
 
     step: str
     span_s: float
@@ -177,6 +200,8 @@ class StepReading:
     overlapped: dict[str, float]
     transfers: list[Transfer] = field(default_factory=list)
     events: int = 0
+    raw_span_s: float = 0.0
+    profiler_s: float = 0.0
 
 
 def _segments(events: list[Event], s0: float, s1: float):
@@ -209,11 +234,51 @@ def _segments(events: list[Event], s0: float, s1: float):
     return out
 
 
+@lru_cache(maxsize=4096)
+def collective_of(name: str) -> str | None:
+    """The collective a name says (``all_to_all``, ``all_gather``, ``reduce_scatter``,
+    ``all_reduce``, ``broadcast``, ``send``, ``recv``, ...), or None: a launcher's
+    (``nccl:_all_gather_base``, ``c10d::alltoall_base_``, ``record_param_comms``' ``Collective
+    name`` ``allreduce``) or a kernel's (``ncclDevKernel_AllGather_RING_LL``; NCCL runs many
+    collectives through ``SendRecv`` kernels, so a kernel's name is the last resort)."""
+    m = _COLLECTIVE_EVENT.match(name)
+    words = (m.group("op") if m else name).replace("_", "").lower()
+    if m is None:  # a kernel's name: the word after the library's kernel prefix
+        k = re.match(r"^(?:void )?(?:nccl|rccl)(?:Dev)?Kernel_?(\w+)", name, re.IGNORECASE)
+        if k is None:
+            return None
+        words = k.group(1).replace("_", "").lower()
+    if words.startswith(("wait", "work")):
+        return None
+    for word, coll in _COLLECTIVES:
+        if words.startswith(word):
+            return coll
+    return None
+
+
+def launcher_collective(chain: tuple[str, ...], events: list[Event] = ()) -> str | None:
+    """The collective named by the host ops around a launch (innermost first wins):
+    ``record_param_comms``' ``Collective name`` argument, else an op's own name
+    (:func:`collective_of`); None where no launcher says."""
+    for e in reversed(list(events)):
+        named = (e.args or {}).get("Collective name")
+        if isinstance(named, str) and collective_of(f"c10d::{named}"):
+            return collective_of(f"c10d::{named}")
+    for n in reversed(chain):
+        if _COLLECTIVE_EVENT.match(n):
+            c = collective_of(n)
+            if c:
+                return c
+    return None
+
+
 def transfer_kind(launch_chain: tuple[str, ...], op: str, layout: dict,
-                  group_desc: str | None = None) -> str:
+                  group_desc: str | None = None, collective: str | None = None) -> str:
     """The kind of a transfer (module doc) from the host operators around its launch
-    (outermost first), its own name, the point's ``layout`` (``tp``, ``cp`` counts) and, where
-    the trace names it, its process group's description (``mesh_tp``, ``mesh_dp``, ...)."""
+    (outermost first), its own name, the point's ``layout`` (``tp``, ``cp`` counts), where
+    the trace names it its process group's description (``mesh_tp``, ``mesh_dp``, ...), and
+    the collective its launcher names (:func:`launcher_collective`): pipeline traffic only
+    from send/recv; the kernel's name counts only where no launcher names the collective."""
     if any(_flags(n).optimizer for n in launch_chain):
         return "optimizer"
     if group_desc:
@@ -223,7 +288,10 @@ def transfer_kind(launch_chain: tuple[str, ...], op: str, layout: dict,
         if re.search(r"fsdp|shard|replicate", group_desc):
             return "dp"
     names = launch_chain + (op,)
-    if any(_P2P.search(n) for n in names):
+    if collective is not None:
+        if collective in P2P_COLLECTIVES:
+            return "pp"
+    elif any(_P2P.search(n) for n in names):
         return "pp"
     if any(_flags(n).fsdp for n in launch_chain):
         return "dp"
@@ -297,8 +365,44 @@ def _empty_terms() -> dict:
     return dict.fromkeys(MEASURED_TERMS, 0.0)
 
 
-def read_host_step(trace: Trace, step: Event, layout: dict) -> StepReading:
-    """One profiled step of a host (CPU) trace as its terms (module doc)."""
+class _Charges:
+    """What a host step's pieces of time are charged before their term gets the rest: the
+    time the thread waited for a core inside them (``core_wait_s``, from the run-queue
+    samples: :func:`runqueue_samples`) and the profiler's cost of the events that start in
+    them (``event_cost_s`` each), never more than the piece holds."""
+
+    def __init__(self, samples: list[tuple[float, float]], starts: list[float],
+                 event_cost_s: float):
+        self.t = [t for t, _ in samples]
+        self.w = [w for _, w in samples]
+        self.starts, self.cost = starts, event_cost_s
+        self.profiler = 0.0
+
+    def waited(self, x: float) -> float:
+        """The thread's cumulative run-queue wait at ``x`` (s), linear between samples."""
+        i = bisect_right(self.t, x)
+        if i == 0 or i == len(self.t):
+            return self.w[0] if i == 0 else self.w[-1]
+        t0, t1, w0, w1 = self.t[i - 1], self.t[i], self.w[i - 1], self.w[i]
+        return w0 + (w1 - w0) * (x - t0) / (t1 - t0) if t1 > t0 else w1
+
+    def take(self, x: float, y: float, terms: dict) -> float:
+        """Charge ``[x, y]``: its core wait to ``core_wait_s`` and its events' profiler cost
+        out of the step; the seconds left for the piece's own term."""
+        length = y - x
+        wait = min(length, max(0.0, self.waited(y) - self.waited(x))) if self.t else 0.0
+        terms["core_wait_s"] += wait
+        n = bisect_left(self.starts, y) - bisect_left(self.starts, x) if self.cost else 0
+        cost = min(length - wait, n * self.cost)
+        self.profiler += cost
+        return length - wait - cost
+
+
+def read_host_step(trace: Trace, step: Event, layout: dict, event_cost_s: float = 0.0,
+                   samples: list[tuple[float, float]] | None = None) -> StepReading:
+    """One profiled step of a host (CPU) trace as its terms (module doc); ``event_cost_s``:
+    the profiler's cost per recorded event on this host (s), taken out where each event
+    starts; ``samples``: :func:`runqueue_samples` of the trace (computed when None)."""
     s0, s1 = step.start, step.end
     main, lifetimes = [], []
     for e in trace.host:
@@ -318,33 +422,39 @@ def read_host_step(trace: Trace, step: Event, layout: dict) -> StepReading:
     for lt in sorted(lifetimes, key=lambda e: e.start):
         i = bisect_right(starts, lt.start + 1e-6) - 1
         chain = (chains[id(launches[i])] + (launches[i].name,)) if i >= 0 else ()
-        kind = transfer_kind(chain, lt.name, layout)
+        coll = collective_of(lt.name) or launcher_collective(chain)
+        kind = transfer_kind(chain, lt.name, layout, collective=coll)
         key = (kind, lt.name)
         counts[key] = counts.get(key, -1) + 1
-        transfers.append(Transfer(kind, lt.name, counts[key], max(lt.start, s0), min(lt.end, s1)))
+        transfers.append(Transfer(kind, lt.name, counts[key], max(lt.start, s0),
+                                  min(lt.end, s1), collective=coll))
     terms = _empty_terms()
     live = sorted(transfers, key=lambda t: t.start)
     live_starts = [t.start for t in live]
+    charge = _Charges(samples or [],
+                      sorted(e.start for e in main), event_cost_s)
     for a, b, names, inner in _segments(main, s0, s1):
         what = classify_chain(names)
         if what in (BLOCKED, GAP, SCOPE):
             for x, y, t in _blocked_pieces(a, b, live):
                 if t is None and what == BLOCKED:  # a launch or a wait with none in flight
                     t = _owner(inner, live, live_starts)
+                left = charge.take(x, y, terms)
                 if t is not None:
-                    t.exposed += y - x
-                    _attribute(t.kind, y - x, terms)
+                    t.exposed += left
+                    _attribute(t.kind, left, terms)
                 else:
-                    terms["overhead_s" if what == SCOPE else "unattributed_s"] += y - x
+                    terms["overhead_s" if what == SCOPE else "unattributed_s"] += left
             continue
-        terms[what] += b - a
+        terms[what] += charge.take(a, b, terms)
         for t in live:
             if t.start < b and t.end > a and t.kind != "optimizer":
                 t.overlapped += min(b, t.end) - max(a, t.start)
     overlapped = {k: sum(t.overlapped for t in transfers if t.kind == k)
                   for k in OVERLAP_TERM}
-    return StepReading(step.name, s1 - s0, terms, overlapped, transfers,
-                       events=len(main) + len(lifetimes))
+    return StepReading(step.name, s1 - s0 - charge.profiler, terms, overlapped, transfers,
+                       events=len(main) + len(lifetimes), raw_span_s=s1 - s0,
+                       profiler_s=charge.profiler)
 
 
 def _kernel_term(chain: tuple[str, ...], name: str) -> str:
@@ -389,10 +499,15 @@ def read_device_step(trace: Trace, step: Event, layout: dict,
         if k.cat == "gpu_memcpy" and "HtoD" in k.name:
             kernels.append((k.start, k.end, "data_s", None))
         elif _COMM_KERNEL.search(k.name):
-            kind = transfer_kind(names, k.name, layout, _group_desc(trace, around))
-            key = (kind, k.name)
+            coll = launcher_collective(names, around)
+            by = BY_LAUNCHER if coll else BY_KERNEL_NAME
+            coll = coll or collective_of(k.name)
+            kind = transfer_kind(names, k.name, layout, _group_desc(trace, around),
+                                 coll if by == BY_LAUNCHER else None)
+            op = coll if by == BY_LAUNCHER else k.name
+            key = (kind, op)
             counts[key] = counts.get(key, -1) + 1
-            t = Transfer(kind, k.name, counts[key], k.start, k.end)
+            t = Transfer(kind, op, counts[key], k.start, k.end, collective=coll, named_by=by)
             transfers.append(t)
             kernels.append((k.start, k.end, "comm", t))
         else:
@@ -425,7 +540,8 @@ def read_device_step(trace: Trace, step: Event, layout: dict,
             terms["overhead_s"] += b - a  # the device idle: the host did not keep it fed
     overlapped = {k: sum(t.overlapped for t in transfers if t.kind == k) for k in OVERLAP_TERM}
     return StepReading(step.name, end - s0, terms, overlapped, transfers,
-                       events=sum(1 for e in trace.host if s0 <= e.start < s1))
+                       events=sum(1 for e in trace.host if s0 <= e.start < s1),
+                       raw_span_s=end - s0)
 
 
 def launch_chains(trace: Trace) -> dict:
@@ -438,13 +554,16 @@ def launch_chains(trace: Trace) -> dict:
             for e, stack in _nested(trace.host, lambda e: not launch(e)) if launch(e)}
 
 
-def read_trace_steps(trace: Trace, layout: dict) -> list[StepReading]:
+def read_trace_steps(trace: Trace, layout: dict, event_cost_s: float = 0.0,
+                     samples: list[tuple[float, float]] | None = None) -> list[StepReading]:
     """Every profiled step of ``trace`` (host or device reading, module doc); ``layout``: the
-    point's ``tp``, ``cp`` (and ``dp``, ``pp``) counts."""
+    point's ``tp``, ``cp`` (and ``dp``, ``pp``) counts; ``event_cost_s``: the profiler's cost
+    per recorded host event and ``samples`` the run-queue samples (:func:`read_host_step`),
+    both taken out of a host step only (a device step is read on the device's clock)."""
     if trace.on_gpu:
         chains = launch_chains(trace)
         return [read_device_step(trace, s, layout, chains) for s in trace.steps]
-    return [read_host_step(trace, s, layout) for s in trace.steps]
+    return [read_host_step(trace, s, layout, event_cost_s, samples) for s in trace.steps]
 
 
 def device_temporal(trace: Trace) -> dict:

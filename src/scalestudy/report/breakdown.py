@@ -1,5 +1,5 @@
 """Where the efficiency went, for a reader: one sentence per series (``summary.md``, the
-report's front page) from ``efficiency_loss.csv`` (``scalestudy.analysis.breakdown``); its
+report's front page) from ``efficiency_loss.csv`` (``scalestudy.analysis.loss_by_term``); its
 figure is ``report.plots.breakdown_figure``."""
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ From the traces (``scalestudy.record.trace``, each rank's steps read by
    stalls between operators are the part of ``unattributed_s`` the trace cannot see.
 
 Terms are in the trace's seconds: the profiler lengthens the step it records (on a CPU host
-by its cost per recorded operator); ``scalestudy.analysis.breakdown`` sets them against the
+by its cost per recorded operator); ``scalestudy.analysis.loss_by_term`` sets them against the
 timed step. A run whose traces are missing, damaged, cut or over their cap gets a record with
 ``state: empty`` and the reason, never a traceback.
 """
@@ -43,7 +43,9 @@ from scalestudy.record.io import write_json
 from scalestudy.record.profile_record import PROFILE_KEY, profile_problem
 from scalestudy.record.reading import RecordError, read_object
 from scalestudy.record.terms import COMM_TERM, MEASURED_TERMS, OVERLAPPED_TERMS, OVERLAP_TERM
-from scalestudy.record.timeline import StepReading, device_temporal, read_trace_steps
+from scalestudy.record import stragglers
+from scalestudy.record.timeline import (BY_KERNEL_NAME, StepReading, device_temporal,
+                                        read_trace_steps)
 from scalestudy.record.trace import Trace, TraceError, read_trace
 
 #: The record's file in a run folder, and the folder the built-in trainer writes traces to.
@@ -51,6 +53,8 @@ BREAKDOWN_FILE = "breakdown.json"
 TRACES_DIR = "traces"
 #: The built-in trainer's trace file of a rank (gzip'd Kineto JSON).
 TRACE_NAME = "rank{rank}.json.gz"
+#: Beside it, the run-queue samples of its training thread (``train.profile.RunQueueSampler``).
+RUNQUEUE_NAME = "rank{rank}.runqueue.json"
 #: Version of the record's layout.
 SCHEMA = 1
 #: States of the record: the terms were read, or there are none (with the reason).
@@ -74,8 +78,10 @@ def trace_files(run_dir: str | os.PathLike, pattern: str | None = None) -> list[
 
 
 def clear_traces(run_dir: str | os.PathLike, pattern: str | None = None) -> None:
-    """Remove a previous attempt's traces (they are not this attempt's)."""
-    for f in trace_files(run_dir, pattern):
+    """Remove a previous attempt's traces and run-queue samples (they are not this
+    attempt's)."""
+    samples = glob.glob(os.path.join(os.fspath(run_dir), TRACES_DIR, "rank*.runqueue.json"))
+    for f in trace_files(run_dir, pattern) + samples:
         if os.path.isfile(f) and not os.path.islink(f):
             os.unlink(f)
 
@@ -164,11 +170,75 @@ def split_pipeline(readings: dict[int, list[StepReading]]) -> None:
                     _move(v[j].terms, "pp_p2p_s", "pp_bubble_s", max(0.0, t.exposed - one))
 
 
-def _median_terms(steps: list[StepReading]) -> dict:
-    out = {k: float(median(s.terms[k] for s in steps)) for k in MEASURED_TERMS}
-    out.update({OVERLAP_TERM[k]: float(median(s.overlapped[k] for s in steps))
-                for k in OVERLAP_TERM})
-    return out
+def whole_step(steps: list[StepReading]) -> StepReading:
+    """A rank's representative step: the profiled step of median length (the shorter middle
+    one of an even count), whole, so that its terms add up to its traced step exactly."""
+    order = sorted(steps, key=lambda s: s.span_s)
+    return order[(len(order) - 1) // 2]
+
+
+def _rank_record(steps: list[StepReading]) -> dict:
+    one = whole_step(steps)
+    terms = {k: float(one.terms[k]) for k in MEASURED_TERMS}
+    terms.update({OVERLAP_TERM[k]: float(one.overlapped[k]) for k in OVERLAP_TERM})
+    return {"step_s": float(one.span_s), "raw_step_s": float(one.raw_span_s),
+            "profiler_s": float(one.profiler_s), "step": one.step,
+            "events_per_step": float(median(s.events for s in steps)), "steps": len(steps),
+            "terms": terms}
+
+
+def least_waiting_share(readings: dict[int, list[StepReading]], peers) -> dict[int, float]:
+    """Per rank, the share of profiled steps in which it waited least (``sync_wait_s`` +
+    ``pp_bubble_s``) among its peers (``peers(r)``: equal for the ranks of one stage)."""
+    steps = min(len(v) for v in readings.values())
+    count = dict.fromkeys(readings, 0)
+    groups: dict = {}
+    for r in readings:
+        groups.setdefault(peers(r), []).append(r)
+    for j in range(steps):
+        for ranks in groups.values():
+            if len(ranks) > 1:
+                count[min(ranks, key=lambda r: (readings[r][j].terms["sync_wait_s"]
+                                                + readings[r][j].terms["pp_bubble_s"], r))] += 1
+    return {r: c / steps for r, c in count.items()} if steps else {}
+
+
+def event_costs(summary: dict | None) -> dict[int, float]:
+    """Each traced rank's measured profiler cost per recorded event (s; ``summary.json``'s
+    profile record, ``event_cost_s``); a rank without one is absent."""
+    rec = (summary or {}).get(PROFILE_KEY)
+    if not isinstance(rec, dict) or profile_problem(rec):
+        return {}
+    return {r["rank"]: float(r["event_cost_s"]) for r in rec["ranks"]
+            if isinstance(r.get("event_cost_s"), (int, float)) and r["event_cost_s"] >= 0}
+
+
+def runqueue_samples(trace: Trace) -> list[tuple[float, float]]:
+    """The run-queue samples written beside a built-in trace (:data:`RUNQUEUE_NAME`) on the
+    trace's clock, ``(time s, cumulative wait s)``; empty where there are none or they are
+    damaged (the wait is then not taken out, and the record says so)."""
+    path = os.path.join(os.path.dirname(trace.path), RUNQUEUE_NAME.format(rank=trace.rank))
+    try:
+        doc = read_object(path)
+        pairs = [(float(t), float(w)) for t, w in (doc or {}).get("samples") or []]
+    except (RecordError, TypeError, ValueError):
+        return []
+    return sorted(((t - trace.base_ns) * 1e-9, w * 1e-9) for t, w in pairs)
+
+
+def _read_traces(files: list[str]) -> dict[int, list[Trace]]:
+    """The traces by rank; a run's only trace that names no rank is rank 0 (one process).
+    :class:`TraceError` for a damaged one, or several that name none."""
+    traces: dict[int, list[Trace]] = {}
+    for f in files:
+        tr = read_trace(f)
+        if tr.rank is None:
+            if len(files) > 1:
+                raise TraceError(f"{os.path.basename(f)}: names no rank (no distributedInfo, "
+                                 "no rankN in its name) and is one of several traces")
+            tr.rank, tr.world_size = 0, tr.world_size or 1
+        traces.setdefault(tr.rank, []).append(tr)
+    return traces
 
 
 def run_breakdown(run_dir: str | os.PathLike, point: dict, pattern: str | None = None,
@@ -191,38 +261,56 @@ def run_breakdown(run_dir: str | os.PathLike, point: dict, pattern: str | None =
         return empty("no trace in the run folder (profiling was off, or the trainer wrote "
                      f"none where {pattern or TRACES_DIR + '/'} says)")
     layout = _layout(point)
-    traces: dict[int, list[Trace]] = {}
     try:
-        for f in files:
-            tr = read_trace(f)
-            if tr.rank is None:
-                raise TraceError(f"{os.path.basename(f)}: names no rank (no distributedInfo, "
-                                 "no rankN in its name)")
-            traces.setdefault(tr.rank, []).append(tr)
+        traces = _read_traces(files)
     except TraceError as e:
         return empty(f"trace unreadable: {e}")
     missing = sorted(set(expected_ranks or ()) - set(traces))
     if missing:
         return empty(f"no trace of rank(s) {', '.join(map(str, missing))}")
-    readings = {r: [s for tr in trs for s in read_trace_steps(tr, layout)] for r, trs in traces.items()}
+    costs = event_costs(summary)
+    samples = {r: [runqueue_samples(tr) for tr in trs] for r, trs in traces.items()}
+    readings = {r: [s for tr, smp in zip(trs, samples[r])
+                    for s in read_trace_steps(tr, layout, costs.get(r, 0.0), smp)]
+                for r, trs in traces.items()}
     pair_sync_waits(readings, layout)
     split_pipeline(readings)
-    per_rank = {r: {"step_s": float(median(s.span_s for s in steps)),
-                    "events_per_step": float(median(s.events for s in steps)),
-                    "steps": len(steps), "terms": _median_terms(steps)}
-                for r, steps in readings.items()}
+    rec = _record(run_dir, files, traces, readings, layout, summary, costs, point)
+    rec["core_wait_placed"] = all(smp for v in samples.values() for smp in v)
+    return rec
+
+
+def _record(run_dir, files, traces, readings, layout, summary, costs, point) -> dict:
+    """The record of :func:`run_breakdown` from the ranks' paired readings."""
+    per_rank = {r: _rank_record(steps) for r, steps in readings.items()}
     ranks = sorted(per_rank)
     keys = MEASURED_TERMS + OVERLAPPED_TERMS
     mean = {k: sum(per_rank[r]["terms"][k] for r in ranks) / len(ranks) for k in keys}
     least = min(ranks, key=lambda r: (per_rank[r]["terms"]["sync_wait_s"],
                                       per_rank[r]["step_s"], r))
+    fits = len(ranks) <= math.prod(layout.values()) and all(
+        0 <= r < math.prod(layout.values()) for r in ranks)
+
+    def peers(r: int) -> tuple:
+        return group_key(r, layout, ("dp", "tp", "cp")) if fits else ()
+
+    late = stragglers.trace_straggler(per_rank, peers, stragglers.threshold(point),
+                                      least_waiting_share(readings, peers))
     gpu = any(tr.on_gpu for trs in traces.values() for tr in trs)
+    by_name = sorted({t.op for v in readings.values() for s in v for t in s.transfers
+                      if t.named_by == BY_KERNEL_NAME})
     rec = {"schema": SCHEMA, "state": OK, "reason": "", "device": "gpu" if gpu else "cpu",
            "ranks": ranks, "profiled_steps": min(p["steps"] for p in per_rank.values()),
+           "step_choice": "each rank's median-length profiled step, whole",
            "step_s": sum(mean[k] for k in MEASURED_TERMS), "terms": mean,
+           "raw_step_s": sum(per_rank[r]["raw_step_s"] for r in ranks) / len(ranks),
+           "profiler_s": sum(per_rank[r]["profiler_s"] for r in ranks) / len(ranks),
+           "event_cost_s": (sum(costs.values()) / len(costs)) if costs else None,
            "terms_min": {k: min(per_rank[r]["terms"][k] for r in ranks) for k in keys},
            "terms_max": {k: max(per_rank[r]["terms"][k] for r in ranks) for k in keys},
-           "rank_waited_least": least, "runqueue_wait_s": runqueue_wait(summary),
+           "rank_waited_least": least, "straggler": late,
+           "runqueue_wait_s": runqueue_wait(summary),
+           "named_by_kernel": by_name,
            "per_rank": {str(r): per_rank[r] for r in ranks},
            "files": [os.path.relpath(f, run_dir) for f in files]}
     if gpu:
