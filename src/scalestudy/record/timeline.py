@@ -192,7 +192,11 @@ class StepReading:
     ``scalestudy.record.trace_terms``), ``overlapped`` seconds per kind, ``transfers`` its
     communications, ``events`` the host events the profiler recorded in it; ``raw_span_s``
     the traced length before the profiler's cost was taken out, ``profiler_s`` that cost
-    (``span_s = raw_span_s - profiler_s``)."""
+    (``span_s = raw_span_s - profiler_s``); on a device trace ``device``, the terms regrouped
+    as HTA's temporal breakdown groups time (seconds): ``compute_s`` (a computing kernel ran),
+    ``non_compute_s`` (only transfers, copies or sets: the exposed communication, the
+    optimizer's included, and the memory kernels), ``idle_s`` (``overhead_s``) and
+    ``kernels``, the first kernel's start and the last one's end (s)."""
 
     step: str
     span_s: float
@@ -202,6 +206,7 @@ class StepReading:
     events: int = 0
     raw_span_s: float = 0.0
     profiler_s: float = 0.0
+    device: dict | None = None
 
 
 def _segments(events: list[Event], s0: float, s1: float):
@@ -510,9 +515,12 @@ def read_device_step(trace: Trace, step: Event, layout: dict,
             t = Transfer(kind, op, counts[key], k.start, k.end, collective=coll, named_by=by)
             transfers.append(t)
             kernels.append((k.start, k.end, "comm", t))
+        elif k.cat in ("gpu_memcpy", "gpu_memset"):  # (a copy does not hide a transfer)
+            kernels.append((k.start, k.end, "memory", None))
         else:
             kernels.append((k.start, k.end, _kernel_term(names, k.name), None))
     terms = _empty_terms()
+    memory = opt_comm = 0.0
     end = max([s1] + [k[1] for k in kernels])
     cuts = sorted({s0, end, *(max(k[0], s0) for k in kernels), *(min(k[1], end) for k in kernels)})
     kernels.sort(key=lambda k: k[0])
@@ -523,7 +531,7 @@ def read_device_step(trace: Trace, step: Event, layout: dict,
             nxt += 1
         active = [k for k in active if k[1] > a]
         on = [k for k in active if k[0] < b]
-        compute = [k for k in on if k[2] not in ("comm", "data_s")]
+        compute = [k for k in on if k[2] not in ("comm", "data_s", "memory")]
         comms = [k[3] for k in on if k[2] == "comm"]
         if compute:
             terms[compute[0][2]] += b - a
@@ -534,14 +542,25 @@ def read_device_step(trace: Trace, step: Event, layout: dict,
             t = min(comms, key=lambda x: x.end)
             t.exposed += b - a
             _attribute(t.kind, b - a, terms)
+            opt_comm += (b - a) if t.kind == "optimizer" else 0.0
+        elif any(k[2] == "memory" for k in on):  # a device copy or set: memory-bound
+            terms["elementwise_s"] += b - a
+            memory += b - a
         elif any(k[2] == "data_s" for k in on):
             terms["data_s"] += b - a
         else:
             terms["overhead_s"] += b - a  # the device idle: the host did not keep it fed
     overlapped = {k: sum(t.overlapped for t in transfers if t.kind == k) for k in OVERLAP_TERM}
+    idle, busy = terms["overhead_s"], end - s0 - terms["overhead_s"]
+    non_compute = (sum(terms[COMM_TERM[k]] for k in COMM_TERM) + opt_comm + memory
+                   + terms["data_s"])
     return StepReading(step.name, end - s0, terms, overlapped, transfers,
                        events=sum(1 for e in trace.host if s0 <= e.start < s1),
-                       raw_span_s=end - s0)
+                       raw_span_s=end - s0,
+                       device={"compute_s": busy - non_compute, "non_compute_s": non_compute,
+                               "idle_s": idle,
+                               "kernels": (min((k[0] for k in kernels), default=s0),
+                                           max((k[1] for k in kernels), default=s0))})
 
 
 def launch_chains(trace: Trace) -> dict:

@@ -280,6 +280,21 @@ def run_breakdown(run_dir: str | os.PathLike, point: dict, pattern: str | None =
     return rec
 
 
+def device_shares(steps: list[StepReading], traces: list[Trace]) -> dict:
+    """A device rank's profiled steps regrouped as HTA's temporal breakdown groups time, over
+    the same window HTA reads (seconds): ``span_s`` from the steps' first kernel to their
+    last, ``compute_s`` and ``non_compute_s`` summed from the steps' terms
+    (``StepReading.device``), ``idle_s`` the rest of the span (between the steps too); and
+    the communication's overlap with compute over its last trace (``device_temporal``)."""
+    out = {k: sum((s.device or {}).get(k, 0.0) for s in steps)
+           for k in ("compute_s", "non_compute_s")}
+    spans = [s.device["kernels"] for s in steps if s.device]
+    out["span_s"] = (max(b for _, b in spans) - min(a for a, _ in spans)) if spans else 0.0
+    out["idle_s"] = max(0.0, out["span_s"] - out["compute_s"] - out["non_compute_s"])
+    out["comm_overlap"] = device_temporal(traces[-1]).get("comm_overlap")
+    return out
+
+
 def _record(run_dir, files, traces, readings, layout, summary, costs, point) -> dict:
     """The record of :func:`run_breakdown` from the ranks' paired readings."""
     per_rank = {r: _rank_record(steps) for r, steps in readings.items()}
@@ -314,7 +329,7 @@ def _record(run_dir, files, traces, readings, layout, summary, costs, point) -> 
            "per_rank": {str(r): per_rank[r] for r in ranks},
            "files": [os.path.relpath(f, run_dir) for f in files]}
     if gpu:
-        rec["temporal"] = {str(r): device_temporal(trs[-1]) for r, trs in traces.items()}
+        rec["temporal"] = {str(r): device_shares(readings[r], trs) for r, trs in traces.items()}
         from scalestudy.record.hta import cross_check
 
         rec["hta"] = cross_check(files, rec["temporal"])
