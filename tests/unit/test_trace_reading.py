@@ -242,3 +242,55 @@ def test_mesh_coordinates_and_groups_follow_the_trainers_mesh():
     # one rank per pipeline stage (dp 0) and per data-parallel rank (stage 0), tp rank 0
     assert profiled_ranks(sizes, "groups") == [0, 2, 4]
     assert profiled_ranks(sizes, "all") == list(range(8))
+
+
+def test_waiting_for_a_core_is_taken_out_where_it_happened(tmp_path):
+    """The sampler says the thread waited 30 µs for a core during the GEMM (10-110 µs) and
+    20 µs during the all-reduce's wait: they leave the GEMMs and the exposed communication
+    for core_wait_s, and the step still adds up."""
+    path = st.write(tmp_path / "rank0.json.gz", st.host_trace(0, 2, [st.dp_step(500)], 2000))
+    tr = read_trace(path)
+    t0 = tr.steps[0].start
+    samples = [(t0 + 10 * US, 0.0), (t0 + 110 * US, 30 * US), (t0 + 500 * US, 30 * US),
+               (t0 + 600 * US, 50 * US)]
+    (plain,) = read_trace_steps(tr, DP2)
+    (r,) = read_trace_steps(tr, DP2, samples=samples)
+    assert _close(r.terms["core_wait_s"], 50 * US) and plain.terms["core_wait_s"] == 0
+    assert _close(r.terms["gemm_s"], plain.terms["gemm_s"] - 30 * US)
+    assert _close(r.terms["dp_comm_exposed_s"], plain.terms["dp_comm_exposed_s"] - 20 * US)
+    assert _close(sum(r.terms.values()), r.span_s) and _close(r.span_s, plain.span_s)
+
+
+def test_the_profilers_cost_is_taken_out_per_event_where_it_was_paid(tmp_path):
+    """2 µs per recorded event: each of the 12 main-thread events gives 2 µs back from the
+    term it starts in (a piece shorter than that: the next piece pays the rest); nothing is
+    scaled, the waiting stays, the raw span stays beside."""
+    path = st.write(tmp_path / "rank0.json.gz", st.host_trace(0, 2, [st.dp_step(500)], 2000))
+    tr = read_trace(path)
+    (plain,) = read_trace_steps(tr, DP2)
+    (r,) = read_trace_steps(tr, DP2, event_cost_s=2 * US)
+    assert _close(r.profiler_s, 12 * 2 * US) and _close(r.raw_span_s, plain.span_s)
+    assert _close(r.span_s, plain.span_s - 24 * US) and _close(sum(r.terms.values()), r.span_s)
+    # the forward's scope and its mm start together; autograd's 1 µs wrapper and node leave
+    # 2 µs of their cost to the backward's mm
+    assert _close(r.terms["gemm_s"], plain.terms["gemm_s"] - 8 * US)
+    assert _close(r.terms["optimizer_s"], plain.terms["optimizer_s"] - 2 * 2 * US)
+    # the all-reduce's launch pays its event; its wait (no event) keeps every second
+    assert _close(r.terms["dp_comm_exposed_s"], plain.terms["dp_comm_exposed_s"] - 2 * US)
+    assert all(r.terms[k] <= plain.terms[k] + 1e-15 for k in MEASURED_TERMS)
+
+
+def test_a_runs_terms_are_its_ranks_whole_median_steps(tmp_path):
+    """Three steps per rank of different lengths: each rank's terms are those of its median
+    step, whole (they add up to it), never medians taken term by term."""
+    steps = [st.dp_step(100), st.dp_step(900), st.dp_step(400)]
+    for rank in (0, 1):
+        st.write(tmp_path / "traces" / f"rank{rank}.json.gz",
+                 st.host_trace(rank, 2, steps, 2000))
+    rec = rb.run_breakdown(tmp_path, DP2, expected_ranks=[0, 1])
+    assert rec["state"] == "ok" and rec["step_choice"].startswith("each rank's median")
+    for one in rec["per_rank"].values():
+        assert one["step"] == "ProfilerStep#2" and _close(one["step_s"], (360 + 400) * US)
+        assert _close(sum(one["terms"][k] for k in MEASURED_TERMS), one["step_s"])
+    assert _close(rec["step_s"], (360 + 400) * US)
+    assert rb.check_breakdown(rec) is None

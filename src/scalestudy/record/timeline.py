@@ -374,14 +374,15 @@ class _Charges:
     """What a host step's pieces of time are charged before their term gets the rest: the
     time the thread waited for a core inside them (``core_wait_s``, from the run-queue
     samples: :func:`runqueue_samples`) and the profiler's cost of the events that start in
-    them (``event_cost_s`` each), never more than the piece holds."""
+    them (``event_cost_s`` each), never more than the piece holds (what a piece cannot hold,
+    the pieces after it pay)."""
 
     def __init__(self, samples: list[tuple[float, float]], starts: list[float],
                  event_cost_s: float):
         self.t = [t for t, _ in samples]
         self.w = [w for _, w in samples]
         self.starts, self.cost = starts, event_cost_s
-        self.profiler = 0.0
+        self.profiler = self.owed = 0.0
 
     def waited(self, x: float) -> float:
         """The thread's cumulative run-queue wait at ``x`` (s), linear between samples."""
@@ -398,7 +399,9 @@ class _Charges:
         wait = min(length, max(0.0, self.waited(y) - self.waited(x))) if self.t else 0.0
         terms["core_wait_s"] += wait
         n = bisect_left(self.starts, y) - bisect_left(self.starts, x) if self.cost else 0
-        cost = min(length - wait, n * self.cost)
+        owed = self.owed + n * self.cost
+        cost = min(length - wait, owed)
+        self.owed = owed - cost  # (a piece shorter than its events' cost: the next pays)
         self.profiler += cost
         return length - wait - cost
 
