@@ -7,8 +7,9 @@ from __future__ import annotations
 import math
 
 #: The key of ``summary.json`` holding the record: per rank whether it traced, its trace's
-#: size or why it has none, the median of its profiled steps and of its timed steady steps, and
-#: the median time its training thread waited for a core per traced step (None: unknown).
+#: size or why it has none, the median of its profiled steps and of its timed steady steps,
+#: the median time its training thread waited for a core per traced step and the profiler's
+#: measured cost per recorded event (``event_cost_s``; None: unknown).
 PROFILE_KEY = "profile"
 
 
