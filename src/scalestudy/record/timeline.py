@@ -179,6 +179,7 @@ class Transfer:
     overlapped: float = 0.0
     collective: str | None = None
     named_by: str = BY_LAUNCHER
+    core_before: float = 0.0  # s the rank waited for a core since its last transfer ended
 
     @property
     def lifetime(self) -> float:
@@ -441,6 +442,11 @@ def read_host_step(trace: Trace, step: Event, layout: dict, event_cost_s: float 
     live_starts = [t.start for t in live]
     charge = _Charges(samples or [],
                       sorted(e.start for e in main), event_cost_s)
+    if charge.t:  # each transfer: the wait for a core since the rank's last one (or s0)
+        done = s0
+        for t in live:
+            t.core_before = max(0.0, charge.waited(t.start) - charge.waited(done))
+            done = max(done, t.end)
     for a, b, names, inner in _segments(main, s0, s1):
         what = classify_chain(names)
         if what in (BLOCKED, GAP, SCOPE):

@@ -122,7 +122,9 @@ def _move(terms: dict, src: str, dst: str, seconds: float) -> None:
 
 def pair_sync_waits(readings: dict[int, list[StepReading]], layout: dict) -> None:
     """Move each rank's waiting for the slowest rank of its groups out of the exposed
-    communication into ``sync_wait_s`` (module doc, 1), in place. A collective of the
+    communication into ``sync_wait_s`` (module doc, 1), in place; the part of it the late
+    rank spent waiting for a core (beyond this rank's own, since their last transfers) into
+    ``core_wait_s``. A collective of the
     optimizer (clipping's norm, reduced over every rank) pairs over all ranks; its waiting is
     the pipeline's drain (``pp_bubble_s``) when there are stages, else ``sync_wait_s``."""
     ranks = sorted(readings)
@@ -147,18 +149,28 @@ def pair_sync_waits(readings: dict[int, list[StepReading]], layout: dict) -> Non
                 for pairs in by_key.values():
                     if len(pairs) < 2:
                         continue
-                    shortest = min(t.lifetime for _, t in pairs)
+                    late = min(pairs, key=lambda p: p[1].lifetime)[1]
                     for r, t in pairs:
-                        _move(readings[r][j].terms, src, dst,
-                              min(max(0.0, t.lifetime - shortest), t.exposed))
+                        waited = min(max(0.0, t.lifetime - late.lifetime), t.exposed)
+                        # what the late rank waited for a core beyond this one's since
+                        # their last transfer held this one up too: waiting for a core
+                        core = min(waited, max(0.0, late.core_before - t.core_before))
+                        _move(readings[r][j].terms, src, "core_wait_s", core)
+                        _move(readings[r][j].terms, src, dst, waited - core)
 
 
-def split_pipeline(readings: dict[int, list[StepReading]]) -> None:
+def split_pipeline(readings: dict[int, list[StepReading]], layout: dict | None = None) -> None:
     """Of each rank's exposed pipeline traffic, the waiting for another stage moves to
     ``pp_bubble_s``, in place: per step, the shortest lifetime of any send or receive of any
     rank stands for one transfer (a pipeline's activations and gradients are the same size),
-    and what a transfer was exposed beyond that was the stage waiting."""
+    and what a transfer was exposed beyond that was the stage waiting. Of a stage's bubble,
+    what the other stages of its pipeline waited for a core in the step beyond its own wait
+    (the most of any of them) moves on to ``core_wait_s``: they were late for want of a core
+    (per step, not per hand-over: an estimate, and zero on a host whose ranks have cores)."""
     steps = min(len(v) for v in readings.values())
+    ranks = sorted(readings)
+    world = math.prod((layout or {}).get(k, 1) for k in ("dp", "tp", "pp", "cp"))
+    fits = layout is not None and all(0 <= r < world for r in ranks)
     for j in range(steps):
         lives = [t.lifetime for v in readings.values() for t in v[j].transfers if t.kind == "pp"]
         if not lives:
@@ -168,6 +180,15 @@ def split_pipeline(readings: dict[int, list[StepReading]]) -> None:
             for t in v[j].transfers:
                 if t.kind == "pp":
                     _move(v[j].terms, "pp_p2p_s", "pp_bubble_s", max(0.0, t.exposed - one))
+        own = {r: readings[r][j].terms["core_wait_s"] for r in ranks}
+        for r in ranks:
+            key = group_key(r, layout, ("pp",)) if fits else ()
+            others = [own[q] for q in ranks if q != r
+                      and (group_key(q, layout, ("pp",)) if fits else ()) == key]
+            terms = readings[r][j].terms
+            late = min(terms["pp_bubble_s"], max([0.0] + others) - own[r]) if others else 0.0
+            if late > 0:
+                _move(terms, "pp_bubble_s", "core_wait_s", late)
 
 
 def whole_step(steps: list[StepReading]) -> StepReading:
@@ -274,7 +295,7 @@ def run_breakdown(run_dir: str | os.PathLike, point: dict, pattern: str | None =
                     for s in read_trace_steps(tr, layout, costs.get(r, 0.0), smp)]
                 for r, trs in traces.items()}
     pair_sync_waits(readings, layout)
-    split_pipeline(readings)
+    split_pipeline(readings, layout)
     rec = _record(run_dir, files, traces, readings, layout, summary, costs, point)
     rec["core_wait_placed"] = all(smp for v in samples.values() for smp in v)
     return rec

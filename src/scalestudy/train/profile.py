@@ -135,21 +135,22 @@ def _write_samples(samples: list, path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def event_cost_s(ops: int = COST_OPS) -> float:
-    """The profiler's cost per recorded event on this rank (s): ``ops`` in-place adds on a
-    one-element tensor (one ``aten::add_`` event each), the fastest of three rounds under an
-    active CPU profiler less the fastest of three without, per op; at least 0."""
+def event_cost_s(ops: int = COST_OPS, rounds: int = 5) -> float:
+    """The profiler's cost per recorded event on this rank (s of the thread's CPU time, so
+    that a busy host's scheduler does not count): ``ops`` in-place adds on a one-element
+    tensor (one ``aten::add_`` event each), the fastest of ``rounds`` under an active CPU
+    profiler less the fastest of ``rounds`` without, per op; at least 0."""
     x = torch.zeros(1)
 
     def one_round() -> float:
-        t = time.perf_counter()
+        t = time.thread_time()
         for _ in range(ops):
             x.add_(0)
-        return time.perf_counter() - t
+        return time.thread_time() - t
 
-    plain = min(one_round() for _ in range(3))
+    plain = min(one_round() for _ in range(rounds))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
-        traced = min(one_round() for _ in range(3))
+        traced = min(one_round() for _ in range(rounds))
     return max(0.0, (traced - plain) / ops)
 
 
