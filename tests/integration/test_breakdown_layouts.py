@@ -121,11 +121,10 @@ def test_a_rank_slowed_inside_its_forward_is_the_straggler_and_the_others_wait(r
     late = rec["straggler"]
     assert late is not None and late["rank"] == 1 and late["slowed_term"] == "gemm_s", late
     slow, waited = rec["per_rank"]["1"]["terms"], rec["per_rank"]["0"]["terms"]
-    delay = slow["gemm_s"] - waited["gemm_s"]
-    assert delay > 0.2 * rec["per_rank"]["0"]["step_s"]
-    # rank 0 waits out rank 1's extra GEMMs in the tensor-parallel collectives after them
-    assert 0.7 * delay < waited["sync_wait_s"] - slow["sync_wait_s"] < 1.3 * delay, (slow,
-                                                                                   waited)
+    assert slow["gemm_s"] > 3 * waited["gemm_s"], (slow, waited)  # (the extra products)
+    # rank 0 waits out rank 1's extra work in the tensor-parallel collectives after it
+    assert 0.7 * late["delay_s"] < late["peers_wait_s"] < 1.3 * late["delay_s"], late
+    assert waited["sync_wait_s"] > slow["sync_wait_s"]
     assert rec["rank_waited_least"] == 1
 
 

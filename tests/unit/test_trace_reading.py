@@ -299,17 +299,20 @@ def test_the_profilers_cost_is_taken_out_per_event_where_it_was_paid(tmp_path):
     assert all(r.terms[k] <= plain.terms[k] + 1e-15 for k in MEASURED_TERMS)
 
 
-def test_a_runs_terms_are_its_ranks_whole_median_steps(tmp_path):
-    """Three steps per rank of different lengths: each rank's terms are those of its median
-    step, whole (they add up to it), never medians taken term by term."""
+def test_a_runs_terms_are_the_mean_of_its_ranks_whole_steps(tmp_path):
+    """Three steps per rank of different lengths: each rank's terms are the mean of its whole
+    steps' terms (they add up to its mean step), never medians taken term by term."""
     steps = [st.dp_step(100), st.dp_step(900), st.dp_step(400)]
     for rank in (0, 1):
         st.write(tmp_path / "traces" / f"rank{rank}.json.gz",
                  st.host_trace(rank, 2, steps, 2000))
     rec = rb.run_breakdown(tmp_path, DP2, expected_ranks=[0, 1])
-    assert rec["state"] == "ok" and rec["step_choice"].startswith("each rank's median")
+    assert rec["state"] == "ok" and rec["step_choice"].startswith("the mean over")
     for one in rec["per_rank"].values():
-        assert one["step"] == "ProfilerStep#2" and _close(one["step_s"], (360 + 400) * US)
+        assert _close(one["step_s"], (360 + 1400 / 3) * US)
         assert _close(sum(one["terms"][k] for k in MEASURED_TERMS), one["step_s"])
-    assert _close(rec["step_s"], (360 + 400) * US)
+        # the median of the exposed all-reduce would be 400 + 23 µs, and the other terms'
+        # medians would add up to a step that never ran
+        assert _close(one["terms"]["dp_comm_exposed_s"], (23 + 1400 / 3) * US)
+    assert _close(rec["step_s"], (360 + 1400 / 3) * US)
     assert rb.check_breakdown(rec) is None

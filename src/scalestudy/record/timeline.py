@@ -373,31 +373,37 @@ def _empty_terms() -> dict:
 
 class _Charges:
     """What a host step's pieces of time are charged before their term gets the rest: the
-    time the thread waited for a core inside them (``core_wait_s``, from the run-queue
-    samples: :func:`runqueue_samples`) and the profiler's cost of the events that start in
-    them (``event_cost_s`` each), never more than the piece holds (what a piece cannot hold,
-    the pieces after it pay)."""
+    time the process waited for a core inside them (``core_wait_s``: from the run-queue
+    samples, the training thread's wait, and while it is blocked on a transfer also the other
+    threads' waits, which hold the transfer up) and the profiler's cost of the events that
+    start in them (``event_cost_s`` each); never more than the piece holds (what a piece
+    cannot hold of the profiler's cost, the pieces after it pay)."""
 
-    def __init__(self, samples: list[tuple[float, float]], starts: list[float],
-                 event_cost_s: float):
-        self.t = [t for t, _ in samples]
-        self.w = [w for _, w in samples]
+    def __init__(self, samples: list[tuple], starts: list[float], event_cost_s: float):
+        self.t = [x[0] for x in samples]
+        self.w = [x[1] for x in samples]
+        self.o = [x[2] if len(x) > 2 else 0.0 for x in samples]
         self.starts, self.cost = starts, event_cost_s
         self.profiler = self.owed = 0.0
 
-    def waited(self, x: float) -> float:
-        """The thread's cumulative run-queue wait at ``x`` (s), linear between samples."""
+    def waited(self, x: float, others: bool = False) -> float:
+        """The cumulative run-queue wait at ``x`` (s), linear between samples: the training
+        thread's, plus the other threads' where ``others``."""
+        w = [a + b for a, b in zip(self.w, self.o)] if others else self.w
         i = bisect_right(self.t, x)
         if i == 0 or i == len(self.t):
-            return self.w[0] if i == 0 else self.w[-1]
-        t0, t1, w0, w1 = self.t[i - 1], self.t[i], self.w[i - 1], self.w[i]
+            return w[0] if i == 0 else w[-1]
+        t0, t1, w0, w1 = self.t[i - 1], self.t[i], w[i - 1], w[i]
         return w0 + (w1 - w0) * (x - t0) / (t1 - t0) if t1 > t0 else w1
 
-    def take(self, x: float, y: float, terms: dict) -> float:
-        """Charge ``[x, y]``: its core wait to ``core_wait_s`` and its events' profiler cost
-        out of the step; the seconds left for the piece's own term."""
+    def take(self, x: float, y: float, terms: dict, blocked: bool = False) -> float:
+        """Charge ``[x, y]`` (``blocked``: the training thread waits on a transfer in it):
+        its core wait to ``core_wait_s`` and its events' profiler cost out of the step; the
+        seconds left for the piece's own term."""
         length = y - x
-        wait = min(length, max(0.0, self.waited(y) - self.waited(x))) if self.t else 0.0
+        wait = 0.0
+        if self.t:
+            wait = min(length, max(0.0, self.waited(y, blocked) - self.waited(x, blocked)))
         terms["core_wait_s"] += wait
         n = bisect_left(self.starts, y) - bisect_left(self.starts, x) if self.cost else 0
         owed = self.owed + n * self.cost
@@ -408,7 +414,7 @@ class _Charges:
 
 
 def read_host_step(trace: Trace, step: Event, layout: dict, event_cost_s: float = 0.0,
-                   samples: list[tuple[float, float]] | None = None) -> StepReading:
+                   samples: list[tuple] | None = None) -> StepReading:
     """One profiled step of a host (CPU) trace as its terms (module doc); ``event_cost_s``:
     the profiler's cost per recorded event on this host (s), taken out where each event
     starts; ``samples``: :func:`runqueue_samples` of the trace (computed when None)."""
@@ -453,7 +459,7 @@ def read_host_step(trace: Trace, step: Event, layout: dict, event_cost_s: float 
             for x, y, t in _blocked_pieces(a, b, live):
                 if t is None and what == BLOCKED:  # a launch or a wait with none in flight
                     t = _owner(inner, live, live_starts)
-                left = charge.take(x, y, terms)
+                left = charge.take(x, y, terms, blocked=t is not None)
                 if t is not None:
                     t.exposed += left
                     _attribute(t.kind, left, terms)
@@ -583,7 +589,7 @@ def launch_chains(trace: Trace) -> dict:
 
 
 def read_trace_steps(trace: Trace, layout: dict, event_cost_s: float = 0.0,
-                     samples: list[tuple[float, float]] | None = None) -> list[StepReading]:
+                     samples: list[tuple] | None = None) -> list[StepReading]:
     """Every profiled step of ``trace`` (host or device reading, module doc); ``layout``: the
     point's ``tp``, ``cp`` (and ``dp``, ``pp``) counts; ``event_cost_s``: the profiler's cost
     per recorded host event and ``samples`` the run-queue samples (:func:`read_host_step`),

@@ -10,24 +10,30 @@ From the traces (``scalestudy.record.trace``, each rank's steps read by
    step, each tensor-, data- or context-parallel transfer is paired with the same transfer
    (kind, operation, how-manieth in the step) of the other ranks of its group (the ranks
    sharing every other mesh coordinate: ``config.layout``); of a rank's exposed seconds of it,
-   up to that difference moves from the kind's exposed communication to ``sync_wait_s``.
-   A collective of the optimizer (clipping's norm, over every rank) pairs over all ranks; with
-   pipeline stages its waiting is the pipeline's drain (``pp_bubble_s``).
+   up to that difference moves from the kind's exposed communication to ``sync_wait_s``,
+   except what the late rank waited for a core beyond this rank's since their last
+   transfers, which moves to ``core_wait_s``. A collective of the optimizer (clipping's
+   norm, over every rank) pairs over all ranks; with pipeline stages its waiting is the
+   pipeline's drain (``pp_bubble_s``).
 2. **The pipeline bubble.** Per profiled step, the shortest lifetime of any send or receive
    of any rank stands for one transfer; what a stage was exposed on its pipeline traffic
    beyond that was the stage waiting for another: ``pp_bubble_s`` (the schedule's fill and
-   drain, and every stall where the other stage was late).
-3. **Per rank**, each term's median over the profiled steps; **per run**, each term's mean
-   over the profiled ranks (a step's time is the ranks' mean: ``record.steps``), with its
-   lowest and highest rank, and the rank that waited least (its ``sync_wait_s`` the
-   smallest: the late one, the straggler of ``record.stragglers``); and, from
-   ``summary.json``, the ranks' mean time waiting for a core during a traced step
-   (``runqueue_wait_s``, None where a rank could not say): on a busy host the scheduler's
-   stalls between operators are the part of ``unattributed_s`` the trace cannot see.
+   drain, and every stall where the other stage was late), less what the other stages
+   waited for a core beyond its own in the step (``core_wait_s``).
+3. **Per rank**, the mean over its profiled steps of each *whole* step's terms (they add up
+   to its mean traced step exactly; never medians taken term by term); **per run**, each
+   term's mean over the profiled ranks, with its lowest and highest rank, the rank that
+   waited least (its ``sync_wait_s`` the smallest), the trace's straggler
+   (``record.stragglers.trace_straggler``), the transfers named by their kernel only (no
+   launcher in the trace), and, from ``summary.json``, the ranks' mean time waiting for a
+   core per traced step (``runqueue_wait_s``, the training thread's, a cross-check of
+   ``core_wait_s``).
 
-Terms are in the trace's seconds: the profiler lengthens the step it records (on a CPU host
-by its cost per recorded operator); ``scalestudy.analysis.loss_by_term`` sets them against the
-timed step. A run whose traces are missing, damaged, cut or over their cap gets a record with
+Terms are in the trace's seconds, the profiler's cost per recorded event taken out where it
+was paid (``raw_step_s`` before, ``profiler_s`` the cost; ``event_cost_s`` measured by each
+rank: ``train.profile``); ``scalestudy.analysis.loss_by_term`` sets them against the timed
+step. On a device trace, HTA's temporal breakdown stands beside the terms regrouped as HTA
+groups time (``record.hta``). A run whose traces are missing, damaged, cut or over their cap gets a record with
 ``state: empty`` and the reason, never a traceback.
 """
 
@@ -191,20 +197,17 @@ def split_pipeline(readings: dict[int, list[StepReading]], layout: dict | None =
                 _move(terms, "pp_bubble_s", "core_wait_s", late)
 
 
-def whole_step(steps: list[StepReading]) -> StepReading:
-    """A rank's representative step: the profiled step of median length (the shorter middle
-    one of an even count), whole, so that its terms add up to its traced step exactly."""
-    order = sorted(steps, key=lambda s: s.span_s)
-    return order[(len(order) - 1) // 2]
-
-
 def _rank_record(steps: list[StepReading]) -> dict:
-    one = whole_step(steps)
-    terms = {k: float(one.terms[k]) for k in MEASURED_TERMS}
-    terms.update({OVERLAP_TERM[k]: float(one.overlapped[k]) for k in OVERLAP_TERM})
-    return {"step_s": float(one.span_s), "raw_step_s": float(one.raw_span_s),
-            "profiler_s": float(one.profiler_s), "step": one.step,
-            "events_per_step": float(median(s.events for s in steps)), "steps": len(steps),
+    """A rank's terms: the mean over its profiled steps of each whole step's terms (so they
+    add up to its mean traced step exactly, and every rank's come from the same steps)."""
+    n = len(steps)
+    terms = {k: sum(s.terms[k] for s in steps) / n for k in MEASURED_TERMS}
+    terms.update({OVERLAP_TERM[k]: sum(s.overlapped[k] for s in steps) / n for k in OVERLAP_TERM})
+    return {"step_s": sum(s.span_s for s in steps) / n,
+            "raw_step_s": sum(s.raw_span_s for s in steps) / n,
+            "profiler_s": sum(s.profiler_s for s in steps) / n,
+            "step_spread_s": max(s.span_s for s in steps) - min(s.span_s for s in steps),
+            "events_per_step": float(median(s.events for s in steps)), "steps": n,
             "terms": terms}
 
 
@@ -234,17 +237,19 @@ def event_costs(summary: dict | None) -> dict[int, float]:
             if isinstance(r.get("event_cost_s"), (int, float)) and r["event_cost_s"] >= 0}
 
 
-def runqueue_samples(trace: Trace) -> list[tuple[float, float]]:
+def runqueue_samples(trace: Trace) -> list[tuple[float, float, float]]:
     """The run-queue samples written beside a built-in trace (:data:`RUNQUEUE_NAME`) on the
-    trace's clock, ``(time s, cumulative wait s)``; empty where there are none or they are
-    damaged (the wait is then not taken out, and the record says so)."""
+    trace's clock, ``(time s, the training thread's cumulative wait s, the other threads')``;
+    empty where there are none or they are damaged (the wait is then not taken out, and the
+    record says so)."""
     path = os.path.join(os.path.dirname(trace.path), RUNQUEUE_NAME.format(rank=trace.rank))
     try:
         doc = read_object(path)
-        pairs = [(float(t), float(w)) for t, w in (doc or {}).get("samples") or []]
+        rows = [tuple(float(x) for x in row) for row in (doc or {}).get("samples") or []]
+        rows = [(t, w, o[0] if o else 0.0) for t, w, *o in rows]
     except (RecordError, TypeError, ValueError):
         return []
-    return sorted(((t - trace.base_ns) * 1e-9, w * 1e-9) for t, w in pairs)
+    return sorted(((t - trace.base_ns) * 1e-9, w * 1e-9, o * 1e-9) for t, w, o in rows)
 
 
 def _read_traces(files: list[str]) -> dict[int, list[Trace]]:
@@ -337,7 +342,7 @@ def _record(run_dir, files, traces, readings, layout, summary, costs, point) -> 
                       if t.named_by == BY_KERNEL_NAME})
     rec = {"schema": SCHEMA, "state": OK, "reason": "", "device": "gpu" if gpu else "cpu",
            "ranks": ranks, "profiled_steps": min(p["steps"] for p in per_rank.values()),
-           "step_choice": "each rank's median-length profiled step, whole",
+           "step_choice": "the mean over the profiled steps of each whole step",
            "step_s": sum(mean[k] for k in MEASURED_TERMS), "terms": mean,
            "raw_step_s": sum(per_rank[r]["raw_step_s"] for r in ranks) / len(ranks),
            "profiler_s": sum(per_rank[r]["profiler_s"] for r in ranks) / len(ranks),

@@ -91,22 +91,40 @@ def runqueue_wait_s(path: str = "/proc/thread-self/schedstat") -> float | None:
 
 
 class RunQueueSampler:
-    """A thread that reads the training thread's cumulative run-queue wait every
-    :data:`SAMPLE_PERIOD_S` while the profiler runs: ``samples``, ``[wall clock ns, wait ns]``
-    (the wall clock is the profiler's: a Kineto trace's ``ts`` is the wall clock in µs from
-    its ``baseTimeNanoseconds``), so the trace reader places each wait where it happened.
-    Nothing where ``schedstat`` cannot be read."""
+    """A thread that reads the process's run-queue waits every :data:`SAMPLE_PERIOD_S` while
+    the profiler runs: ``samples``, ``[wall clock ns, training thread's wait ns, the other
+    threads' wait ns]`` (cumulative; the other threads are the backend's, e.g. gloo's, whose
+    waits hold up a transfer; the sampler's own excluded). The wall clock is the profiler's
+    (a Kineto trace's ``ts`` is the wall clock in µs from its ``baseTimeNanoseconds``), so
+    the trace reader places each wait where it happened. Nothing where ``schedstat`` cannot
+    be read."""
 
     def __init__(self) -> None:
-        self.path = f"/proc/self/task/{threading.get_native_id()}/schedstat"
+        self.main = threading.get_native_id()
         self.samples: list[list[int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="runqueue-sampler", daemon=True)
 
+    def _waits(self) -> tuple[float | None, float]:
+        main, others, me = None, 0.0, threading.get_native_id()
+        try:
+            tids = os.listdir("/proc/self/task")
+        except OSError:
+            return None, 0.0
+        for tid in tids:
+            if tid == str(me):
+                continue
+            w = runqueue_wait_s(f"/proc/self/task/{tid}/schedstat")
+            if tid == str(self.main):
+                main = w
+            elif w is not None:
+                others += w
+        return main, others
+
     def _sample(self) -> None:
-        w = runqueue_wait_s(self.path)
-        if w is not None:
-            self.samples.append([time.time_ns(), round(w * 1e9)])
+        main, others = self._waits()
+        if main is not None:
+            self.samples.append([time.time_ns(), round(main * 1e9), round(others * 1e9)])
 
     def _run(self) -> None:
         self._sample()
@@ -115,7 +133,7 @@ class RunQueueSampler:
         self._sample()
 
     def __enter__(self) -> "RunQueueSampler":
-        if runqueue_wait_s(self.path) is not None:
+        if runqueue_wait_s(f"/proc/self/task/{self.main}/schedstat") is not None:
             self._thread.start()
         return self
 
@@ -129,7 +147,9 @@ def _write_samples(samples: list, path: Path) -> None:
     """The sampler's samples beside the trace (written beside, then renamed)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps({"clock": "wall_ns", "samples": samples}))
+        tmp.write_text(json.dumps({"clock": "wall_ns", "columns": ["time_ns", "main_ns",
+                                                                     "others_ns"],
+                                   "samples": samples}))
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)
