@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from scalestudy.analysis.loss_by_term import (hta_columns, loss_table, set_against_timed,
-                                              straggler_columns)
+                                              straggler_columns, with_residual)
 from scalestudy.analysis.efficiency import efficiency_loss
 from scalestudy.record.terms import MEASURED_TERMS
 from scalestudy.report.breakdown import loss_sentences
@@ -35,6 +35,15 @@ def test_losses_add_up_to_one_minus_efficiency(mode):
     if mode == "strong":  # the GEMMs shrank exactly as N grew: nothing lost to them
         assert math.isclose(loss["gemm_s"], 0.0, abs_tol=1e-12)
         assert math.isclose(loss["overhead_s"], (0.2 - 0.2 / 4) / T)
+
+
+def test_no_term_is_scaled_the_timed_steps_difference_is_unattributed():
+    traced = _terms(gemm_s=0.012, dp_comm_exposed_s=0.005, sync_wait_s=0.003)
+    for timed in (0.024, 0.014):  # longer, and shorter, than the 20 ms traced
+        out = with_residual(traced, timed)
+        assert all(out[k] == traced[k] for k in MEASURED_TERMS if k != "unattributed_s")
+        assert math.isclose(out["unattributed_s"], timed - 0.020)
+        assert math.isclose(sum(out[k] for k in MEASURED_TERMS), timed)
 
 
 def test_a_traced_step_far_from_the_timed_one_is_said_in_the_note():

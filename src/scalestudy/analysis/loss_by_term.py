@@ -1,15 +1,16 @@
 """Where each point's step went, measured and predicted, and the efficiency lost term by term
 (``breakdown.csv``, ``efficiency_loss.csv``).
 
-**Measured.** A run's traced terms (``runs/<id>/breakdown.json``: each rank's whole median
-step, the profiler's cost per recorded event already taken out where it was paid, the wait
-for a core its own term: ``scalestudy.record.trace_terms``) give the step's composition; the
-timed step T gives its length: each term is its share of the traced step S times T (one
-factor for every term, so no time moves between terms). ``traced_step_s`` is S,
+**Measured.** A run's traced terms (``runs/<id>/breakdown.json``: each rank's profiled
+steps, whole, the profiler's cost per recorded event already taken out where it was paid,
+the wait for a core its own term: ``scalestudy.record.trace_terms``) in traced seconds;
+the timed step T's difference from the traced step S is what the trace cannot attribute,
+added to ``unattributed_s`` (:func:`with_residual`: no term is scaled, so no time moves
+between terms and the work is never scaled up). ``traced_step_s`` is S,
 ``traced_raw_step_s`` the traced step before the profiler's cost was taken out,
 ``profiler_dilation`` the raw traced step over T; a row whose S and T differ by more than
 :data:`TRACE_TIMED_TOLERANCE` says so in its note. A (series, N) with repeats: the mean of
-its runs' shares, times the step time of ``efficiency.csv``. Beside the terms: the
+its runs' traced terms against the step time of ``efficiency.csv``. Beside the terms: the
 straggler (:func:`straggler_columns`) and, on a GPU trace, HTA's temporal breakdown per rank
 (:func:`hta_columns`).
 
@@ -61,8 +62,8 @@ def set_against_timed(rec: dict, step_s: float) -> tuple[float, str]:
     note = ""
     if abs(ratio - 1) > TRACE_TIMED_TOLERANCE:
         note = (f"the traced step ({rec['step_s'] * 1e3:.3g} ms, profiler's cost taken out) "
-                f"is {ratio:.2f}x the timed one ({step_s * 1e3:.3g} ms): the shares are the "
-                "trace's, the seconds the timed step's")
+                f"is {ratio:.2f}x the timed one ({step_s * 1e3:.3g} ms): the difference is "
+                "in unattributed_s")
     return ratio, note
 
 
@@ -98,25 +99,35 @@ def model_inputs_for(study: dict | None, study_dir: Path):
 
 def run_terms(run_dir: Path, step_s: float) -> tuple[dict | None, str]:
     """A run's traced breakdown set against its timed step ``step_s`` (module doc): its
-    terms' shares of the traced step times ``step_s``, ``({terms, min, max, dilation,
+    terms in traced seconds (the profiler's cost already out), the timed step's difference
+    from the traced one added to ``unattributed_s``; ``({terms, min, max, dilation, ratio,
     traced, raw, removed, least, straggler, hta, note}, "")``, or ``(None, reason)``."""
     rec, why = rbreakdown.read_breakdown(run_dir)
     if rec is None or not (isinstance(step_s, float) and step_s > 0):
         return None, why or "no step time"
     ratio, note = set_against_timed(rec, step_s)
-    f = step_s / rec["step_s"]  # (one factor for every term: the shares are the trace's)
     hta, hta_note = hta_columns(rec)
     notes = [note, hta_note] + ([f"transfers named by their kernel only (no launcher in the "
                                  f"trace): {', '.join(rec['named_by_kernel'])[:120]}"]
                                 if rec.get("named_by_kernel") else [])
-    return {"terms": {k: v * f for k, v in rec["terms"].items()},
-            "min": {k: v * f for k, v in rec["terms_min"].items()},
-            "max": {k: v * f for k, v in rec["terms_max"].items()},
+    return {"terms": with_residual(rec["terms"], step_s),
+            "min": dict(rec["terms_min"]), "max": dict(rec["terms_max"]),
             "dilation": rec.get("raw_step_s", rec["step_s"]) / step_s, "ratio": ratio,
             "traced": rec["step_s"], "raw": rec.get("raw_step_s", rec["step_s"]),
             "removed": rec.get("profiler_s", 0.0), "least": rec["rank_waited_least"],
             "straggler": rec.get("straggler"), "hta": hta,
             "note": "; ".join(filter(None, notes))}, ""
+
+
+def with_residual(terms: dict[str, float], step_s: float) -> dict[str, float]:
+    """Traced terms (seconds) against a timed step ``step_s``: every term as traced, and the
+    timed step's difference from their sum (the traced step) added to ``unattributed_s``,
+    which the trace cannot attribute: negative where the traced step was the longer (the
+    row's note says so beyond :data:`TRACE_TIMED_TOLERANCE`). No term is scaled."""
+    out = dict(terms)
+    out["unattributed_s"] = out.get("unattributed_s", 0.0) + step_s - sum(
+        terms[k] for k in MEASURED_TERMS)
+    return out
 
 
 def hta_columns(rec: dict) -> tuple[str, str]:
@@ -154,10 +165,12 @@ def _run_records(runs: pd.DataFrame, study_dir: Path) -> dict:
     return out
 
 
-def _mean_shares(recs: list[dict]) -> dict[str, float]:
+def _mean_terms(recs: list[dict], step_s: float) -> dict[str, float]:
+    """The mean of repeats' traced terms (seconds), against the point's timed step
+    (:func:`with_residual`)."""
     keys = MEASURED_TERMS + OVERLAPPED_TERMS
-    return {k: sum(r["terms"][k] / sum(r["terms"][j] for j in MEASURED_TERMS) for r in recs)
-            / len(recs) for k in keys}
+    return with_residual({k: sum(r["terms"][k] for r in recs) / len(recs) for k in keys},
+                         step_s)
 
 
 def _points_by_config(runs: pd.DataFrame, study_dir: Path) -> dict:
@@ -195,7 +208,7 @@ def breakdown_tables(study_dir: Path, runs: pd.DataFrame, efficiency: pd.DataFra
         t = r["step_time_s"]
         measured = None
         if recs and isinstance(t, float) and math.isfinite(t):
-            measured = {k: v * t for k, v in _mean_shares(recs).items()}
+            measured = _mean_terms(recs, t)
         point = points.get(key)
         predicted, why = (predicted_terms(point, mi.hw, mi.measured) if mi and point
                           else (None, why_no_model or "no point.json"))
