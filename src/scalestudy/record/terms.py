@@ -51,7 +51,7 @@ TERM_LABELS = {
     "dp_comm_exposed_s": "DP and tied-embedding comm (exposed)", "optimizer_s": "optimizer",
     "cp_comm_s": "CP K/V exchange (exposed)", "data_s": "data (batch in)",
     "sync_wait_s": "waiting for the slowest rank",
-    "core_wait_s": "waiting for a CPU core",
+    "core_wait_s": "waiting for a CPU core (core sharing)",
     "unattributed_s": "unattributed (the trace cannot say)",
     "eval_s": "evaluation (in the logged time)",
 }
