@@ -24,26 +24,39 @@ the chain of operators around it:
 - outside every operator and scope with no transfer in flight: ``unattributed`` (the trace
   does not say what the host did: a training loop's own Python, the scheduler).
 
-A transfer's kind: send/recv are pipeline (``pp``) traffic; a collective launched inside an
-optimizer scope is the optimizer's; inside an FSDP scope, or a plain ``c10d`` collective (DDP's
-reducer, ZeRO's broadcasts), data parallel (``dp``); a functional collective (DTensor's) is
-tensor parallel (``tp``), or context parallel (``cp``) inside attention or when the point has
-no tensor parallelism. Computing while a transfer is in flight is that kind's overlapped time.
+Before a piece of the step goes to its term, two charges are taken out of it (``_Charges``):
+the time the process waited for a core inside it (``core_wait_s``: the run-queue samples the
+built-in trainer writes beside its trace, linear between samples; the training thread's, and
+while it is blocked on a transfer also the other threads', which carry the transfer) and the
+profiler's measured cost for each recorded event that starts in it (out of the step: the
+step's ``raw_span_s`` keeps it, ``profiler_s`` says how much).
+
+A transfer's kind comes from the op that launched it: the collective named by the host ops
+around its launch (``record_param_comms``' ``Collective name``, ``nccl:all_to_all``,
+``gloo:all_reduce``, ``c10d::alltoall_base_``, ``_c10d_functional::...``:
+:func:`launcher_collective`), the kernel's name only where no launcher names one (NCCL runs
+most collectives through ``SendRecv`` kernels; such a transfer says ``named_by: kernel
+name``). Send/recv are pipeline (``pp``) traffic, and only they; a collective launched inside
+an optimizer scope is the optimizer's; a process group naming its mesh dimension gives the
+kind; inside an FSDP scope, or a plain ``c10d`` collective (DDP's reducer, ZeRO's
+broadcasts), data parallel (``dp``); a functional collective (DTensor's) is tensor parallel
+(``tp``), or context parallel (``cp``) inside attention or when the point has no tensor
+parallelism. Computing while a transfer is in flight is that kind's overlapped time.
 
 **Device trace (CUDA/ROCm).** The step is the host's ``ProfilerStep#k`` range; its kernels
 are those launched inside it. Each instant of the step is read on the device: a computing
 kernel (by the host operator that launched it, else by its name) makes the instant that
 term; a communication kernel (``nccl``/``rccl`` in the name) alone makes it exposed
-communication of its kind (its process group's mesh dimension where the trace names it: the
-``record_param_comms`` arguments and ``distributedInfo``'s groups); a host-to-device copy
-alone is data; nothing running is the device idle, the host not keeping it fed: framework
-overhead.
+communication of its kind; a host-to-device copy alone is data, another copy or set alone a
+memory-bound kernel (a copy does not hide a transfer); nothing running is the device idle,
+the host not keeping it fed: framework overhead. ``StepReading.device`` regroups the terms as
+HTA's temporal breakdown groups time (``record.hta``).
 
 Exposed pipeline traffic is its transfers and the stage's waiting for the other stages (the
 bubble); a collective's exposed time, its transfer and the waiting for the slowest rank. Both
-splits need the other ranks' traces (``scalestudy.record.trace_terms``): here all of it is the
-kind's exposed communication, and each transfer keeps its lifetime and exposed seconds
-(:class:`Transfer`).
+splits need the other ranks' traces (``scalestudy.record.trace_terms``): here all of it is
+the kind's exposed communication, and each transfer keeps its lifetime, exposed seconds and
+the rank's wait for a core since its last transfer (:class:`Transfer`).
 
 Pure: no torch, no files.
 """
