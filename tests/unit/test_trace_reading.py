@@ -209,7 +209,10 @@ def test_a_trace_over_its_cap_or_a_fifo_is_refused_unread(tmp_path):
 
 @pytest.mark.parametrize("field,value", [("step_s", -1.0), ("state", "fine"),
                                          ("rank_waited_least", 9), ("schema", 0),
-                                         ("runqueue_wait_s", -0.5)])
+                                         ("runqueue_wait_s", -0.5), ("raw_step_s", 1e-9),
+                                         ("profiler_s", "x"), ("straggler", {"rank": 9}),
+                                         ("named_by_kernel", [1]),
+                                         ("hta", {"state": "ok", "ranks": {"0": {}}})])
 def test_a_damaged_breakdown_record_is_refused_with_the_field(tmp_path, field, value):
     for rank in (0, 1):
         st.write(tmp_path / "traces" / f"rank{rank}.json.gz",

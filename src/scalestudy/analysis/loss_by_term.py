@@ -140,13 +140,13 @@ def hta_columns(rec: dict) -> tuple[str, str]:
         return "", (f"HTA: {h['reason']}" if h.get("state") == "failed" else "")
     own = rec.get("temporal") or {}
     parts, worst = [], 0.0
-    for rank, x in sorted(h["ranks"].items(), key=lambda kv: int(kv[0])):
+    for rank, x in sorted(h["ranks"].items(), key=lambda kv: str(kv[0]).zfill(9)):
         mine, span = own.get(rank) or {}, x["hta_span_s"]
-        if not span:
+        if not (span and mine.get("span_s")):
             continue
         cells = []
         for label, k in (("compute", "compute"), ("comm", "non_compute"), ("idle", "idle")):
-            theirs, ours = x[f"hta_{k}_s"] / span, mine.get(f"{k}_s", float("nan")) / span
+            theirs, ours = x[f"hta_{k}_s"] / span, mine[f"{k}_s"] / mine["span_s"]
             worst = max(worst, abs(theirs - ours))
             cells.append(f"{label} {theirs:.2f}/{ours:.2f}")
         parts.append(f"r{rank} " + " ".join(cells))

@@ -408,6 +408,47 @@ def check_breakdown(rec: dict) -> str | None:
     wait = rec.get("runqueue_wait_s")
     if wait is not None and not (_seconds(wait) and wait >= 0):
         return f"runqueue_wait_s {wait!r} is not a number of seconds >= 0 or null"
+    return _check_additions(rec, step)
+
+
+def _check_additions(rec: dict, step: float) -> str | None:
+    """:func:`check_breakdown` of the fields beside the terms: the raw traced step and the
+    profiler's cost, the straggler, the transfers named by their kernel, HTA's reading."""
+    raw, cost = rec.get("raw_step_s", step), rec.get("profiler_s", 0.0)
+    if not (_seconds(raw) and raw >= step * (1 - 1e-9)):
+        return f"raw_step_s {raw!r} is not a number of seconds >= step_s"
+    if not (_seconds(cost) and 0 <= cost <= raw):
+        return f"profiler_s {cost!r} is not a number of seconds in [0, raw_step_s]"
+    late = rec.get("straggler")
+    if late is not None:
+        if not (isinstance(late, dict) and late.get("rank") in rec["ranks"]
+                and all(_seconds(late.get(k)) for k in ("delay_s", "peers_wait_s"))
+                and late["delay_s"] >= 0
+                and (late.get("slowed_term") is None or late["slowed_term"] in MEASURED_TERMS)):
+            return "straggler is not null or {rank of its ranks, delay_s, peers_wait_s, " \
+                   "slowed_term}"
+    named = rec.get("named_by_kernel", [])
+    if not (isinstance(named, list) and all(isinstance(x, str) for x in named)):
+        return "named_by_kernel is not a list of names"
+    return _check_hta(rec.get("hta"), rec.get("temporal"))
+
+
+def _check_hta(h, temporal) -> str | None:
+    if h is None or (isinstance(h, dict) and h.get("state") in ("skipped", "failed")
+                     and isinstance(h.get("reason"), str)):
+        return None
+    if not (isinstance(h, dict) and h.get("state") == "ok" and isinstance(h.get("ranks"), dict)
+            and isinstance(h.get("agree"), bool) and _seconds(h.get("tolerance"))
+            and isinstance(temporal, dict)):
+        return "hta is not HTA's reading (state, ranks, agree, tolerance) beside temporal"
+    keys = ("hta_span_s", "hta_idle_s", "hta_compute_s", "hta_non_compute_s")
+    for rank, x in h["ranks"].items():
+        mine = temporal.get(rank)
+        if not (isinstance(x, dict) and all(_seconds(x.get(k)) and x[k] >= 0 for k in keys)
+                and isinstance(mine, dict) and all(
+                    _seconds(mine.get(k)) and mine[k] >= 0
+                    for k in ("span_s", "idle_s", "compute_s", "non_compute_s"))):
+            return f"hta.ranks.{rank} is not HTA's seconds beside the terms' (temporal)"
     return None
 
 
