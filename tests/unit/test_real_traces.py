@@ -17,7 +17,8 @@ import pytest
 from scalestudy.record import hta
 from scalestudy.record import trace_terms as tt
 from scalestudy.record.terms import MEASURED_TERMS
-from scalestudy.record.timeline import BY_KERNEL_NAME, BY_LAUNCHER, read_trace_steps
+from scalestudy.record.kernels import BY_KERNEL_NAME, BY_LAUNCHER
+from scalestudy.record.timeline import read_trace_steps
 from scalestudy.record.trace import TraceError, read_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kineto"

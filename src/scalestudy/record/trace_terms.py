@@ -50,8 +50,8 @@ from scalestudy.record.profile_record import PROFILE_KEY, profile_problem
 from scalestudy.record.reading import RecordError, read_object
 from scalestudy.record.terms import COMM_TERM, MEASURED_TERMS, OVERLAPPED_TERMS, OVERLAP_TERM
 from scalestudy.record import stragglers
-from scalestudy.record.timeline import (BY_KERNEL_NAME, StepReading, device_temporal,
-                                        read_trace_steps)
+from scalestudy.record.kernels import BY_KERNEL_NAME, device_temporal
+from scalestudy.record.timeline import StepReading, read_trace_steps
 from scalestudy.record.trace import Trace, TraceError, read_trace
 
 #: The record's file in a run folder, and the folder the built-in trainer writes traces to.
