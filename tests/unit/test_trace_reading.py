@@ -255,6 +255,29 @@ def test_a_rank_reads_its_own_wait_for_a_core():
     assert 0 <= first <= runqueue_wait_s()
 
 
+def test_the_sampler_writes_waits_the_reader_puts_on_the_traces_clock(tmp_path):
+    """The trainer's run-queue sampler, beside a trace whose ts 0 is ``baseTimeNanoseconds``:
+    its samples come back in seconds on the trace's clock, cumulative; the profiler's cost
+    per event is a few µs of CPU, never negative."""
+    from scalestudy.train import profile
+
+    with profile.RunQueueSampler() as sampler:
+        if not sampler._thread.is_alive():
+            pytest.skip("no schedstat here (not Linux)")
+        sum(range(3_000_000))
+    assert len(sampler.samples) >= 2 and all(len(x) == 3 for x in sampler.samples)
+    base = sampler.samples[0][0] - 5_000_000  # the trace's ts 0: 5 ms before the first
+    doc = st.host_trace(0, 1, [[("aten::mm", 0, 100, "main")]], 1000)
+    doc["baseTimeNanoseconds"] = base
+    trace = read_trace(st.write(tmp_path / "rank0.json.gz", doc))
+    profile._write_samples(sampler.samples, tmp_path / rb.RUNQUEUE_NAME.format(rank=0))
+    got = rb.runqueue_samples(trace)
+    # (within the float resolution of wall-clock nanoseconds: < 1 µs)
+    assert _close(got[0][0], 5e-3, 1e-6) and len(got) == len(sampler.samples)
+    assert all(a[1] <= b[1] and a[2] <= b[2] for a, b in zip(got, got[1:]))
+    assert 0 <= profile.event_cost_s(ops=200, rounds=2) < 1e-3
+
+
 def test_mesh_coordinates_and_groups_follow_the_trainers_mesh():
     sizes = {"pp": 2, "dp": 2, "tp": 2}
     assert rank_coords(5, sizes) == {"pp": 1, "dp": 0, "tp": 1}
