@@ -15,7 +15,8 @@ STEP_TERMS: tuple[str, ...] = (
     "sync_wait_s")
 
 #: Terms only a trace gives: moving the batch in (``data_s``) and the part of the step the
-#: trace cannot attribute (``unattributed_s``: the residual, never spread over the others).
+#: trace cannot attribute (``unattributed_s``: the residual, never spread over the others;
+#: set against a timed step, also the timed step's difference from the traced one).
 MEASURED_ONLY: tuple[str, ...] = ("data_s", "unattributed_s")
 
 #: Every term of a measured step, in stacked-bar order (they add up to the step).
@@ -52,7 +53,7 @@ TERM_LABELS = {
     "cp_comm_s": "CP K/V exchange (exposed)", "data_s": "data (batch in)",
     "sync_wait_s": "waiting for the slowest rank",
     "core_wait_s": "waiting for a CPU core (core sharing)",
-    "unattributed_s": "unattributed (the trace cannot say)",
+    "unattributed_s": "unattributed (the trace cannot say, or timed − traced step)",
     "eval_s": "evaluation (in the logged time)",
 }
 
