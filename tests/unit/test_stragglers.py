@@ -191,6 +191,9 @@ def test_the_trace_names_a_rank_slowed_inside_its_step_and_the_term_that_grew():
     assert rec["peers_wait_s"] == pytest.approx(0.008, abs=2e-4)
     # with pipeline stages only the ranks of one stage compare (their work is alike)
     assert stragglers.trace_straggler(per_rank, lambda r: r, 1.2) is None
+    # a rank whose work grew but that held nobody up (its peers did not wait) is none
+    alone = {0: _rank(0.010, 0.001), 1: _rank(0.018, 0.0), 2: _rank(0.010, 0.001)}
+    assert stragglers.trace_straggler(alone, lambda r: (), 1.2) is None
 
 
 def test_the_trace_names_a_late_rank_only_when_it_is_late_in_every_step():
