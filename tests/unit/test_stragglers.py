@@ -202,6 +202,10 @@ def test_the_trace_names_a_late_rank_only_when_it_is_late_in_every_step():
     assert stragglers.trace_straggler(per_rank, lambda r: (), 1.2, {0: 0.5, 1: 0.5}) is None
     rec = stragglers.trace_straggler(per_rank, lambda r: (), 1.2, {0: 0.0, 1: 1.0})
     assert rec["rank"] == 1 and rec["slowed_term"] is None and rec["delay_s"] == 0
+    # its work a few ms longer by chance: not what its peers waited 30 ms for
+    noisy_late = {0: _rank(0.010, 0.030), 1: _rank(0.0125, 0.0)}
+    rec = stragglers.trace_straggler(noisy_late, lambda r: (), 1.2, {0: 0.0, 1: 1.0})
+    assert rec["rank"] == 1 and rec["slowed_term"] is None
     # the scheduler's noise (work alike, waits small and shifting): no straggler
     noisy = {0: _rank(0.010, 0.001), 1: _rank(0.0105, 0.0), 2: _rank(0.0098, 0.0012)}
     assert stragglers.trace_straggler(noisy, lambda r: (), 1.2, {0: 0.3, 1: 0.4, 2: 0.3}) is None

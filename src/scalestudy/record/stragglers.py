@@ -148,8 +148,8 @@ def trace_straggler(per_rank: dict[int, dict], peers_of, threshold: float,
     the straggler when
 
     - its own work (``record.terms.WORK_TERMS``) exceeds its peers' median by more than
-      ``threshold - 1`` of it and its peers waited at least half that delay beyond its own
-      wait (a delay inside its step: a slow device, a throttled core), or
+      ``threshold - 1`` of it and its peers waited about that delay (half to twice) beyond
+      its own wait (a delay inside its step: a slow device, a throttled core), or
     - it waited least in every profiled step (at least two) and its peers waited more than
       ``threshold - 1`` of its step beyond its own wait (a delay outside its traced step).
 
@@ -172,8 +172,10 @@ def trace_straggler(per_rank: dict[int, dict], peers_of, threshold: float,
         base = median(work[r] for r in others)
         delay = work[late] - base
         peers_wait = sum(wait[r] for r in others) / len(others) - wait[late]
-        # (a rank whose work grew but held nobody up is no straggler: its peers waited)
-        inside = base > 0 and delay > (threshold - 1) * base and peers_wait >= 0.5 * delay
+        # (its grown work must be what its peers waited for: not a rank whose work grew but
+        # held nobody up, nor a few ms of noise beside a long wait from outside its step)
+        inside = (base > 0 and delay > (threshold - 1) * base
+                  and 0.5 * delay <= peers_wait <= 2 * delay)
         outside = ((least_share or {}).get(late, 0.0) >= 1.0
                    and peers_wait > (threshold - 1) * per_rank[late]["step_s"])
         if not (inside or outside):
