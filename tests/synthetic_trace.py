@@ -143,3 +143,36 @@ def dp_step(wait_us: float) -> list[tuple]:
             ("gloo:all_reduce", 258, end - 258, "gloo"),
             ("Optimizer.step#AdamW.step", end, 60, "main"),
             ("aten::_foreach_add_", end + 5, 50, "main")]
+
+
+#: The environment variable that slows a rank inside its forward (:func:`slow_forward_hook`):
+#: ``rank=R:mm=K``, K extra 128x128 matrix products at the start of every MLP's forward.
+SLOW_FORWARD_ENV = "SCALESTUDY_TEST_SLOW_FORWARD"
+#: What a test puts in ``SCALESTUDY_STEP_HOOK`` to enable it.
+SLOW_FORWARD_HOOK = "synthetic_trace:slow_forward_hook"
+
+
+def slow_forward_hook(point, rank: int):
+    """A step-hook factory (``scalestudy.train.hooks``) that slows one rank *inside* its
+    forward: on the rank of :data:`SLOW_FORWARD_ENV`, every MLP forward of the built-in GPT
+    first runs K extra matrix products on tensors of its own (real work, on no other rank's
+    data: any layout). No per-step hook (None)."""
+    import os
+
+    import torch
+
+    from scalestudy.models import gpt
+
+    spec = dict(p.split("=") for p in os.environ.get(SLOW_FORWARD_ENV, "").split(":") if p)
+    if not spec or int(spec["rank"]) != rank:
+        return None
+    a, k, plain = torch.randn(128, 128), int(spec["mm"]), gpt.MLP.forward
+
+    def slowed(self, x):
+        y = a
+        for _ in range(k):
+            y = torch.mm(y, a).div_(128.0)
+        return plain(self, x)
+
+    gpt.MLP.forward = slowed
+    return None

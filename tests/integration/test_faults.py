@@ -412,7 +412,7 @@ def test_a_killed_writers_trace_temp_is_removed_and_never_read(tmp_path, fake_la
     assert status["state"] == "crashed", status
     assert "before: []" in (run_dir / "stdout.log").read_text()
     assert not list((run_dir / "traces").iterdir())
-    from scalestudy.record import breakdown
+    from scalestudy.record import trace_terms as breakdown
 
     (run_dir / "traces" / ".rank0.1.tmp.json.gz").write_bytes(b"x")
     assert breakdown.trace_files(run_dir) == []  # the breakdown's glob never takes a temp

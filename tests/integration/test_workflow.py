@@ -107,8 +107,13 @@ def test_every_profiled_point_is_explained_term_by_term(tiny_study_run):
     for (series, n), g in step.groupby(["series", "n"]):
         # (the tables hold 6 significant digits)
         assert abs(g["measured_s"].sum() - g["step_time_s"].iloc[0]) < 1e-5 * g["step_time_s"].iloc[0]
-        unattributed = g.set_index("term").loc["unattributed_s", "measured_share"]
-        assert 0 <= unattributed < 1, (series, n, unattributed)  # a column, not hidden
+        # a column, not hidden: what the trace cannot say, and the timed step's difference
+        # from the traced one (negative where the traced step was the longer), said in the
+        # note where it is beyond the host's noise; no other term is scaled or negative
+        r = g.iloc[0]
+        assert (g["measured_s"].drop(g.index[g["term"] == "unattributed_s"]) > -1e-9).all()
+        if abs(r["traced_step_s"] / r["step_time_s"] - 1) > 0.35:
+            assert "the traced step" in r["note"], (series, n, r["note"])
         assert g["predicted_s"].notna().all() and (g["profiler_dilation"] > 0).all()
     eff = pd.read_csv(out / "efficiency.csv").set_index(["series", "n"])
     loss = pd.read_csv(out / "efficiency_loss.csv")

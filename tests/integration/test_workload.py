@@ -278,7 +278,7 @@ def test_runner_marks_missing_metrics_invalid(tmp_path):
 def test_a_command_with_profiling_asked_that_left_no_trace_says_so(tmp_path):
     from dataclasses import replace
 
-    from scalestudy.record.breakdown import read_breakdown
+    from scalestudy.record.trace_terms import read_breakdown
     from scalestudy.run.runner import no_trace_reason
 
     s = study(workload={**STUDY["workload"], "traces": "prof/*.json"})

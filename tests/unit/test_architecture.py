@@ -133,7 +133,7 @@ def test_no_import_circle():
 
 #: the one path of the aggregate into the performance model: the breakdown tables set the
 #: model's predicted terms beside the measured ones (their own rewrite moves them out)
-AGGREGATE_MODEL_PATH = {"scalestudy.analysis.breakdown"}
+AGGREGATE_MODEL_PATH = {"scalestudy.analysis.loss_by_term"}
 
 
 def test_the_aggregate_runs_no_performance_model():

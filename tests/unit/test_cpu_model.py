@@ -187,8 +187,11 @@ def test_a_data_parallel_step_is_composed_from_the_blocks(points, hw):
     assert b4.dp_comm_exposed_s == pytest.approx(ar)
     assert b4.step_time_s == pytest.approx(3.0 * (8e-3 + 1.5e-3) + ar)
     assert sum(b4.terms().values()) == pytest.approx(b4.step_time_s)
-    # the modelled arithmetic stays, the rest of the measured micro-batch is overhead
-    assert b4.gemm_s + b4.attention_s + b4.elementwise_s + b4.overhead_s == pytest.approx(3 * 8e-3)
+    # the modelled arithmetic stays, the rest of the measured micro-batch is overhead; what
+    # the cores' sharing adds to the work is its own term, waiting for a CPU core
+    assert b4.gemm_s + b4.attention_s + b4.elementwise_s + b4.overhead_s == pytest.approx(8e-3)
+    assert b4.core_wait_s == pytest.approx(2.0 * (8e-3 + 1.5e-3))
+    assert b1.core_wait_s == 0.0
     # DDP's own cost (measured on the plain blocks) is overhead of each micro-batch: strong-dp
     # N=2 (4 micro-batches, the last synced), computing 1.2x slower on 2 processes
     key = block_key(p4.model, p4.seq_len, 2, "plain")
@@ -197,7 +200,8 @@ def test_a_data_parallel_step_is_composed_from_the_blocks(points, hw):
                    core_sharing=m.core_sharing, collectives=m.collectives)
     s2 = points[("strong-dp", 2)]
     bare, wrapped = (stepmodel.predict_step_time(s2, hw, x) for x in (m, ddp))
-    assert wrapped.overhead_s - bare.overhead_s == pytest.approx(1.2 * (3 * 3e-4 + 1.2e-3))
+    assert wrapped.overhead_s - bare.overhead_s == pytest.approx(3 * 3e-4 + 1.2e-3)
+    assert wrapped.core_wait_s - bare.core_wait_s == pytest.approx(0.2 * (3 * 3e-4 + 1.2e-3))
     assert wrapped.step_time_s - bare.step_time_s == pytest.approx(1.2 * (3 * 3e-4 + 1.2e-3))
 
 

@@ -1,6 +1,7 @@
-"""The efficiency lost term by term adds up to 1 − E exactly, weak and strong; traced terms set
-against the timed step keep the waits and scale the work; the sentence names the terms that
-took the efficiency."""
+"""The efficiency lost term by term adds up to 1 − E exactly, weak and strong; a traced step far
+from the timed one is said in the row's note; one straggler per point (the trace's reading,
+the timed detector's beside it); HTA's shares beside the project's; the sentence names the
+terms that took the efficiency."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import math
 import pandas as pd
 import pytest
 
-from scalestudy.analysis.breakdown import dilation_factor, loss_table, scaled
+from scalestudy.analysis.loss_by_term import (hta_columns, loss_table, set_against_timed,
+                                              straggler_columns, with_residual)
 from scalestudy.analysis.efficiency import efficiency_loss
 from scalestudy.record.terms import MEASURED_TERMS
 from scalestudy.report.breakdown import loss_sentences
@@ -35,17 +37,45 @@ def test_losses_add_up_to_one_minus_efficiency(mode):
         assert math.isclose(loss["overhead_s"], (0.2 - 0.2 / 4) / T)
 
 
-def test_traced_waits_keep_their_seconds_and_the_work_is_scaled_to_the_timed_step():
-    rec = {"step_s": 0.020, "terms": _terms(gemm_s=0.012, dp_comm_exposed_s=0.005,
-                                            sync_wait_s=0.003)}
-    f, kept, note = dilation_factor(rec, 0.014)  # the profiler doubled the 6 ms of work
-    out = scaled(rec["terms"], f, kept)
-    assert kept and not note and math.isclose(1 / f, 2.0)
-    assert math.isclose(out["gemm_s"], 0.006) and out["dp_comm_exposed_s"] == 0.005
-    assert math.isclose(sum(out.values()), 0.014)
-    f, kept, note = dilation_factor(rec, 0.007)  # the traced waits exceed the timed step
-    assert not kept and "exceed" in note
-    assert math.isclose(sum(scaled(rec["terms"], f, kept).values()), 0.007)
+def test_no_term_is_scaled_the_timed_steps_difference_is_unattributed():
+    traced = _terms(gemm_s=0.012, dp_comm_exposed_s=0.005, sync_wait_s=0.003)
+    for timed in (0.024, 0.014):  # longer, and shorter, than the 20 ms traced
+        out = with_residual(traced, timed)
+        assert all(out[k] == traced[k] for k in MEASURED_TERMS if k != "unattributed_s")
+        assert math.isclose(out["unattributed_s"], timed - 0.020)
+        assert math.isclose(sum(out[k] for k in MEASURED_TERMS), timed)
+
+
+def test_a_traced_step_far_from_the_timed_one_is_said_in_the_note():
+    ratio, note = set_against_timed({"step_s": 0.020}, 0.021)
+    assert math.isclose(ratio, 0.020 / 0.021) and note == ""
+    ratio, note = set_against_timed({"step_s": 0.020}, 0.010)
+    assert ratio == 2.0 and "2.00x the timed one" in note
+
+
+def test_one_straggler_the_traces_reading_first_the_timed_flag_beside_it():
+    runs = pd.DataFrame({"straggler": [True], "straggler_rank": [1]})
+    quiet = pd.DataFrame({"straggler": [False], "straggler_rank": [3]})
+    trace = {"rank": 2, "delay_s": 0.01, "slowed_term": "gemm_s", "peers_wait_s": 0.01}
+    both = straggler_columns(trace, runs)
+    assert (both["straggler_rank"], both["straggler_by"], both["timed_straggler_rank"],
+            both["slowed_term"]) == (2, "trace", 1, "gemm_s")
+    timed = straggler_columns(None, runs)
+    assert (timed["straggler_rank"], timed["straggler_by"]) == (1, "timed steps")
+    # the timed detector names a rank for every run; one it did not flag names none here
+    none = straggler_columns(None, quiet)
+    assert none["straggler_rank"] is None and none["timed_straggler_rank"] is None
+
+
+def test_htas_shares_stand_beside_the_projects_and_a_disagreement_is_noted():
+    own = {"0": {"span_s": 1.0, "idle_s": 0.1, "compute_s": 0.6, "non_compute_s": 0.3}}
+    hta = {"state": "ok", "agree": False, "tolerance": 0.05, "ranks": {"0": {
+        "hta_span_s": 1.0, "hta_idle_s": 0.1, "hta_compute_s": 0.5, "hta_non_compute_s": 0.4}}}
+    text, note = hta_columns({"hta": hta, "temporal": own})
+    assert text == "r0 compute 0.50/0.60 comm 0.40/0.30 idle 0.10/0.10"
+    assert note.startswith("HTA disagrees") and "0.10" in note
+    assert hta_columns({"hta": {**hta, "agree": True}, "temporal": own})[1] == ""
+    assert hta_columns({}) == ("", "")
 
 
 def test_the_loss_table_and_sentence_name_where_the_efficiency_went():

@@ -15,6 +15,7 @@ from scalestudy.config.parts import Model
 from scalestudy.config.checks import PointError
 from scalestudy.config.identity import identify
 from scalestudy.record import stragglers
+from scalestudy.record.terms import MEASURED_TERMS
 from scalestudy.record.run_records import check_summary, read_summary
 from scalestudy.record.bounded_read import RecordError
 from scalestudy.run import health
@@ -172,3 +173,39 @@ def test_a_failed_check_excludes_nothing_and_says_why(tmp_path):
         return subprocess.CompletedProcess(argv, 1, "", "srun: error: Unable to create step")
     rec = health.check_nodes(_two_node_point(), tmp_path, run=broken)
     assert rec["exclude"] == [] and rec["error"].startswith("node check exit code 1: srun")
+
+
+def _rank(gemm: float, wait: float, **terms) -> dict:
+    t = {k: 0.0 for k in MEASURED_TERMS}
+    t.update(gemm_s=gemm, sync_wait_s=wait, overhead_s=0.002, **terms)
+    return {"terms": t, "step_s": sum(t.values())}
+
+
+def test_the_trace_names_a_rank_slowed_inside_its_step_and_the_term_that_grew():
+    # rank 2's GEMMs took 8 ms more; the others waited for it
+    per_rank = {0: _rank(0.010, 0.008), 1: _rank(0.010, 0.0079), 2: _rank(0.018, 0.0),
+                3: _rank(0.0101, 0.0081)}
+    rec = stragglers.trace_straggler(per_rank, lambda r: (), 1.2)
+    assert rec["rank"] == 2 and rec["slowed_term"] == "gemm_s"
+    assert rec["delay_s"] == pytest.approx(0.008, abs=2e-4)
+    assert rec["peers_wait_s"] == pytest.approx(0.008, abs=2e-4)
+    # with pipeline stages only the ranks of one stage compare (their work is alike)
+    assert stragglers.trace_straggler(per_rank, lambda r: r, 1.2) is None
+    # a rank whose work grew but that held nobody up (its peers did not wait) is none
+    alone = {0: _rank(0.010, 0.001), 1: _rank(0.018, 0.0), 2: _rank(0.010, 0.001)}
+    assert stragglers.trace_straggler(alone, lambda r: (), 1.2) is None
+
+
+def test_the_trace_names_a_late_rank_only_when_it_is_late_in_every_step():
+    # rank 1 reached the step late (a sleep outside its traced step): its work did not grow
+    per_rank = {0: _rank(0.010, 0.030), 1: _rank(0.010, 0.0)}
+    assert stragglers.trace_straggler(per_rank, lambda r: (), 1.2, {0: 0.5, 1: 0.5}) is None
+    rec = stragglers.trace_straggler(per_rank, lambda r: (), 1.2, {0: 0.0, 1: 1.0})
+    assert rec["rank"] == 1 and rec["slowed_term"] is None and rec["delay_s"] == 0
+    # its work a few ms longer by chance: not what its peers waited 30 ms for
+    noisy_late = {0: _rank(0.010, 0.030), 1: _rank(0.0125, 0.0)}
+    rec = stragglers.trace_straggler(noisy_late, lambda r: (), 1.2, {0: 0.0, 1: 1.0})
+    assert rec["rank"] == 1 and rec["slowed_term"] is None
+    # the scheduler's noise (work alike, waits small and shifting): no straggler
+    noisy = {0: _rank(0.010, 0.001), 1: _rank(0.0105, 0.0), 2: _rank(0.0098, 0.0012)}
+    assert stragglers.trace_straggler(noisy, lambda r: (), 1.2, {0: 0.3, 1: 0.4, 2: 0.3}) is None

@@ -13,7 +13,7 @@ import pytest
 
 import synthetic_trace as st
 from scalestudy.config.layout import group_key, profiled_ranks, rank_coords
-from scalestudy.record import breakdown as rb
+from scalestudy.record import trace_terms as rb
 from scalestudy.record import hta
 from scalestudy.record.terms import MEASURED_TERMS
 from scalestudy.record.timeline import Transfer, classify_chain, read_trace_steps, transfer_kind
@@ -70,6 +70,25 @@ def test_the_slower_ranks_wait_is_the_other_ranks_sync_wait(tmp_path):
     assert rec["rank_waited_least"] == 1
     assert rb.check_breakdown(rec) is None
     assert _close(sum(rec["terms"][k] for k in MEASURED_TERMS), rec["step_s"])
+
+
+def test_a_peers_wait_for_the_late_rank_waiting_for_a_core_is_waiting_for_a_core(tmp_path):
+    """As above, but rank 1 waited 200 µs for a core (its sampler's samples beside its trace)
+    before it reached the all-reduce: of rank 0's 400 µs wait, those 200 are waiting for a
+    core, the rest waiting for the slowest rank."""
+    for rank, wait in ((0, 500.0), (1, 100.0)):
+        st.write(tmp_path / "traces" / f"rank{rank}.json.gz",
+                 st.host_trace(rank, 2, [st.dp_step(wait)] * 3, 2000))
+    t0 = 2_000_000e3  # (ns: the synthetic trace's steps start at 2 s, one every 2100 µs)
+    samples = [[t0 + k * 2100e3 + dt * 1e3, w * 1e3 + k * 200e3]
+               for k in range(3) for dt, w in ((10, 0), (250, 200))]
+    (tmp_path / "traces" / "rank1.runqueue.json").write_text(json.dumps({"samples": samples}))
+    rec = rb.run_breakdown(tmp_path, DP2, expected_ranks=[0, 1])
+    r0, r1 = rec["per_rank"]["0"]["terms"], rec["per_rank"]["1"]["terms"]
+    assert _close(r1["core_wait_s"], 200 * US) and _close(r1["sync_wait_s"], 0.0)
+    assert _close(r0["core_wait_s"], 200 * US) and _close(r0["sync_wait_s"], 200 * US)
+    assert _close(r0["dp_comm_exposed_s"], 123 * US)
+    assert _close(sum(r0[k] for k in MEASURED_TERMS), rec["per_rank"]["0"]["step_s"])
 
 
 def test_pipeline_waiting_beyond_one_transfer_is_the_bubble():
@@ -190,7 +209,10 @@ def test_a_trace_over_its_cap_or_a_fifo_is_refused_unread(tmp_path):
 
 @pytest.mark.parametrize("field,value", [("step_s", -1.0), ("state", "fine"),
                                          ("rank_waited_least", 9), ("schema", 0),
-                                         ("runqueue_wait_s", -0.5)])
+                                         ("runqueue_wait_s", -0.5), ("raw_step_s", 1e-9),
+                                         ("profiler_s", "x"), ("straggler", {"rank": 9}),
+                                         ("named_by_kernel", [1]),
+                                         ("hta", {"state": "ok", "ranks": {"0": {}}})])
 def test_a_damaged_breakdown_record_is_refused_with_the_field(tmp_path, field, value):
     for rank in (0, 1):
         st.write(tmp_path / "traces" / f"rank{rank}.json.gz",
@@ -233,6 +255,29 @@ def test_a_rank_reads_its_own_wait_for_a_core():
     assert 0 <= first <= runqueue_wait_s()
 
 
+def test_the_sampler_writes_waits_the_reader_puts_on_the_traces_clock(tmp_path):
+    """The trainer's run-queue sampler, beside a trace whose ts 0 is ``baseTimeNanoseconds``:
+    its samples come back in seconds on the trace's clock, cumulative; the profiler's cost
+    per event is a few µs of CPU, never negative."""
+    from scalestudy.train import profile
+
+    with profile.RunQueueSampler() as sampler:
+        if not sampler._thread.is_alive():
+            pytest.skip("no schedstat here (not Linux)")
+        sum(range(3_000_000))
+    assert len(sampler.samples) >= 2 and all(len(x) == 3 for x in sampler.samples)
+    base = sampler.samples[0][0] - 5_000_000  # the trace's ts 0: 5 ms before the first
+    doc = st.host_trace(0, 1, [[("aten::mm", 0, 100, "main")]], 1000)
+    doc["baseTimeNanoseconds"] = base
+    trace = read_trace(st.write(tmp_path / "rank0.json.gz", doc))
+    profile._write_samples(sampler.samples, tmp_path / rb.RUNQUEUE_NAME.format(rank=0))
+    got = rb.runqueue_samples(trace)
+    # (within the float resolution of wall-clock nanoseconds: < 1 µs)
+    assert _close(got[0][0], 5e-3, 1e-6) and len(got) == len(sampler.samples)
+    assert all(a[1] <= b[1] and a[2] <= b[2] for a, b in zip(got, got[1:]))
+    assert 0 <= profile.event_cost_s(ops=200, rounds=2) < 1e-3
+
+
 def test_mesh_coordinates_and_groups_follow_the_trainers_mesh():
     sizes = {"pp": 2, "dp": 2, "tp": 2}
     assert rank_coords(5, sizes) == {"pp": 1, "dp": 0, "tp": 1}
@@ -242,3 +287,58 @@ def test_mesh_coordinates_and_groups_follow_the_trainers_mesh():
     # one rank per pipeline stage (dp 0) and per data-parallel rank (stage 0), tp rank 0
     assert profiled_ranks(sizes, "groups") == [0, 2, 4]
     assert profiled_ranks(sizes, "all") == list(range(8))
+
+
+def test_waiting_for_a_core_is_taken_out_where_it_happened(tmp_path):
+    """The sampler says the thread waited 30 µs for a core during the GEMM (10-110 µs) and
+    20 µs during the all-reduce's wait: they leave the GEMMs and the exposed communication
+    for core_wait_s, and the step still adds up."""
+    path = st.write(tmp_path / "rank0.json.gz", st.host_trace(0, 2, [st.dp_step(500)], 2000))
+    tr = read_trace(path)
+    t0 = tr.steps[0].start
+    samples = [(t0 + 10 * US, 0.0), (t0 + 110 * US, 30 * US), (t0 + 500 * US, 30 * US),
+               (t0 + 600 * US, 50 * US)]
+    (plain,) = read_trace_steps(tr, DP2)
+    (r,) = read_trace_steps(tr, DP2, samples=samples)
+    assert _close(r.terms["core_wait_s"], 50 * US) and plain.terms["core_wait_s"] == 0
+    assert _close(r.terms["gemm_s"], plain.terms["gemm_s"] - 30 * US)
+    assert _close(r.terms["dp_comm_exposed_s"], plain.terms["dp_comm_exposed_s"] - 20 * US)
+    assert _close(sum(r.terms.values()), r.span_s) and _close(r.span_s, plain.span_s)
+
+
+def test_the_profilers_cost_is_taken_out_per_event_where_it_was_paid(tmp_path):
+    """2 µs per recorded event: each of the 12 main-thread events gives 2 µs back from the
+    term it starts in (a piece shorter than that: the next piece pays the rest); nothing is
+    scaled, the waiting stays, the raw span stays beside."""
+    path = st.write(tmp_path / "rank0.json.gz", st.host_trace(0, 2, [st.dp_step(500)], 2000))
+    tr = read_trace(path)
+    (plain,) = read_trace_steps(tr, DP2)
+    (r,) = read_trace_steps(tr, DP2, event_cost_s=2 * US)
+    assert _close(r.profiler_s, 12 * 2 * US) and _close(r.raw_span_s, plain.span_s)
+    assert _close(r.span_s, plain.span_s - 24 * US) and _close(sum(r.terms.values()), r.span_s)
+    # the forward's scope and its mm start together; autograd's 1 µs wrapper and node leave
+    # 2 µs of their cost to the backward's mm
+    assert _close(r.terms["gemm_s"], plain.terms["gemm_s"] - 8 * US)
+    assert _close(r.terms["optimizer_s"], plain.terms["optimizer_s"] - 2 * 2 * US)
+    # the all-reduce's launch pays its event; its wait (no event) keeps every second
+    assert _close(r.terms["dp_comm_exposed_s"], plain.terms["dp_comm_exposed_s"] - 2 * US)
+    assert all(r.terms[k] <= plain.terms[k] + 1e-15 for k in MEASURED_TERMS)
+
+
+def test_a_runs_terms_are_the_mean_of_its_ranks_whole_steps(tmp_path):
+    """Three steps per rank of different lengths: each rank's terms are the mean of its whole
+    steps' terms (they add up to its mean step), never medians taken term by term."""
+    steps = [st.dp_step(100), st.dp_step(900), st.dp_step(400)]
+    for rank in (0, 1):
+        st.write(tmp_path / "traces" / f"rank{rank}.json.gz",
+                 st.host_trace(rank, 2, steps, 2000))
+    rec = rb.run_breakdown(tmp_path, DP2, expected_ranks=[0, 1])
+    assert rec["state"] == "ok" and rec["step_choice"].startswith("the mean over")
+    for one in rec["per_rank"].values():
+        assert _close(one["step_s"], (360 + 1400 / 3) * US)
+        assert _close(sum(one["terms"][k] for k in MEASURED_TERMS), one["step_s"])
+        # the median of the exposed all-reduce would be 400 + 23 µs, and the other terms'
+        # medians would add up to a step that never ran
+        assert _close(one["terms"]["dp_comm_exposed_s"], (23 + 1400 / 3) * US)
+    assert _close(rec["step_s"], (360 + 1400 / 3) * US)
+    assert rb.check_breakdown(rec) is None

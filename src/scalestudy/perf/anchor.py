@@ -125,7 +125,7 @@ TERM_GROUPS = {
     "compute": ("gemm_s", "attention_s", "elementwise_s", "grad_accum_s"),
     "overhead": ("overhead_s",), "tp": ("tp_comm_s",), "pp_p2p": ("pp_p2p_s",),
     "bubble": ("pp_bubble_s",), "dp": ("dp_comm_exposed_s",), "cp": ("cp_comm_s",),
-    "optimizer": ("optimizer_s",), "sync_wait": ("sync_wait_s",),
+    "optimizer": ("optimizer_s",), "sync_wait": ("sync_wait_s",), "core_wait": ("core_wait_s",),
 }
 #: Measured terms the model has no counterpart of: carried as their share of the anchors'
 #: steps.

@@ -30,6 +30,7 @@ class StepBreakdown:
     cp_comm_s: float = 0.0  # context parallelism's K/V exchange (exposed)
     grad_accum_s: float = 0.0  # adding each micro-batch's gradients (memory-bound)
     sync_wait_s: float = 0.0  # a CPU host's ranks waiting for the slowest at synchronisations
+    core_wait_s: float = 0.0  # a CPU host's ranks waiting for a core (the cores' sharing)
     dp_comm_s: float = 0.0  # the DP traffic (and the tied embedding's) before overlap
     bubble_fraction: float = 0.0  # bubble / (m slots of the bottleneck stage)
     micro_batch_slot_s: float = 0.0

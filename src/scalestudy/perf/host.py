@@ -7,7 +7,9 @@ timed on one rank of the point's mesh, ``block_layout``): the arithmetic terms s
 modelled and the measured rest is overhead (``split_measured_slot``). The computing phases
 slow by the sharing of the cores (``core_sharing_slowdown``: measured where the host's
 sharing was, ``Measured.core_sharing``, else ``procs / compute_units`` when they outnumber
-the cores), each collective by the sharing its time does not already carry
+the cores; what it adds to the work is the step's ``core_wait_s`` term, waiting for a CPU
+core, the term a trace measures under the same name: ``perf.stepmodel``), each collective by
+the sharing its time does not already carry
 (``collective_sharing``: a measured one ran with only its group's processes busy), and every
 synchronisation waits for the slowest rank where the host measured that
 (``sync_wait_terms``). On a device that is not shared (a GPU) nothing changes.

@@ -77,6 +77,9 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     # the computing phases run at the framework's software rate (1 for the software the
     # shared constants were set on; anchoring a series on measured points solves for it)
     work, cs = hc.work, hc.compute / fw.software_rate
+    # the computing terms at the unshared rate; what the cores' sharing adds to them is the
+    # ranks' waiting for a CPU core (``core_wait_s``), the term a trace reads as the same
+    own, shared = 1.0 / fw.software_rate, (hc.compute - 1.0) / fw.software_rate
 
     # the framework's synchronous copies of the generator state to and from the host
     rng = [rng_state_seconds(layers_of[r], ckpts[r], hw) for r in range(pp)]
@@ -111,20 +114,22 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
 
     step = t_pipe + t_dp_exposed + t_opt + hc.dp_wait
     gemm, attn, elem = work.arithmetic[worst]
+    t_core = shared * (m * work.local(worst) + work.optimizer)
     multi = any(boundary_crosses_node(point, r, hw.devices_per_node) for r in range(pp - 1))
     return StepBreakdown(
         step_time_s=step,
-        gemm_s=m * gemm * cs,
-        attention_s=m * attn * cs,
-        elementwise_s=m * elem * cs,
-        overhead_s=m * ((work.overhead[worst] + work.gaps[worst]) * cs + rng[worst]),
+        gemm_s=m * gemm * own,
+        attention_s=m * attn * own,
+        elementwise_s=m * elem * own,
+        overhead_s=m * ((work.overhead[worst] + work.gaps[worst]) * own + rng[worst]),
         tp_comm_s=m * tps[worst] * hc.tp,
         pp_p2p_s=m * p2ps[worst] * hc.pp,
         pp_bubble_s=t_bubble,
         dp_comm_exposed_s=t_dp_exposed,
-        optimizer_s=t_opt,
+        optimizer_s=t_opt - shared * work.optimizer,
+        core_wait_s=t_core,
         cp_comm_s=m * cps[worst] * hc.cp,
-        grad_accum_s=m * work.grad_accum[worst] * cs,
+        grad_accum_s=m * work.grad_accum[worst] * own,
         sync_wait_s=m * hc.waits[worst] + hc.dp_wait,
         dp_comm_s=hc.pp * t_tied + hc.dp * t_dp_traffic,
         bubble_fraction=t_bubble / (m * slots[worst]),

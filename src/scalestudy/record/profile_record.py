@@ -7,8 +7,9 @@ from __future__ import annotations
 import math
 
 #: The key of ``summary.json`` holding the record: per rank whether it traced, its trace's
-#: size or why it has none, the median of its profiled steps and of its timed steady steps, and
-#: the median time its training thread waited for a core per traced step (None: unknown).
+#: size or why it has none, the median of its profiled steps and of its timed steady steps,
+#: the median time its training thread waited for a core per traced step and the profiler's
+#: measured cost per recorded event (``event_cost_s``; None: unknown).
 PROFILE_KEY = "profile"
 
 
@@ -30,6 +31,9 @@ def profile_problem(rec) -> str | None:
             v = r.get(k)
             if v is not None and not _seconds(v):
                 return f"ranks[{i}].{k} {v!r} is not a positive number of seconds"
+        cost = r.get("event_cost_s")
+        if cost is not None and not (cost == 0 or _seconds(cost)):
+            return f"ranks[{i}].event_cost_s {cost!r} is not a number of seconds >= 0"
         wait = r.get("runqueue_wait_s")
         if wait is not None and not (wait == 0 or _seconds(wait)):
             return f"ranks[{i}].runqueue_wait_s {wait!r} is not a number of seconds >= 0"

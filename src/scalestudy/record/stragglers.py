@@ -130,3 +130,61 @@ def columns(rec: dict | None, threshold: float) -> dict:
 
 #: The ``runs.csv`` columns (:func:`columns`).
 RUNS_COLUMNS = ("rank_spread", "straggler_rank", "straggler_host", "straggler", "straggler_note")
+
+
+# --- the trace's reading -------------------------------------------------------------------
+
+#: The waiting terms a late rank spends least in (a peer's wait, a stage's bubble).
+_WAITS = ("sync_wait_s", "pp_bubble_s")
+
+
+def trace_straggler(per_rank: dict[int, dict], peers_of, threshold: float,
+                    least_share: dict[int, float] | None = None) -> dict | None:
+    """The trace's straggler of a run, or None where it names none. ``per_rank[r]``: rank r's
+    whole step (``terms``, ``step_s``, seconds); ``peers_of(r)``: a key equal for the ranks
+    that do the same work (one pipeline stage's); ``threshold``: the study's
+    ``platform.straggler_ratio``; ``least_share[r]``: the share of profiled steps in which r
+    waited least among its peers. Among each group of peers the rank that waited least is
+    the straggler when
+
+    - its own work (``record.terms.WORK_TERMS``) exceeds its peers' median by more than
+      ``threshold - 1`` of it and its peers waited about that delay (half to twice) beyond
+      its own wait (a delay inside its step: a slow device, a throttled core), or
+    - it waited least in every profiled step (at least two) and its peers waited more than
+      ``threshold - 1`` of its step beyond its own wait (a delay outside its traced step).
+
+    ``{rank, delay_s, slowed_term, peers_wait_s}``: its work beyond its peers' (s), the work
+    term that grew most (None: the delay was outside its traced step), and the peers' mean
+    wait beyond its own (s)."""
+    from scalestudy.record.terms import WORK_TERMS
+
+    groups: dict = {}
+    for r in per_rank:
+        groups.setdefault(peers_of(r), []).append(r)
+    found = None
+    for ranks in groups.values():
+        if len(ranks) < 2:
+            continue
+        wait = {r: sum(per_rank[r]["terms"][k] for k in _WAITS) for r in ranks}
+        late = min(ranks, key=lambda r: (wait[r], r))
+        others = [r for r in ranks if r != late]
+        work = {r: sum(per_rank[r]["terms"][k] for k in WORK_TERMS) for r in ranks}
+        base = median(work[r] for r in others)
+        delay = work[late] - base
+        peers_wait = sum(wait[r] for r in others) / len(others) - wait[late]
+        # (its grown work must be what its peers waited for: not a rank whose work grew but
+        # held nobody up, nor a few ms of noise beside a long wait from outside its step)
+        inside = (base > 0 and delay > (threshold - 1) * base
+                  and 0.5 * delay <= peers_wait <= 2 * delay)
+        outside = ((least_share or {}).get(late, 0.0) >= 1.0
+                   and peers_wait > (threshold - 1) * per_rank[late]["step_s"])
+        if not (inside or outside):
+            continue
+        grew = {k: per_rank[late]["terms"][k] - median(per_rank[r]["terms"][k] for r in others)
+                for k in WORK_TERMS}
+        rec = {"rank": late, "delay_s": max(0.0, delay),
+               "slowed_term": max(grew, key=grew.get) if inside else None,
+               "peers_wait_s": peers_wait}
+        if found is None or rec["peers_wait_s"] > found["peers_wait_s"]:
+            found = rec
+    return found

@@ -24,26 +24,39 @@ the chain of operators around it:
 - outside every operator and scope with no transfer in flight: ``unattributed`` (the trace
   does not say what the host did: a training loop's own Python, the scheduler).
 
-A transfer's kind: send/recv are pipeline (``pp``) traffic; a collective launched inside an
-optimizer scope is the optimizer's; inside an FSDP scope, or a plain ``c10d`` collective (DDP's
-reducer, ZeRO's broadcasts), data parallel (``dp``); a functional collective (DTensor's) is
-tensor parallel (``tp``), or context parallel (``cp``) inside attention or when the point has
-no tensor parallelism. Computing while a transfer is in flight is that kind's overlapped time.
+Before a piece of the step goes to its term, two charges are taken out of it (``_Charges``):
+the time the process waited for a core inside it (``core_wait_s``: the run-queue samples the
+built-in trainer writes beside its trace, linear between samples; the training thread's, and
+while it is blocked on a transfer also the other threads', which carry the transfer) and the
+profiler's measured cost for each recorded event that starts in it (out of the step: the
+step's ``raw_span_s`` keeps it, ``profiler_s`` says how much).
+
+A transfer's kind comes from the op that launched it: the collective named by the host ops
+around its launch (``record_param_comms``' ``Collective name``, ``nccl:all_to_all``,
+``gloo:all_reduce``, ``c10d::alltoall_base_``, ``_c10d_functional::...``:
+:func:`launcher_collective`), the kernel's name only where no launcher names one (NCCL runs
+most collectives through ``SendRecv`` kernels; such a transfer says ``named_by: kernel
+name``). Send/recv are pipeline (``pp``) traffic, and only they; a collective launched inside
+an optimizer scope is the optimizer's; a process group naming its mesh dimension gives the
+kind; inside an FSDP scope, or a plain ``c10d`` collective (DDP's reducer, ZeRO's
+broadcasts), data parallel (``dp``); a functional collective (DTensor's) is tensor parallel
+(``tp``), or context parallel (``cp``) inside attention or when the point has no tensor
+parallelism. Computing while a transfer is in flight is that kind's overlapped time.
 
 **Device trace (CUDA/ROCm).** The step is the host's ``ProfilerStep#k`` range; its kernels
 are those launched inside it. Each instant of the step is read on the device: a computing
 kernel (by the host operator that launched it, else by its name) makes the instant that
 term; a communication kernel (``nccl``/``rccl`` in the name) alone makes it exposed
-communication of its kind (its process group's mesh dimension where the trace names it: the
-``record_param_comms`` arguments and ``distributedInfo``'s groups); a host-to-device copy
-alone is data; nothing running is the device idle, the host not keeping it fed: framework
-overhead.
+communication of its kind; a host-to-device copy alone is data, another copy or set alone a
+memory-bound kernel (a copy does not hide a transfer); nothing running is the device idle,
+the host not keeping it fed: framework overhead. ``StepReading.device`` regroups the terms as
+HTA's temporal breakdown groups time (``record.hta``).
 
 Exposed pipeline traffic is its transfers and the stage's waiting for the other stages (the
 bubble); a collective's exposed time, its transfer and the waiting for the slowest rank. Both
-splits need the other ranks' traces (``scalestudy.record.breakdown``): here all of it is the
-kind's exposed communication, and each transfer keeps its lifetime and exposed seconds
-(:class:`Transfer`).
+splits need the other ranks' traces (``scalestudy.record.trace_terms``): here all of it is
+the kind's exposed communication, and each transfer keeps its lifetime, exposed seconds and
+the rank's wait for a core since its last transfer (:class:`Transfer`).
 
 Pure: no torch, no files.
 """
@@ -51,12 +64,14 @@ Pure: no torch, no files.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from scalestudy.config import trace_scopes
+from scalestudy.record.kernels import (BY_KERNEL_NAME, BY_LAUNCHER, COMM_KERNEL, GEMM_KERNEL,
+                                       P2P_COLLECTIVES, collective_of, launcher_collective)
 from scalestudy.record.terms import COMM_TERM, MEASURED_TERMS, OVERLAP_TERM
 from scalestudy.record.trace import LAUNCH_CATEGORIES, Event, Trace
 
@@ -75,9 +90,6 @@ _NEUTRAL = re.compile(r"^aten::(empty|empty_strided|empty_like|resize_|as_stride
 _WAIT = re.compile(r"wait_tensor|^c10d::wait|ProcessGroup.*::wait|^aten::wait")
 _LAUNCH = re.compile(r"^(c10d::|_c10d_functional::|c10d_functional::|record_param_comms)")
 _P2P = re.compile(r"send|recv|SendRecv", re.IGNORECASE)
-_COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
-_GEMM_KERNEL = re.compile(r"gemm|cutlass|cublas|xmma|wgmma|Kernel2|matmul|_mm_", re.IGNORECASE)
-
 #: autograd's own scopes (its engine's wrappers and the graph's nodes, ``AddmmBackward0``):
 #: their time between operators is the backward's host work, never a wait.
 _AUTOGRAD = re.compile(r"^autograd::|^torch::autograd::|Backward\d*$")
@@ -158,6 +170,9 @@ class Transfer:
     end: float
     exposed: float = 0.0
     overlapped: float = 0.0
+    collective: str | None = None
+    named_by: str = BY_LAUNCHER
+    core_before: float = 0.0  # s the rank waited for a core since its last transfer ended
 
     @property
     def lifetime(self) -> float:
@@ -168,8 +183,14 @@ class Transfer:
 class StepReading:
     """One profiled step of one rank: ``span_s`` its length (s), ``terms`` seconds per
     ``MEASURED_TERMS`` name adding up to ``span_s`` (``sync_wait_s`` still 0: see
-    ``scalestudy.record.breakdown``), ``overlapped`` seconds per kind, ``transfers`` its
-    communications, ``events`` the host events the profiler recorded in it."""
+    ``scalestudy.record.trace_terms``), ``overlapped`` seconds per kind, ``transfers`` its
+    communications, ``events`` the host events the profiler recorded in it; ``raw_span_s``
+    the traced length before the profiler's cost was taken out, ``profiler_s`` that cost
+    (``span_s = raw_span_s - profiler_s``); on a device trace ``device``, the terms regrouped
+    as HTA's temporal breakdown groups time (seconds): ``compute_s`` (a computing kernel ran),
+    ``non_compute_s`` (only transfers, copies or sets: the exposed communication, the
+    optimizer's included, and the memory kernels), ``idle_s`` (``overhead_s``) and
+    ``kernels``, the first kernel's start and the last one's end (s)."""
 
     step: str
     span_s: float
@@ -177,6 +198,9 @@ class StepReading:
     overlapped: dict[str, float]
     transfers: list[Transfer] = field(default_factory=list)
     events: int = 0
+    raw_span_s: float = 0.0
+    profiler_s: float = 0.0
+    device: dict | None = None
 
 
 def _segments(events: list[Event], s0: float, s1: float):
@@ -210,10 +234,12 @@ def _segments(events: list[Event], s0: float, s1: float):
 
 
 def transfer_kind(launch_chain: tuple[str, ...], op: str, layout: dict,
-                  group_desc: str | None = None) -> str:
+                  group_desc: str | None = None, collective: str | None = None) -> str:
     """The kind of a transfer (module doc) from the host operators around its launch
-    (outermost first), its own name, the point's ``layout`` (``tp``, ``cp`` counts) and, where
-    the trace names it, its process group's description (``mesh_tp``, ``mesh_dp``, ...)."""
+    (outermost first), its own name, the point's ``layout`` (``tp``, ``cp`` counts), where
+    the trace names it its process group's description (``mesh_tp``, ``mesh_dp``, ...), and
+    the collective its launcher names (:func:`launcher_collective`): pipeline traffic only
+    from send/recv; the kernel's name counts only where no launcher names the collective."""
     if any(_flags(n).optimizer for n in launch_chain):
         return "optimizer"
     if group_desc:
@@ -223,7 +249,10 @@ def transfer_kind(launch_chain: tuple[str, ...], op: str, layout: dict,
         if re.search(r"fsdp|shard|replicate", group_desc):
             return "dp"
     names = launch_chain + (op,)
-    if any(_P2P.search(n) for n in names):
+    if collective is not None:
+        if collective in P2P_COLLECTIVES:
+            return "pp"
+    elif any(_P2P.search(n) for n in names):
         return "pp"
     if any(_flags(n).fsdp for n in launch_chain):
         return "dp"
@@ -297,8 +326,53 @@ def _empty_terms() -> dict:
     return dict.fromkeys(MEASURED_TERMS, 0.0)
 
 
-def read_host_step(trace: Trace, step: Event, layout: dict) -> StepReading:
-    """One profiled step of a host (CPU) trace as its terms (module doc)."""
+class _Charges:
+    """What a host step's pieces of time are charged before their term gets the rest: the
+    time the process waited for a core inside them (``core_wait_s``: from the run-queue
+    samples, the training thread's wait, and while it is blocked on a transfer also the other
+    threads' waits, which hold the transfer up) and the profiler's cost of the events that
+    start in them (``event_cost_s`` each); never more than the piece holds (what a piece
+    cannot hold of the profiler's cost, the pieces after it pay)."""
+
+    def __init__(self, samples: list[tuple], starts: list[float], event_cost_s: float):
+        self.t = [x[0] for x in samples]
+        self.w = [x[1] for x in samples]
+        self.o = [x[2] if len(x) > 2 else 0.0 for x in samples]
+        self.starts, self.cost = starts, event_cost_s
+        self.profiler = self.owed = 0.0
+
+    def waited(self, x: float, others: bool = False) -> float:
+        """The cumulative run-queue wait at ``x`` (s), linear between samples: the training
+        thread's, plus the other threads' where ``others``."""
+        w = [a + b for a, b in zip(self.w, self.o)] if others else self.w
+        i = bisect_right(self.t, x)
+        if i == 0 or i == len(self.t):
+            return w[0] if i == 0 else w[-1]
+        t0, t1, w0, w1 = self.t[i - 1], self.t[i], w[i - 1], w[i]
+        return w0 + (w1 - w0) * (x - t0) / (t1 - t0) if t1 > t0 else w1
+
+    def take(self, x: float, y: float, terms: dict, blocked: bool = False) -> float:
+        """Charge ``[x, y]`` (``blocked``: the training thread waits on a transfer in it):
+        its core wait to ``core_wait_s`` and its events' profiler cost out of the step; the
+        seconds left for the piece's own term."""
+        length = y - x
+        wait = 0.0
+        if self.t:
+            wait = min(length, max(0.0, self.waited(y, blocked) - self.waited(x, blocked)))
+        terms["core_wait_s"] += wait
+        n = bisect_left(self.starts, y) - bisect_left(self.starts, x) if self.cost else 0
+        owed = self.owed + n * self.cost
+        cost = min(length - wait, owed)
+        self.owed = owed - cost  # (a piece shorter than its events' cost: the next pays)
+        self.profiler += cost
+        return length - wait - cost
+
+
+def read_host_step(trace: Trace, step: Event, layout: dict, event_cost_s: float = 0.0,
+                   samples: list[tuple] | None = None) -> StepReading:
+    """One profiled step of a host (CPU) trace as its terms (module doc); ``event_cost_s``:
+    the profiler's cost per recorded event on this host (s), taken out where each event
+    starts; ``samples``: :func:`runqueue_samples` of the trace (computed when None)."""
     s0, s1 = step.start, step.end
     main, lifetimes = [], []
     for e in trace.host:
@@ -318,33 +392,44 @@ def read_host_step(trace: Trace, step: Event, layout: dict) -> StepReading:
     for lt in sorted(lifetimes, key=lambda e: e.start):
         i = bisect_right(starts, lt.start + 1e-6) - 1
         chain = (chains[id(launches[i])] + (launches[i].name,)) if i >= 0 else ()
-        kind = transfer_kind(chain, lt.name, layout)
+        coll = collective_of(lt.name) or launcher_collective(chain)
+        kind = transfer_kind(chain, lt.name, layout, collective=coll)
         key = (kind, lt.name)
         counts[key] = counts.get(key, -1) + 1
-        transfers.append(Transfer(kind, lt.name, counts[key], max(lt.start, s0), min(lt.end, s1)))
+        transfers.append(Transfer(kind, lt.name, counts[key], max(lt.start, s0),
+                                  min(lt.end, s1), collective=coll))
     terms = _empty_terms()
     live = sorted(transfers, key=lambda t: t.start)
     live_starts = [t.start for t in live]
+    charge = _Charges(samples or [],
+                      sorted(e.start for e in main), event_cost_s)
+    if charge.t:  # each transfer: the wait for a core since the rank's last one (or s0)
+        done = s0
+        for t in live:
+            t.core_before = max(0.0, charge.waited(t.start) - charge.waited(done))
+            done = max(done, t.end)
     for a, b, names, inner in _segments(main, s0, s1):
         what = classify_chain(names)
         if what in (BLOCKED, GAP, SCOPE):
             for x, y, t in _blocked_pieces(a, b, live):
                 if t is None and what == BLOCKED:  # a launch or a wait with none in flight
                     t = _owner(inner, live, live_starts)
+                left = charge.take(x, y, terms, blocked=t is not None)
                 if t is not None:
-                    t.exposed += y - x
-                    _attribute(t.kind, y - x, terms)
+                    t.exposed += left
+                    _attribute(t.kind, left, terms)
                 else:
-                    terms["overhead_s" if what == SCOPE else "unattributed_s"] += y - x
+                    terms["overhead_s" if what == SCOPE else "unattributed_s"] += left
             continue
-        terms[what] += b - a
+        terms[what] += charge.take(a, b, terms)
         for t in live:
             if t.start < b and t.end > a and t.kind != "optimizer":
                 t.overlapped += min(b, t.end) - max(a, t.start)
     overlapped = {k: sum(t.overlapped for t in transfers if t.kind == k)
                   for k in OVERLAP_TERM}
-    return StepReading(step.name, s1 - s0, terms, overlapped, transfers,
-                       events=len(main) + len(lifetimes))
+    return StepReading(step.name, s1 - s0 - charge.profiler, terms, overlapped, transfers,
+                       events=len(main) + len(lifetimes), raw_span_s=s1 - s0,
+                       profiler_s=charge.profiler)
 
 
 def _kernel_term(chain: tuple[str, ...], name: str) -> str:
@@ -353,7 +438,7 @@ def _kernel_term(chain: tuple[str, ...], name: str) -> str:
         return what
     if _ATTENTION.search(name):
         return "attention_s"
-    if _GEMM_KERNEL.search(name):
+    if GEMM_KERNEL.search(name):
         return "gemm_s"
     return "elementwise_s"
 
@@ -388,16 +473,24 @@ def read_device_step(trace: Trace, step: Event, layout: dict,
         names, around = chains.get(id(launch), ((), [])) if launch is not None else ((), [])
         if k.cat == "gpu_memcpy" and "HtoD" in k.name:
             kernels.append((k.start, k.end, "data_s", None))
-        elif _COMM_KERNEL.search(k.name):
-            kind = transfer_kind(names, k.name, layout, _group_desc(trace, around))
-            key = (kind, k.name)
+        elif COMM_KERNEL.search(k.name):
+            coll = launcher_collective(names, around)
+            by = BY_LAUNCHER if coll else BY_KERNEL_NAME
+            coll = coll or collective_of(k.name)
+            kind = transfer_kind(names, k.name, layout, _group_desc(trace, around),
+                                 coll if by == BY_LAUNCHER else None)
+            op = coll if by == BY_LAUNCHER else k.name
+            key = (kind, op)
             counts[key] = counts.get(key, -1) + 1
-            t = Transfer(kind, k.name, counts[key], k.start, k.end)
+            t = Transfer(kind, op, counts[key], k.start, k.end, collective=coll, named_by=by)
             transfers.append(t)
             kernels.append((k.start, k.end, "comm", t))
+        elif k.cat in ("gpu_memcpy", "gpu_memset"):  # (a copy does not hide a transfer)
+            kernels.append((k.start, k.end, "memory", None))
         else:
             kernels.append((k.start, k.end, _kernel_term(names, k.name), None))
     terms = _empty_terms()
+    memory = opt_comm = 0.0
     end = max([s1] + [k[1] for k in kernels])
     cuts = sorted({s0, end, *(max(k[0], s0) for k in kernels), *(min(k[1], end) for k in kernels)})
     kernels.sort(key=lambda k: k[0])
@@ -408,7 +501,7 @@ def read_device_step(trace: Trace, step: Event, layout: dict,
             nxt += 1
         active = [k for k in active if k[1] > a]
         on = [k for k in active if k[0] < b]
-        compute = [k for k in on if k[2] not in ("comm", "data_s")]
+        compute = [k for k in on if k[2] not in ("comm", "data_s", "memory")]
         comms = [k[3] for k in on if k[2] == "comm"]
         if compute:
             terms[compute[0][2]] += b - a
@@ -419,13 +512,25 @@ def read_device_step(trace: Trace, step: Event, layout: dict,
             t = min(comms, key=lambda x: x.end)
             t.exposed += b - a
             _attribute(t.kind, b - a, terms)
+            opt_comm += (b - a) if t.kind == "optimizer" else 0.0
+        elif any(k[2] == "memory" for k in on):  # a device copy or set: memory-bound
+            terms["elementwise_s"] += b - a
+            memory += b - a
         elif any(k[2] == "data_s" for k in on):
             terms["data_s"] += b - a
         else:
             terms["overhead_s"] += b - a  # the device idle: the host did not keep it fed
     overlapped = {k: sum(t.overlapped for t in transfers if t.kind == k) for k in OVERLAP_TERM}
+    idle, busy = terms["overhead_s"], end - s0 - terms["overhead_s"]
+    non_compute = (sum(terms[COMM_TERM[k]] for k in COMM_TERM) + opt_comm + memory
+                   + terms["data_s"])
     return StepReading(step.name, end - s0, terms, overlapped, transfers,
-                       events=sum(1 for e in trace.host if s0 <= e.start < s1))
+                       events=sum(1 for e in trace.host if s0 <= e.start < s1),
+                       raw_span_s=end - s0,
+                       device={"compute_s": busy - non_compute, "non_compute_s": non_compute,
+                               "idle_s": idle,
+                               "kernels": (min((k[0] for k in kernels), default=s0),
+                                           max((k[1] for k in kernels), default=s0))})
 
 
 def launch_chains(trace: Trace) -> dict:
@@ -438,66 +543,15 @@ def launch_chains(trace: Trace) -> dict:
             for e, stack in _nested(trace.host, lambda e: not launch(e)) if launch(e)}
 
 
-def read_trace_steps(trace: Trace, layout: dict) -> list[StepReading]:
+def read_trace_steps(trace: Trace, layout: dict, event_cost_s: float = 0.0,
+                     samples: list[tuple] | None = None) -> list[StepReading]:
     """Every profiled step of ``trace`` (host or device reading, module doc); ``layout``: the
-    point's ``tp``, ``cp`` (and ``dp``, ``pp``) counts."""
+    point's ``tp``, ``cp`` (and ``dp``, ``pp``) counts; ``event_cost_s``: the profiler's cost
+    per recorded host event and ``samples`` the run-queue samples (:func:`read_host_step`),
+    both taken out of a host step only (a device step is read on the device's clock)."""
     if trace.on_gpu:
         chains = launch_chains(trace)
         return [read_device_step(trace, s, layout, chains) for s in trace.steps]
-    return [read_host_step(trace, s, layout) for s in trace.steps]
+    return [read_host_step(trace, s, layout, event_cost_s, samples) for s in trace.steps]
 
 
-def device_temporal(trace: Trace) -> dict:
-    """A device trace's whole timeline as HTA's temporal breakdown defines it (seconds): from
-    the first kernel's start to the last one's end, ``idle`` (no kernel), ``compute`` (the
-    merged computing kernels) and ``non_compute`` (the rest: communication and memory
-    kernels not under a computing one); ``comm_overlap``: the fraction of the merged
-    communication kernels' time under a computing kernel."""
-    ks = [(k.start, k.end, _kind_of_kernel(k)) for k in trace.gpu]
-    if not ks:
-        return {}
-    span = max(k[1] for k in ks) - min(k[0] for k in ks)
-    busy = _merged_length([(a, b) for a, b, _ in ks])
-    comp = _merge([(a, b) for a, b, c in ks if c == "compute"])
-    comm = _merge([(a, b) for a, b, c in ks if c == "comm"])
-    overlap = _intersection(comm, comp)
-    comm_len = sum(b - a for a, b in comm)
-    compute = sum(b - a for a, b in comp)
-    return {"span_s": span, "idle_s": span - busy, "compute_s": compute,
-            "non_compute_s": busy - compute,
-            "comm_overlap": overlap / comm_len if comm_len > 0 else None}
-
-
-def _kind_of_kernel(k: Event) -> str:
-    if _COMM_KERNEL.search(k.name):
-        return "comm"
-    if k.cat in ("gpu_memcpy", "gpu_memset") or k.name.startswith(("Memcpy", "Memset")):
-        return "memory"
-    return "compute"
-
-
-def _merge(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for a, b in sorted(iv):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
-
-
-def _intersection(p: list[tuple[float, float]], q: list[tuple[float, float]]) -> float:
-    """The length common to two sorted lists of disjoint intervals."""
-    i = j = 0
-    total = 0.0
-    while i < len(p) and j < len(q):
-        total += max(0.0, min(p[i][1], q[j][1]) - max(p[i][0], q[j][0]))
-        if p[i][1] < q[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
-def _merged_length(iv: list[tuple[float, float]]) -> float:
-    return sum(b - a for a, b in _merge(iv))

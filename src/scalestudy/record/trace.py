@@ -13,7 +13,10 @@ What it keeps (times in seconds from the trace's own clock; Kineto writes micros
 - on a GPU trace, the device's kernels, copies and sets with their stream, and the launch each
   came from (``correlation``), so a kernel is read with the host operator that launched it;
 - the rank, the world size and the process groups (``distributedInfo``: each group's ranks
-  and its description, e.g. ``mesh_tp``).
+  and its description, e.g. ``mesh_tp``); without ``distributedInfo`` the rank is the
+  ``rankN`` in the file's name, else unknown (None: ``scalestudy.record.trace_terms`` reads
+  a run's only trace as rank 0 of a world of 1). A ROCm trace is read like a CUDA one
+  (``hip_runtime`` launches; its steps may be ``user_annotation`` ranges).
 
 A trace that cannot be read (missing, over its size cap, cut, not JSON, not a trace, no
 profiled step, an event with a time that is not a finite number) raises :class:`TraceError`
@@ -81,6 +84,7 @@ class Trace:
     gpu: list[Event] = field(default_factory=list)
     launches: dict = field(default_factory=dict)
     groups: list[dict] = field(default_factory=list)
+    base_ns: int = 0  # ``baseTimeNanoseconds``: the wall clock (ns) at ts 0 (0: ts is the epoch's)
 
     @property
     def on_gpu(self) -> bool:
@@ -118,8 +122,9 @@ def read_trace(path: str | os.PathLike, max_bytes: int = MAX_TRACE_BYTES) -> Tra
         raise TraceError(f"{name}: {what}: not read") from None
     if data is None:
         raise TraceError(f"{name}: missing")
+    text = _text(path, data)  # (its own TraceError names the file once)
     try:
-        doc = json.loads(_text(path, data))
+        doc = json.loads(text)
     except (ValueError, RecursionError) as e:
         raise TraceError(f"{name}: not JSON, or cut ({str(e).splitlines()[0][:80]})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
@@ -160,8 +165,10 @@ def _parse(path: str, doc: dict) -> Trace:
     main = steps[0].tid
     host.sort(key=lambda ev: (ev.start, -ev.end))
     gpu.sort(key=lambda ev: ev.start)
+    base = doc.get("baseTimeNanoseconds")
     return Trace(path=path, rank=rank, world_size=world, steps=[s for s in steps if s.tid == main],
-                 main_tid=main, host=host, gpu=gpu, launches=launches, groups=groups)
+                 main_tid=main, host=host, gpu=gpu, launches=launches, groups=groups,
+                 base_ns=int(base) if isinstance(base, int) and not isinstance(base, bool) else 0)
 
 
 def open_text(path: str | os.PathLike) -> str:

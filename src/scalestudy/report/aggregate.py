@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from scalestudy.analysis.aggregate import collect
-from scalestudy.analysis.breakdown import breakdown_tables
+from scalestudy.analysis.loss_by_term import breakdown_tables
 from scalestudy.record.io import atomic_paths, clean_temps, tables_lock
 from scalestudy.record.bounded_read import RecordError, one_line
 from scalestudy.record.trials import BEST_STUDY, TRIALS, read_trials

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from scalestudy.analysis.aggregate import collect
-from scalestudy.analysis.breakdown import run_terms
+from scalestudy.analysis.loss_by_term import run_terms
 from scalestudy.config.point import Point
 from scalestudy.config.studyspec import Study
 from scalestudy.perf import anchor
@@ -46,7 +46,7 @@ BEFORE_RUN_COLUMNS = ["series", "n", "config_hash", "step_time_s", "software_rat
 def _term_anchors(anchors: list[tuple[Point, float]], runs, study_dir: Path, hw: HardwareSpec,
                   measured: Measured | None) -> list[tuple[dict, dict]]:
     """``(model terms, measured terms)`` of each anchor whose run has a traced breakdown (its
-    first ok run's, set against that run's timed step: ``analysis.breakdown.run_terms``)."""
+    first ok run's, set against that run's timed step: ``analysis.loss_by_term.run_terms``)."""
     ok = runs[runs["status"] == "ok"]
     out = []
     for point, _ in anchors:

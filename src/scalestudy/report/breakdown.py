@@ -1,6 +1,7 @@
 """Where the efficiency went, for a reader: one sentence per series (``summary.md``, the
-report's front page) from ``efficiency_loss.csv`` (``scalestudy.analysis.breakdown``); its
-figure is ``report.plots.breakdown_figure``."""
+report's front page) from ``efficiency_loss.csv`` (``scalestudy.analysis.loss_by_term``),
+and the points whose trace disagrees with its cross-checks (the timed step, HTA); its figure
+is ``report.plots.breakdown_figure``."""
 
 from __future__ import annotations
 
@@ -67,12 +68,29 @@ def markdown(loss: pd.DataFrame, breakdown: pd.DataFrame) -> list[str]:
         return []
     lines = ["", "## Where the efficiency went", ""]
     lines += [f"- {s['text']}" for s in sentences]
-    dil = breakdown.drop_duplicates(["series", "n"])["profiler_dilation"].dropna()
+    points = breakdown.drop_duplicates(["series", "n"])
+    removed = (points["profiler_removed_s"] / points["traced_raw_step_s"]).dropna() \
+        if "profiler_removed_s" in points else pd.Series(dtype=float)
     lines += ["", "Measured from `torch.profiler` traces of a few steps after each point's timed "
               "window (breakdown.csv: each term's seconds per step, measured and predicted; "
               "efficiency_loss.csv: the efficiency lost term by term, adding up to 1 − E). "
               "Lost to term i at N: weak (tᵢ(N) − tᵢ(N₀)) / T(N), strong "
               "(tᵢ(N) − tᵢ(N₀)·N₀/N) / T(N)."
-              + (f" The profiler lengthened the traced work {dil.min():.2f}–{dil.max():.2f}× "
-                 "(set against the timed step: docs/breakdown.md)." if len(dil) else "")]
+              + (f" The profiler's cost, measured per recorded event on each rank, was taken "
+                 f"out where it was paid: {removed.min():.0%}–{removed.max():.0%} of the "
+                 "traced steps (docs/breakdown.md)." if len(removed) else "")]
+    lines += _disagreements(points)
     return lines
+
+
+def _disagreements(points: pd.DataFrame) -> list[str]:
+    """Lines on the points whose traced step is far from the timed one, or whose device
+    trace HTA reads otherwise (their rows' notes)."""
+    if "note" not in points:
+        return []
+    out = []
+    for r in points.to_dict("records"):
+        for part in str(r.get("note") or "").split("; "):
+            if part.startswith(("HTA disagrees", "the traced step")):
+                out.append(f"- {r['series']} N={int(r['n'])}: {part}")
+    return ["", "Where the trace and its cross-checks disagree:", ""] + out if out else []

@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from scalestudy.analysis.breakdown import BREAKDOWN_COLUMNS, LOSS_COLUMNS  # noqa: E402
+from scalestudy.analysis.loss_by_term import BREAKDOWN_COLUMNS, LOSS_COLUMNS  # noqa: E402
 from scalestudy.record.io import (clean_temps, refuse_escaping_links,  # noqa: E402
                                   tables_lock, write_text)
 from scalestudy.record.run_records import read_study  # noqa: E402

@@ -41,7 +41,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from scalestudy.analysis.breakdown import term_ratio_summary, terms_versus_measured  # noqa: E402
+from scalestudy.analysis.loss_by_term import term_ratio_summary, terms_versus_measured  # noqa: E402
 from scalestudy.config.point import Point  # noqa: E402
 from scalestudy.perf import stepmodel  # noqa: E402
 from scalestudy.config.flops import per_device_throughput  # noqa: E402

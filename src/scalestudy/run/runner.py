@@ -51,7 +51,7 @@ from pathlib import Path
 
 from scalestudy.config import sitepolicy
 from scalestudy.config.point import Point
-from scalestudy.record import breakdown
+from scalestudy.record import trace_terms as breakdown
 from scalestudy.record.io import read_json, read_record, workload_links, write_json
 from scalestudy.record.run_records import run_problem
 from scalestudy.record.bounded_read import read_tail
@@ -320,7 +320,7 @@ def _tries(point_json: Path, run_dir: Path, lock_fd: int) -> dict:
 
 
 def _write_breakdown(point: Point, run_dir: Path) -> None:
-    """A profiled run's ``breakdown.json`` from its traces (``scalestudy.record.breakdown``:
+    """A profiled run's ``breakdown.json`` from its traces (``scalestudy.record.trace_terms``:
     a damaged trace is an empty breakdown with its reason); a command workload's that left no
     trace says so (:func:`no_trace_reason`); a run that could not write it has none, which
     the tables say."""

@@ -14,14 +14,21 @@ the trace's size or why there is none, its profiled steps' times (``StepTimer``,
 median of its own timed steady steps, whose ratio is what the profiler cost this rank, and
 the median over its traced steps of the time its training thread waited for a core within
 each step's timed window (``runqueue_wait_s``: Linux's ``schedstat``; None elsewhere; at
-most the step's time, not bounded by the trace's span, which ends at its last operator): on
-a busy host the scheduler
-takes a rank off its core, and what falls between two operators the trace cannot attribute.
+most the step's time, not bounded by the trace's span, which ends at its last operator), and
+the profiler's cost per recorded event measured on the rank before its traced steps
+(``event_cost_s``, :func:`event_cost_s`; None on a GPU, whose trace is read on the device).
+While a rank traces, a sampler thread reads its training thread's run-queue wait every
+:data:`SAMPLE_PERIOD_S` (:class:`RunQueueSampler`) and writes the samples beside the trace
+(``traces/rank<r>.runqueue.json``): the trace reader places each wait for a core where it
+happened (``scalestudy.record.timeline``).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import threading
+import time
 from pathlib import Path
 from statistics import median
 from typing import Callable
@@ -30,8 +37,13 @@ import torch
 
 from scalestudy.config.layout import profiled_ranks
 from scalestudy.config.point import Point
-from scalestudy.record.breakdown import TRACE_NAME, TRACES_DIR
+from scalestudy.record.trace_terms import RUNQUEUE_NAME, TRACE_NAME, TRACES_DIR
 from scalestudy.train.metrics import StepTimer
+
+#: The run-queue sampler's period (s): the resolution at which a wait for a core is placed.
+SAMPLE_PERIOD_S = 0.002
+#: Recorded operations timed with and without the profiler to measure its cost per event.
+COST_OPS = 2000
 
 
 def is_profiled(point: Point, rank: int) -> bool:
@@ -67,14 +79,99 @@ def _export(prof, path: Path, max_bytes: float, out: dict) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def runqueue_wait_s() -> float | None:
-    """Seconds this thread has waited on a run queue for a core since it started (the second
-    field of Linux's ``/proc/thread-self/schedstat``, ns), or None where it cannot be read."""
+def runqueue_wait_s(path: str = "/proc/thread-self/schedstat") -> float | None:
+    """Seconds this thread (or the one of ``path``) has waited on a run queue for a core since
+    it started (the second field of Linux's ``schedstat``, ns), or None where it cannot be
+    read."""
     try:
-        with open("/proc/thread-self/schedstat") as f:
+        with open(path) as f:
             return int(f.read().split()[1]) / 1e9
     except (OSError, ValueError, IndexError):
         return None
+
+
+class RunQueueSampler:
+    """A thread that reads the process's run-queue waits every :data:`SAMPLE_PERIOD_S` while
+    the profiler runs: ``samples``, ``[wall clock ns, training thread's wait ns, the other
+    threads' wait ns]`` (cumulative; the other threads are the backend's, e.g. gloo's, whose
+    waits hold up a transfer; the sampler's own excluded). The wall clock is the profiler's
+    (a Kineto trace's ``ts`` is the wall clock in µs from its ``baseTimeNanoseconds``), so
+    the trace reader places each wait where it happened. Nothing where ``schedstat`` cannot
+    be read."""
+
+    def __init__(self) -> None:
+        self.main = threading.get_native_id()
+        self.samples: list[list[int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="runqueue-sampler", daemon=True)
+
+    def _waits(self) -> tuple[float | None, float]:
+        main, others, me = None, 0.0, threading.get_native_id()
+        try:
+            tids = os.listdir("/proc/self/task")
+        except OSError:
+            return None, 0.0
+        for tid in tids:
+            if tid == str(me):
+                continue
+            w = runqueue_wait_s(f"/proc/self/task/{tid}/schedstat")
+            if tid == str(self.main):
+                main = w
+            elif w is not None:
+                others += w
+        return main, others
+
+    def _sample(self) -> None:
+        main, others = self._waits()
+        if main is not None:
+            self.samples.append([time.time_ns(), round(main * 1e9), round(others * 1e9)])
+
+    def _run(self) -> None:
+        self._sample()
+        while not self._stop.wait(SAMPLE_PERIOD_S):
+            self._sample()
+        self._sample()
+
+    def __enter__(self) -> "RunQueueSampler":
+        if runqueue_wait_s(f"/proc/self/task/{self.main}/schedstat") is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
+def _write_samples(samples: list, path: Path) -> None:
+    """The sampler's samples beside the trace (written beside, then renamed)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps({"clock": "wall_ns", "columns": ["time_ns", "main_ns",
+                                                                     "others_ns"],
+                                   "samples": samples}))
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def event_cost_s(ops: int = COST_OPS, rounds: int = 5) -> float:
+    """The profiler's cost per recorded event on this rank (s of the thread's CPU time, so
+    that a busy host's scheduler does not count): ``ops`` in-place adds on a one-element
+    tensor (one ``aten::add_`` event each), the fastest of ``rounds`` under an active CPU
+    profiler less the fastest of ``rounds`` without, per op; at least 0."""
+    x = torch.zeros(1)
+
+    def one_round() -> float:
+        t = time.thread_time()
+        for _ in range(ops):
+            x.add_(0)
+        return time.thread_time() - t
+
+    plain = min(one_round() for _ in range(rounds))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        traced = min(one_round() for _ in range(rounds))
+    return max(0.0, (traced - plain) / ops)
 
 
 def profiled_steps(train_step: Callable[[int], None], point: Point, rank: int,
@@ -101,16 +198,18 @@ def profiled_steps(train_step: Callable[[int], None], point: Point, rank: int,
 
     steps = range(first, first + prof_cfg.total_steps)
     if traced:
+        out["event_cost_s"] = event_cost_s() if device.type == "cpu" else None
         schedule = torch.profiler.schedule(wait=0, warmup=prof_cfg.warmup,
                                            active=prof_cfg.steps, repeat=1)
         path = run_dir / TRACES_DIR / TRACE_NAME.format(rank=rank)
-        with torch.profiler.profile(activities=_activities(device), schedule=schedule,
-                                    on_trace_ready=lambda p: _export(p, path,
-                                                                     prof_cfg.max_mb * 1e6, out)
-                                    ) as prof:
+        with RunQueueSampler() as sampler, torch.profiler.profile(
+                activities=_activities(device), schedule=schedule,
+                on_trace_ready=lambda p: _export(p, path, prof_cfg.max_mb * 1e6, out)) as prof:
             for i in steps:
                 one(i)
                 prof.step()
+        if sampler.samples and out.get("state") == "ok":
+            _write_samples(sampler.samples, path.with_name(RUNQUEUE_NAME.format(rank=rank)))
     else:
         for i in steps:
             one(i)

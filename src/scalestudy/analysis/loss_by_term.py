@@ -1,20 +1,22 @@
 """Where each point's step went, measured and predicted, and the efficiency lost term by term
 (``breakdown.csv``, ``efficiency_loss.csv``).
 
-**Measured.** A run's traced terms (``runs/<id>/breakdown.json``, trace seconds:
-``scalestudy.record.breakdown``) are set against its timed step time T. The profiler lengthens
-the host's work by its cost per recorded event, not the waiting for a transfer or a peer: the
-waiting terms (``record.terms.WAIT_TERMS``) keep their traced seconds W, and every other term
-(the host's or device's work, the bubble made of the other stages' work, the unattributed
-rest) is scaled by one factor f = (T − W) / (S − W), S the traced step, so the terms add up to
-T exactly. ``profiler_dilation`` = 1/f is what the profiler cost the point's work (1: nothing);
-where the traced waits exceed the timed step (f undefined) every term is scaled by T/S and the
-row says so. A (series, N) with repeats: the mean of its runs' shares of the step, times the
-step time of ``efficiency.csv``.
+**Measured.** A run's traced terms (``runs/<id>/breakdown.json``: each rank's profiled
+steps, whole, the profiler's cost per recorded event already taken out where it was paid,
+the wait for a core its own term: ``scalestudy.record.trace_terms``) in traced seconds;
+the timed step T's difference from the traced step S is what the trace cannot attribute,
+added to ``unattributed_s`` (:func:`with_residual`: no term is scaled, so no time moves
+between terms and the work is never scaled up). ``traced_step_s`` is S,
+``traced_raw_step_s`` the traced step before the profiler's cost was taken out,
+``profiler_dilation`` the raw traced step over T; a row whose S and T differ by more than
+:data:`TRACE_TIMED_TOLERANCE` says so in its note. A (series, N) with repeats: the mean of
+its runs' traced terms against the step time of ``efficiency.csv``. Beside the terms: the
+straggler (:func:`straggler_columns`) and, on a GPU trace, HTA's temporal breakdown per rank
+(:func:`hta_columns`).
 
 **Predicted.** The performance model's terms of the same point (``perf.stepmodel``, on the
 study's own model inputs: ``perf.inputs``), the terms a trace alone has (``data_s``,
-``unattributed_s``) zero.
+``unattributed_s``) zero; the model's core sharing on a CPU host is its ``core_wait_s``.
 
 **Lost.** Per series and N, ``analysis.efficiency.efficiency_loss`` of the measured terms
 against the series' baseline N₀ (they add up to 1 − E(N) of ``efficiency.csv``), and of the
@@ -31,40 +33,38 @@ import pandas as pd
 from scalestudy.analysis.efficiency import efficiency_loss
 from scalestudy.config.point import Point
 from scalestudy.config.checks import PointError
-from scalestudy.record import breakdown as rbreakdown
+from scalestudy.record import trace_terms as rbreakdown
 from scalestudy.record.run_records import read_point
-from scalestudy.record.terms import (MEASURED_TERMS, OVERLAPPED_TERMS, STEP_TERMS, TERM_LABELS,
-                                     WAIT_TERMS)
+from scalestudy.record.terms import MEASURED_TERMS, OVERLAPPED_TERMS, STEP_TERMS, TERM_LABELS
 
 #: Columns of ``breakdown.csv`` (one row per series, N and term).
 BREAKDOWN_COLUMNS = [
     "series", "mode", "model", "n", "dp", "tp", "pp", "cp", "term", "label", "in_step",
     "measured_s", "measured_min_s", "measured_max_s", "measured_share", "predicted_s",
     "predicted_share", "predicted_over_measured", "step_time_s", "predicted_step_s",
-    "traced_step_s", "profiler_dilation", "rank_waited_least", "straggler_rank",
-    "n_profiled", "note"]
+    "traced_step_s", "traced_raw_step_s", "profiler_removed_s", "profiler_dilation",
+    "rank_waited_least", "straggler_rank", "straggler_by", "straggler_delay_s", "slowed_term",
+    "timed_straggler_rank", "hta_vs_own", "n_profiled", "note"]
+#: The largest relative difference between the traced step (the profiler's cost taken out)
+#: and the timed one that is not worth a note: the run-to-run noise of a shared 2-core host
+#: (``make bench``'s repeat noise, 1.1-1.3x).
+TRACE_TIMED_TOLERANCE = 0.3
 #: Columns of ``efficiency_loss.csv`` (one row per series, N > N₀ and term).
 LOSS_COLUMNS = ["series", "mode", "n", "baseline_n", "efficiency", "predicted_efficiency",
                 "term", "label", "measured_loss", "predicted_loss"]
 
 
-def dilation_factor(rec: dict, step_s: float) -> tuple[float, bool, str]:
-    """``(f, waits_kept, note)`` that set a run's traced terms (its ``breakdown.json``)
-    against its timed step ``step_s`` (module doc): the work's factor f, whether the waiting
-    terms keep their traced seconds, and a note when they cannot."""
-    traced = rec["step_s"]
-    wait = sum(rec["terms"][k] for k in WAIT_TERMS)
-    if traced - wait > 0 and step_s > wait:
-        return (step_s - wait) / (traced - wait), True, ""
-    f = step_s / traced
-    return f, False, ("the traced waits exceed the timed step: every term scaled by "
-                      f"timed/traced {f:.3g}")
-
-
-def scaled(table: dict[str, float], f: float, waits_kept: bool) -> dict[str, float]:
-    """A table of traced terms in seconds of the timed step (:func:`dilation_factor`); the
-    overlapped terms are transfers under the work, scaled with it."""
-    return {k: v if (waits_kept and k in WAIT_TERMS) else v * f for k, v in table.items()}
+def set_against_timed(rec: dict, step_s: float) -> tuple[float, str]:
+    """``(traced/timed, note)`` of a run's ``breakdown.json`` against its timed step
+    ``step_s``: the traced step after the profiler's cost was taken out over the timed one,
+    and a note where they disagree by more than :data:`TRACE_TIMED_TOLERANCE`."""
+    ratio = rec["step_s"] / step_s
+    note = ""
+    if abs(ratio - 1) > TRACE_TIMED_TOLERANCE:
+        note = (f"the traced step ({rec['step_s'] * 1e3:.3g} ms, profiler's cost taken out) "
+                f"is {ratio:.2f}x the timed one ({step_s * 1e3:.3g} ms): the difference is "
+                "in unattributed_s")
+    return ratio, note
 
 
 def predicted_terms(point: Point, hw, measured) -> tuple[dict[str, float] | None, str]:
@@ -98,15 +98,61 @@ def model_inputs_for(study: dict | None, study_dir: Path):
 
 
 def run_terms(run_dir: Path, step_s: float) -> tuple[dict | None, str]:
-    """A run's traced breakdown set against its timed step ``step_s`` (module doc):
-    ``({terms, min, max, dilation, traced, least, note}, "")``, or ``(None, reason)``."""
+    """A run's traced breakdown set against its timed step ``step_s`` (module doc): its
+    terms in traced seconds (the profiler's cost already out), the timed step's difference
+    from the traced one added to ``unattributed_s``; ``({terms, min, max, dilation, ratio,
+    traced, raw, removed, least, straggler, hta, note}, "")``, or ``(None, reason)``."""
     rec, why = rbreakdown.read_breakdown(run_dir)
     if rec is None or not (isinstance(step_s, float) and step_s > 0):
         return None, why or "no step time"
-    f, kept, note = dilation_factor(rec, step_s)
-    return {"terms": scaled(rec["terms"], f, kept), "min": scaled(rec["terms_min"], f, kept),
-            "max": scaled(rec["terms_max"], f, kept), "dilation": 1.0 / f,
-            "traced": rec["step_s"], "least": rec["rank_waited_least"], "note": note}, ""
+    ratio, note = set_against_timed(rec, step_s)
+    hta, hta_note = hta_columns(rec)
+    notes = [note, hta_note] + ([f"transfers named by their kernel only (no launcher in the "
+                                 f"trace): {', '.join(rec['named_by_kernel'])[:120]}"]
+                                if rec.get("named_by_kernel") else [])
+    return {"terms": with_residual(rec["terms"], step_s),
+            "min": dict(rec["terms_min"]), "max": dict(rec["terms_max"]),
+            "dilation": rec.get("raw_step_s", rec["step_s"]) / step_s, "ratio": ratio,
+            "traced": rec["step_s"], "raw": rec.get("raw_step_s", rec["step_s"]),
+            "removed": rec.get("profiler_s", 0.0), "least": rec["rank_waited_least"],
+            "straggler": rec.get("straggler"), "hta": hta,
+            "note": "; ".join(filter(None, notes))}, ""
+
+
+def with_residual(terms: dict[str, float], step_s: float) -> dict[str, float]:
+    """Traced terms (seconds) against a timed step ``step_s``: every term as traced, and the
+    timed step's difference from their sum (the traced step) added to ``unattributed_s``,
+    which the trace cannot attribute: negative where the traced step was the longer (the
+    row's note says so beyond :data:`TRACE_TIMED_TOLERANCE`). No term is scaled."""
+    out = dict(terms)
+    out["unattributed_s"] = out.get("unattributed_s", 0.0) + step_s - sum(
+        terms[k] for k in MEASURED_TERMS)
+    return out
+
+
+def hta_columns(rec: dict) -> tuple[str, str]:
+    """HTA's temporal breakdown beside the project's, per rank (``breakdown.json``'s
+    ``hta``): ``("r0 compute 0.61/0.60 comm 0.30/0.31 idle 0.09/0.09; ...", note)``, shares
+    of the kernels' span (HTA's / the project's); the note where they differ beyond
+    ``record.hta.AGREE``; ``("", "")`` without an HTA reading (a CPU trace)."""
+    h = rec.get("hta") or {}
+    if h.get("state") != "ok":
+        return "", (f"HTA: {h['reason']}" if h.get("state") == "failed" else "")
+    own = rec.get("temporal") or {}
+    parts, worst = [], 0.0
+    for rank, x in sorted(h["ranks"].items(), key=lambda kv: str(kv[0]).zfill(9)):
+        mine, span = own.get(rank) or {}, x["hta_span_s"]
+        if not (span and mine.get("span_s")):
+            continue
+        cells = []
+        for label, k in (("compute", "compute"), ("comm", "non_compute"), ("idle", "idle")):
+            theirs, ours = x[f"hta_{k}_s"] / span, mine[f"{k}_s"] / mine["span_s"]
+            worst = max(worst, abs(theirs - ours))
+            cells.append(f"{label} {theirs:.2f}/{ours:.2f}")
+        parts.append(f"r{rank} " + " ".join(cells))
+    note = (f"HTA disagrees: its temporal breakdown differs by {worst:.2f} of the kernels' "
+            f"span (> {h['tolerance']:g})" if not h.get("agree") else "")
+    return "; ".join(parts), note
 
 
 def _run_records(runs: pd.DataFrame, study_dir: Path) -> dict:
@@ -119,10 +165,12 @@ def _run_records(runs: pd.DataFrame, study_dir: Path) -> dict:
     return out
 
 
-def _mean_shares(recs: list[dict]) -> dict[str, float]:
+def _mean_terms(recs: list[dict], step_s: float) -> dict[str, float]:
+    """The mean of repeats' traced terms (seconds), against the point's timed step
+    (:func:`with_residual`)."""
     keys = MEASURED_TERMS + OVERLAPPED_TERMS
-    return {k: sum(r["terms"][k] / sum(r["terms"][j] for j in MEASURED_TERMS) for r in recs)
-            / len(recs) for k in keys}
+    return with_residual({k: sum(r["terms"][k] for r in recs) / len(recs) for k in keys},
+                         step_s)
 
 
 def _points_by_config(runs: pd.DataFrame, study_dir: Path) -> dict:
@@ -160,14 +208,14 @@ def breakdown_tables(study_dir: Path, runs: pd.DataFrame, efficiency: pd.DataFra
         t = r["step_time_s"]
         measured = None
         if recs and isinstance(t, float) and math.isfinite(t):
-            measured = {k: v * t for k, v in _mean_shares(recs).items()}
+            measured = _mean_terms(recs, t)
         point = points.get(key)
         predicted, why = (predicted_terms(point, mi.hw, mi.measured) if mi and point
                           else (None, why_no_model or "no point.json"))
         per_config[key] = (measured, predicted)
         pstep = sum(predicted[k] for k in MEASURED_TERMS) if predicted else float("nan")
         first = recs[0] if recs else {}
-        stragglers = mine["straggler_rank"].dropna() if "straggler_rank" in mine else []
+        late = straggler_columns(first.get("straggler"), mine)
         note = "; ".join(filter(None, [first.get("note", "")] + ([] if measured else reasons)
                                 + ([] if predicted else [why])))
         for term in MEASURED_TERMS + OVERLAPPED_TERMS:
@@ -188,19 +236,41 @@ def breakdown_tables(study_dir: Path, runs: pd.DataFrame, efficiency: pd.DataFra
                 "predicted_over_measured": p / m if (measured and predicted and m > 0)
                 else float("nan"),
                 "step_time_s": t, "predicted_step_s": pstep,
-                "traced_step_s": (sum(x["traced"] for x in recs) / len(recs) if recs
-                                  else float("nan")),
-                "profiler_dilation": (sum(x["dilation"] for x in recs) / len(recs) if recs
-                                      else float("nan")),
-                "rank_waited_least": first.get("least"),
-                "straggler_rank": int(stragglers.iloc[0]) if len(stragglers) else None,
-                "n_profiled": len(recs), "note": note})
+                "traced_step_s": _mean(recs, "traced"), "traced_raw_step_s": _mean(recs, "raw"),
+                "profiler_removed_s": _mean(recs, "removed"),
+                "profiler_dilation": _mean(recs, "dilation"),
+                "rank_waited_least": first.get("least"), **late,
+                "hta_vs_own": first.get("hta", ""), "n_profiled": len(recs), "note": note})
     if not any(m for m, _ in per_config.values()):
         messages.append("no measured breakdown: " + "; ".join(sorted(
             {x["reason"] for x in per_run.values() if "reason" in x}))[:300]
             if per_run else "no measured breakdown: no run ran")
     return (pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS),
             loss_table(efficiency, per_config), messages)
+
+
+def _mean(recs: list[dict], key: str) -> float:
+    return sum(x[key] for x in recs) / len(recs) if recs else float("nan")
+
+
+def straggler_columns(trace: dict | None, runs: pd.DataFrame) -> dict:
+    """The straggler columns of a point: the trace's reading (``breakdown.json``'s
+    ``straggler``: ``record.stragglers.trace_straggler``) fills ``straggler_rank``; the timed
+    detector's rank (``runs.csv``, only where it flagged the run) stands beside it and fills
+    ``straggler_rank`` where the trace names none; no rank where neither flags."""
+    timed = None
+    if {"straggler", "straggler_rank"} <= set(runs.columns):
+        flagged = runs[runs["straggler"].astype("boolean").fillna(False).astype(bool)]
+        ranks = flagged["straggler_rank"].dropna()
+        timed = int(ranks.iloc[0]) if len(ranks) else None
+    out = {"timed_straggler_rank": timed, "straggler_rank": None, "straggler_by": "",
+           "straggler_delay_s": float("nan"), "slowed_term": None}
+    if trace:
+        out.update(straggler_rank=int(trace["rank"]), straggler_by="trace",
+                   straggler_delay_s=float(trace["delay_s"]), slowed_term=trace["slowed_term"])
+    elif timed is not None:
+        out.update(straggler_rank=timed, straggler_by="timed steps")
+    return out
 
 
 def loss_table(efficiency: pd.DataFrame, per_config: dict) -> pd.DataFrame:
