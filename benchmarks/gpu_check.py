@@ -76,6 +76,8 @@ SHAPES = {
     "trace": ("run", "terms", "step_time_s", "traced_step_s", "unattributed_s", "hta",
               "not_shown", "trace_file"),
 }
+#: ``part:k,…``: the part holds after its k-th saved point (the rehearsal's kill lands there).
+HOLD_ENV = "SCALESTUDY_GPU_CHECK_HOLD"
 #: running: a part's record while it works (saved after every point).
 STATES = ("ok", "failed", "timeout", "skipped", "running")
 
@@ -305,6 +307,10 @@ def run_call(call: int, out: Path, work: Path, smoke: bool, python: str = sys.ex
     cache = work / "cache"  # Inductor's and Triton's caches, warm for the whole call
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
            "TRITON_CACHE_DIR": str(cache / "triton"), "PYTHONUNBUFFERED": "1"}
+    # rehearsing a kill: the part holds after its k-th point until the kill comes (a point
+    # that outlasts the watchdog), so the kill always lands mid-part
+    env.update({HOLD_ENV: ",".join(f"{p}:{k}" for p, k in kill_after.items())}
+               if kill_after else {})
     head = {"call": call, "smoke": smoke, "state": "running", "reason": "", "started": now(),
             "budget_s": budget, "schedule": schedule(call, smoke), "out_limits": OUT_LIMITS,
             "compile_cache": str(cache), "records": None, "wall_s": None}
