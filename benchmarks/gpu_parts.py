@@ -189,7 +189,10 @@ def trainer(ctx: Ctx, budget: float) -> dict:
     from scalestudy.config.identity import identify
 
     cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    # each point's watchdog: what is left of the part's share (a cold compile on a loaded
+    # CPU takes minutes), the profiled step after them
     rec = gpu.measure(ctx.out / "trainer", smoke=ctx.smoke, budget_s=budget * 0.8,
+                      timeout_s=budget * 0.8,
                       configs=["eager", "compile"] if ctx.smoke else None,
                       on_point=lambda r: ctx.save({"records": r["records"],
                                                    "calibration": r["calibration"]}))
@@ -216,8 +219,10 @@ def trainer(ctx: Ctx, budget: float) -> dict:
                    "device_idle_or_host_s": (brk.get("terms") or {}).get("overhead_s"),
                    "unattributed_s": (brk.get("terms") or {}).get("unattributed_s"),
                    "step_s": brk.get("step_s")}
-    state = "ok" if ok else "failed"
-    return {"state": state, "reason": "" if ok else "no configuration ran",
+    bad = [f"{r['config']}: {r['state']} {r['reason']}".strip() for r in rec["records"]
+           if r["state"] not in ("ok", "skipped")]  # skipped: the budget ran out first
+    state = "ok" if ok and not bad else "failed"
+    return {"state": state, "reason": "; ".join(bad) or ("" if ok else "no configuration ran"),
             "records": rec["records"], "calibration": rec["calibration"],
             "target_mfu": gpu.TARGET_MFU, "below_target": below, "profile": profile,
             "compile_cache": {"dir": cache, "files": sum(1 for p in Path(cache).rglob("*")

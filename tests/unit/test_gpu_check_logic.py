@@ -136,3 +136,17 @@ def test_ranks_sharing_a_gpu_wrap_onto_it_and_gloo_can_be_asked_for():
     with pytest.raises(ValueError, match="use one of gloo, nccl"):
         process_group_backend("cuda", {BACKEND_ENV: "mpi"})
     assert os.environ.get(BACKEND_ENV) is None
+
+
+def test_the_torch_internals_torchrun_replaces_have_the_shape_it_reads():
+    # the same on torch 2.11 (the GPU machine's) and 2.13; another shape is left unpatched
+    from torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler \
+        import SubprocessHandler
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
+
+    from scalestudy.run import torchrun
+
+    assert torchrun._params(SubprocessHandler._popen) == ["self", "args", "env"]
+    assert torchrun._params(DynamicRendezvousHandler._create_tcp_store_server) == \
+        ["self", "master_addr", "master_port"]
+    assert torchrun._params(None) is None
