@@ -41,7 +41,7 @@ from pathlib import Path
 
 #: call -> ((part, watchdog s on a GPU, watchdog s in the CPU smoke run), ...), in order.
 CALLS = {
-    1: (("probe", 15, 60), ("trainer", 140, 200), ("memory", 45, 120)),
+    1: (("probe", 15, 60), ("trainer", 140, 260), ("memory", 45, 120)),
     2: (("layouts", 140, 200), ("energy", 40, 60), ("trace", 55, 60), ("stepmodel", 45, 60)),
 }
 #: call -> (its whole budget on a GPU, in the CPU smoke run), seconds: the preflight, every
@@ -306,7 +306,10 @@ def run_call(call: int, out: Path, work: Path, smoke: bool, python: str = sys.ex
     log = _Log(out / out_names(call)["log"])
     cache = work / "cache"  # Inductor's and Triton's caches, warm for the whole call
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-           "TRITON_CACHE_DIR": str(cache / "triton"), "PYTHONUNBUFFERED": "1"}
+           "TRITON_CACHE_DIR": str(cache / "triton"), "PYTHONUNBUFFERED": "1",
+           # on a 2-core CPU, Inductor's pool of compile workers (each importing torch) costs
+           # more than it saves: compile in the rank itself
+           **({"TORCHINDUCTOR_COMPILE_THREADS": "1"} if smoke else {})}
     # rehearsing a kill: the part holds after its k-th point until the kill comes (a point
     # that outlasts the watchdog), so the kill always lands mid-part
     env.update({HOLD_ENV: ",".join(f"{p}:{k}" for p, k in kill_after.items())}
@@ -335,7 +338,7 @@ def run_call(call: int, out: Path, work: Path, smoke: bool, python: str = sys.ex
             argv = [python, "-m", "benchmarks.gpu_parts", part, "--out", str(out), "--work",
                     str(work)] + (["--smoke"] if smoke else [])
             state, why = _watched(argv, min(share, left), work / "logs" / f"{part}.log", saved,
-                                  (kill_after or {}).get(part))
+                                  (kill_after or {}).get(part), env)
             rec = _load(saved) or blank(part, smoke, "failed", "", started, 0)
             if state and (rec["state"] in ("running", "failed") or state == "timeout"):
                 rec.update(state=state, reason=why if not rec.get("reason") or

@@ -166,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python", default="3.12", help="the device's Python (X.Y)")
     a = ap.parse_args(argv)
     if a.action == "missing":
-        print("\n".join(missing(a.path)))
+        names = missing(a.path)
+        if names:
+            print("\n".join(names))
         return 0
     if a.action == "download":
         kept = download(a.path, a.python)

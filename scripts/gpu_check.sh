@@ -19,10 +19,10 @@ if [[ -z "$PY" ]]; then
   if [[ -x .venv/bin/python ]]; then PY=.venv/bin/python; else PY=python3; fi
 fi
 export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-args=() smoke=0 mode=call
+args=() smoke=0 mode=none
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --call) args+=(--call "$2"); shift ;;
+    --call) args+=(--call "${2:-}"); mode=call; shift ;;
     --smoke) args+=(--smoke); smoke=1 ;;
     --rehearse) args+=(--rehearse); mode=rehearse; smoke=1 ;;
     --dry-run) args+=(--dry-run); mode=dry ;;
