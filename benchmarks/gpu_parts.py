@@ -245,12 +245,15 @@ LAYOUTS = {
 SMOKE_LAYOUTS = ("n1", "dp2xtp2")
 #: Collectives ``ProcessGroupGloo`` runs on CUDA tensors, each by copying them to pinned host
 #: memory, running on the host and copying back (an ``Async*CUDAWork`` per op); read in
-#: torch/csrc/distributed/c10d/ProcessGroupGloo.cpp. ``reduce_scatter_tensor`` is an
-#: all-reduce of the whole input, then each rank's chunk. Not taken: ``send``/``recv`` (the
+#: torch/csrc/distributed/c10d/ProcessGroupGloo.cpp, and the same classes are in torch
+#: 2.11.0+cu130's libraries (all-reduce, all-gather, all-to-all, broadcast, gather, reduce,
+#: scatter). ``reduce_scatter_tensor`` is an all-reduce of the whole input, then each
+#: rank's chunk. Not taken: ``send``/``recv`` (the
 #: tensor's raw pointer goes to gloo's TCP buffer: a device address) and
 #: ``all_gather_into_tensor_coalesced`` (no CUDA work).
 GLOO_CUDA = frozenset({"all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
-                       "reduce_scatter_tensor", "all_to_all_single", "gather", "scatter"})
+                       "reduce_scatter_tensor", "all_to_all_single", "gather", "scatter",
+                       "reduce"})
 #: What each layout's wrappers issue (DDP: a broadcast at wrap, bucketed all-reduces; FSDP2:
 #: all-gather and reduce-scatter into/from flat tensors; TP's DTensor redistributions:
 #: all-reduce, all-gather, reduce-scatter; PP: PipelineStage's P2P send/recv).
