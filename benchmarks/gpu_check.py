@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--call", type=int, choices=sorted(CALLS))
     ap.add_argument("--out", type=Path, default=Path("results/gpu-check"))
     ap.add_argument("--work", type=Path, default=None,
-                    help="run folders, logs, compile caches (default: a folder beside OUT)")
+                    help="run folders, logs, compile caches (default: a new temp folder)")
     ap.add_argument("--smoke", action="store_true", help="the same logic on the CPU, tiny")
     ap.add_argument("--rehearse", action="store_true", help="both calls' smoke, limits checked")
     ap.add_argument("--dry-run", action="store_true", help="print the schedule, run nothing")
@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if not problems else 1
     if a.call is None:
         ap.error("name --call 1 or 2 (or --rehearse, --dry-run)")
-    work = a.work or a.out.resolve().parent / f"{a.out.resolve().name}-work{a.call}"
+    work = a.work or Path(tempfile.mkdtemp(prefix=f"gpu-check-work{a.call}-"))
     head = run_call(a.call, a.out, work, a.smoke)
     return {"ok": 0, "aborted": 3}.get(head["state"], 1)
 

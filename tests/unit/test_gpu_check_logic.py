@@ -150,3 +150,23 @@ def test_the_torch_internals_torchrun_replaces_have_the_shape_it_reads():
     assert torchrun._params(DynamicRendezvousHandler._create_tcp_store_server) == \
         ["self", "master_addr", "master_port"]
     assert torchrun._params(None) is None
+
+
+def test_records_pack_without_caches_or_traces_and_are_left_out_over_the_limit(tmp_path,
+                                                                               monkeypatch):
+    import tarfile
+
+    work, out = tmp_path / "work", tmp_path / "out"
+    for rel in ("memory/runs/a/summary.json", "cache/inductor/k.py", "trace/runs/t/traces/r.gz",
+                "parts/memory.json"):
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text(os.urandom(600).hex())
+    out.mkdir()
+    said = gpu_check.pack_records(out, work, 1)
+    path = out / "call1-records.tar.gz"
+    assert said.startswith("call1-records.tar.gz: ")
+    with tarfile.open(path) as tar:
+        assert sorted(tar.getnames()) == ["memory/runs/a/summary.json", "parts/memory.json"]
+    monkeypatch.setitem(gpu_check.OUT_LIMITS, "file_bytes", 100)
+    assert "records left out" in gpu_check.pack_records(out, work, 1)
+    assert list(out.iterdir()) == []
