@@ -27,6 +27,7 @@ import time
 import traceback
 from pathlib import Path
 
+from benchmarks import gloo_cuda
 from benchmarks.gpu_check import CALLS, HOLD_ENV, OUT_LIMITS, blank, call_of, now, out_names, publish
 
 #: The pipeline's modules a device image may lack (DESIGN: no snakemake, no jsonschema there).
@@ -243,48 +244,6 @@ LAYOUTS = {
 #: part's logic whatever the layout; every layout's own parity on the CPU is
 #: tests/integration/test_parallel_parity.py's
 SMOKE_LAYOUTS = ("n1", "dp2xtp2")
-#: Collectives ``ProcessGroupGloo`` runs on CUDA tensors, each by copying them to pinned host
-#: memory, running on the host and copying back (an ``Async*CUDAWork`` per op); read in
-#: torch/csrc/distributed/c10d/ProcessGroupGloo.cpp, and the same classes are in torch
-#: 2.11.0+cu130's libraries (all-reduce, all-gather, all-to-all, broadcast, gather, reduce,
-#: scatter). ``reduce_scatter_tensor`` is an all-reduce of the whole input, then each
-#: rank's chunk. Not taken: ``send``/``recv`` (the
-#: tensor's raw pointer goes to gloo's TCP buffer: a device address) and
-#: ``all_gather_into_tensor_coalesced`` (no CUDA work).
-GLOO_CUDA = frozenset({"all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
-                       "reduce_scatter_tensor", "all_to_all_single", "gather", "scatter",
-                       "reduce"})
-#: What each layout's wrappers issue (DDP: a broadcast at wrap, bucketed all-reduces; FSDP2:
-#: all-gather and reduce-scatter into/from flat tensors; TP's DTensor redistributions:
-#: all-reduce, all-gather, reduce-scatter; PP: PipelineStage's P2P send/recv).
-LAYOUT_NEEDS = {
-    "n1": frozenset(), "ddp2": frozenset({"broadcast", "all_reduce"}),
-    "fsdp2": frozenset({"all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce"}),
-    "tp2": frozenset({"all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor"}),
-    "pp2": frozenset({"send", "recv", "all_reduce"}),
-    "dp2xtp2": frozenset({"broadcast", "all_reduce", "all_gather_into_tensor",
-                          "reduce_scatter_tensor"}),
-    "pp2xdp2xtp2": frozenset({"send", "recv", "broadcast", "all_reduce",
-                              "all_gather_into_tensor", "reduce_scatter_tensor"}),
-}
-
-
-def gpu_layouts(names=tuple(LAYOUTS), taken=GLOO_CUDA) -> tuple[list[str], dict]:
-    """``(layouts to run with their ranks sharing one GPU over gloo, {left out: why})``: a
-    layout runs when gloo takes CUDA tensors for every collective it issues; one rank needs
-    none (it runs on NCCL)."""
-    run, out = [], {}
-    for name in names:
-        lacking = sorted(LAYOUT_NEEDS[name] - taken) if LAYOUTS[name][0] > 1 else []
-        if lacking:
-            out[name] = (f"gloo does not take CUDA tensors for {', '.join(lacking)} (a raw "
-                         "device pointer handed to its TCP transport); on several GPUs NCCL "
-                         "runs it")
-        else:
-            run.append(name)
-    return run, out
-
-
 #: runs.csv columns a GPU run fills (a CPU run has no spec peak and maybe no energy counter)
 GPU_COLUMNS = ("step_time_median_s", "tokens_per_s", "mfu", "hfu", "peak_memory_gb",
                "joules_per_token")
@@ -296,7 +255,15 @@ def layouts(ctx: Ctx) -> dict:
     from scalestudy.config.study import validate
     from scalestudy.plan.planner import plan_points, write_plan
 
-    names, left_out = (list(SMOKE_LAYOUTS), {}) if ctx.smoke else gpu_layouts()
+    # which collectives gloo runs on this device's tensors, tried on two ranks (the smoke
+    # run: CPU tensors); where the probe itself fails, the table read in the sources
+    try:
+        probe_ops = gloo_cuda.run(ctx.out / "gloo_cuda.json", ctx.device)["ops"]
+        taken = frozenset(op for op, r in probe_ops.items() if r == "ok")
+    except Exception as e:  # noqa: BLE001 - a crashed probe: say so, use the table
+        probe_ops, taken = {"probe": f"{type(e).__name__}: {str(e)[:200]}"}, gloo_cuda.GLOO_CUDA
+    names, left_out = ((list(SMOKE_LAYOUTS), {}) if ctx.smoke else
+                       gloo_cuda.gpu_layouts({n: LAYOUTS[n][0] for n in LAYOUTS}, taken))
     doc = {"name": "layouts", "models": {"m": MODELS[ctx.smoke]["small"]},
            "train": {"steps": 6, "warmup_steps": 2, "precision": ctx.precision, "lr": 3e-4},
            "platform": {"device": ctx.device, "devices_per_node": 8, "timeout_s": 240},
@@ -310,7 +277,7 @@ def layouts(ctx: Ctx) -> dict:
     tol = TOLERANCE[ctx.precision]
     losses: dict = {}
     fixed = {"backend": backend, "tolerance": {"loss_abs": tol, "precision": ctx.precision},
-             "reference": "n1", "left_out": left_out, "gloo_cuda": sorted(GLOO_CUDA)}
+             "reference": "n1", "left_out": left_out, "gloo_cuda": probe_ops}
     for p in points:
         env = {} if (ctx.smoke or p.n == 1) else {"SCALESTUDY_DIST_BACKEND": "gloo"}
         run = _run(p, study_dir / "runs" / p.point_id, env)

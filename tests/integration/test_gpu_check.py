@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import gpu_check, gpu_parts
+from benchmarks import gloo_cuda, gpu_check, gpu_parts
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.dist
@@ -85,6 +85,9 @@ def test_the_parts_measure_what_they_say(rehearsal):
     tol = layouts["tolerance"]["loss_abs"]
     assert all(r["within"] and r["max_loss_diff"] <= tol for r in layouts["layouts"].values())
     assert layouts["columns_missing"] == {} and layouts["left_out"] == {}
+    # the collectives probe ran on two ranks (CPU tensors here: every op exact)
+    assert set(layouts["gloo_cuda"]) == set(gloo_cuda.OPS)
+    assert set(layouts["gloo_cuda"].values()) == {"ok"}
     step = c2["stepmodel"]
     assert step["points"] and all(p["predicted_s"] > 0 for p in step["points"])
     trace = c2["trace"]

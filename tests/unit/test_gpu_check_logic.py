@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from benchmarks import gpu_check, gpu_parts, gpu_wheels
+from benchmarks import gloo_cuda, gpu_check, gpu_parts, gpu_wheels
 from scalestudy.train import energy
 from scalestudy.train.device import BACKEND_ENV, device_index, process_group_backend
 
@@ -76,12 +76,15 @@ def test_the_preflight_aborts_on_a_missing_module_or_no_cuda():
 
 
 def test_layouts_needing_what_gloo_cannot_run_on_cuda_are_left_out_with_why():
-    run, out = gpu_parts.gpu_layouts()
+    ranks = {n: gpu_parts.LAYOUTS[n][0] for n in gpu_parts.LAYOUTS}
+    run, out = gloo_cuda.gpu_layouts(ranks)
     assert set(out) == {"pp2", "pp2xdp2xtp2"} and "recv, send" in out["pp2"]
     assert run == ["n1", "ddp2", "fsdp2", "tp2", "dp2xtp2"]
-    # without reduce-scatter on CUDA, FSDP2 and TP go too; one rank needs nothing of gloo
-    run, out = gpu_parts.gpu_layouts(taken=gpu_parts.GLOO_CUDA - {"reduce_scatter_tensor"})
-    assert run == ["n1", "ddp2"] and "reduce_scatter_tensor" in out["fsdp2"]
+    # a reduce-scatter that does not average on CUDA: FSDP2 goes, TP (summing) stays
+    run, out = gloo_cuda.gpu_layouts(ranks, gloo_cuda.GLOO_CUDA - {"reduce_scatter_tensor_avg"})
+    assert run == ["n1", "ddp2", "tp2", "dp2xtp2"] and "reduce_scatter_tensor_avg" in out["fsdp2"]
+    # nothing on CUDA: one rank (NCCL) still runs
+    assert gloo_cuda.gpu_layouts(ranks, frozenset())[0] == ["n1"]
 
 
 def test_the_terms_a_trace_cannot_show():
