@@ -294,8 +294,8 @@ class _Log:
 
 def run_call(call: int, out: Path, work: Path, smoke: bool, python: str = sys.executable,
              kill_after: dict | None = None) -> dict:
-    """Call ``call``: the preflight, then every part under its watchdog (at most what is left
-    of the call's budget), ``OUT/callN.json`` rewritten after every part (and by the parts
+    """Call ``call``: the preflight, then every part under its watchdog (its share plus what
+    the earlier parts left of theirs, at most what is left of the call's budget), ``OUT/callN.json`` rewritten after every part (and by the parts
     after every point), the records packed after every part. Returns the head."""
     from scalestudy.record.io import write_json
 
@@ -326,8 +326,10 @@ def run_call(call: int, out: Path, work: Path, smoke: bool, python: str = sys.ex
         log(f"gpu_check: call {call} aborted: {abort}")
         return head
     write_json(work / "head.json", head)
+    planned = float(PREFLIGHT_S)  # the shares up to here: what earlier parts left goes on
     for part, share in head["schedule"]:
         started, t1 = now(), time.monotonic()
+        share, planned = share + max(0.0, planned - (t1 - t0)), planned + share
         saved = work / "parts" / f"{part}.json"
         saved.unlink(missing_ok=True)
         left = budget - (t1 - t0) - 10  # 10 s to pack what comes back

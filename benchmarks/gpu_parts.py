@@ -320,11 +320,11 @@ def memory_points(ctx: Ctx) -> list:
     combos = [(2, 1, "none", "bf16"), (2, 1, "full", "bf16"), (2, 1, "selective", "bf16"),
               (4, 2, "none", "bf16"), (2, 1, "none", "fp32"), (1, 1, "full", "fp32")]
     out = []
-    for name in ("small", "medium"):
-        base = ctx.model(name)
-        for mb, div, ac, prec in combos:
+    for mb, div, ac, prec in combos:  # both models per combination: a cut part has both
+        for name in ("small", "medium"):
             import dataclasses
 
+            base = ctx.model(name)
             m = dataclasses.replace(base, seq_len=base.seq_len // div)
             prec = "fp32" if ctx.smoke else prec  # (bf16 matmul crawls on most CPUs)
             out.append(_point(ctx, m, f"mem-{name}-mb{mb}-s{m.seq_len}-{ac}-{prec}",
