@@ -49,15 +49,13 @@ bench: setup
 	$(PY) -m benchmarks
 
 # Wheels the GPU machine's image lacks (no network there: the device tool carries the folder),
-# for its Python (GPU_PY): jsonschema and its dependencies; HTA with its runtime modules only
-# (its jupyterlab dependency is for notebooks). scripts/gpu_check.sh installs from them.
+# for its Python (GPU_PY; 3.11 and 3.13 beside it for a wheel built for one CPython ABI),
+# verified with a `pip install --dry-run --no-index` for that Python and against the image's
+# package list (benchmarks/gpu_image_packages.txt). scripts/gpu_check.sh installs them by name.
 GPU_PY ?= 3.12
-GPU_PLATFORMS := --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
 gpu-wheels: setup
-	$(PY) -m pip download -q -d .gpu-wheels --only-binary=:all: --python-version $(GPU_PY) \
-		--implementation cp $(GPU_PLATFORMS) jsonschema
-	$(PY) -m pip download -q -d .gpu-wheels --no-deps --only-binary=:all: --python-version $(GPU_PY) \
-		--implementation cp $(GPU_PLATFORMS) traceinsight plotly narwhals networkx pydot pyparsing psutil
+	$(PY) -m benchmarks.gpu_wheels download .gpu-wheels --python $(GPU_PY)
+	$(PY) -m benchmarks.gpu_wheels verify .gpu-wheels --python $(GPU_PY)
 
 # the documentation site (docs/, mkdocs.yml) into site/; --strict: a broken link or anchor fails
 docs: setup

@@ -122,14 +122,15 @@ def record(config: str, point: Point, run_dir: Path, calibration: dict | None) -
 def measure(out_dir: str | Path, *, smoke: bool = False, configs: list[str] | None = None,
             micro_batch: int | None = None, steps: int | None = None,
             timeout_s: float | None = None, launcher: str = "runner",
-            budget_s: float | None = None) -> dict:
-    """Run the configurations (names from CONFIGS; default: eager, eager-ac, compile on a GPU;
-    eager, eager-ac in a smoke run) and return ``{"records": [...], "calibration", "figures"}``.
+            budget_s: float | None = None, on_point=None) -> dict:
+    """Run the configurations (names from CONFIGS, in the order given; default: eager,
+    compile, eager-ac on a GPU; eager, eager-ac in a smoke run) and return ``{"records": [...], "calibration", "figures"}``.
     ``launcher``: ``runner`` (the pipeline's runner + torchrun) or ``inprocess`` (train.run in
     this process; smoke tests only). ``budget_s`` bounds the whole call: each point's watchdog
     gets at most what is left, and a point with under 30 s left is skipped (state
     ``skipped``). Records are also written after every point to ``out_dir/gpu_records.json``,
-    so a run killed from outside keeps what it measured."""
+    so a run killed from outside keeps what it measured, and handed to ``on_point``
+    (``{"records", "calibration"}``) when given."""
     from scalestudy.record.io import write_json, write_text
     from scalestudy.run import runner
 
@@ -141,7 +142,7 @@ def measure(out_dir: str | Path, *, smoke: bool = False, configs: list[str] | No
     steps = steps or (4 if smoke else 20)
     warmup = 1 if smoke else 5
     timeout_s = timeout_s or (120 if smoke else 240)
-    wanted = configs or (["eager", "eager-ac"] if smoke else ["eager", "eager-ac", "compile"])
+    wanted = configs or (["eager", "eager-ac"] if smoke else ["eager", "compile", "eager-ac"])
     unknown = set(wanted) - {c[0] for c in CONFIGS}
     if unknown:
         raise ValueError(f"configs {sorted(unknown)}: use names from {[c[0] for c in CONFIGS]}")
@@ -149,9 +150,8 @@ def measure(out_dir: str | Path, *, smoke: bool = False, configs: list[str] | No
     t0 = time.monotonic()
     calibration = calibrate(device, out_dir / "calibration.json", smoke)
     records = []
-    for name, ac, comp in CONFIGS:
-        if name not in wanted:
-            continue
+    by_name = {c[0]: c for c in CONFIGS}
+    for name, ac, comp in (by_name[w] for w in wanted):
         left = None if budget_s is None else budget_s - (time.monotonic() - t0)
         # the watchdog gets at most what is left of the budget (timeouts are not hashed)
         point = make_point(name, model, micro_batch=mb, ac=ac, compile=comp, steps=steps,
@@ -175,6 +175,8 @@ def measure(out_dir: str | Path, *, smoke: bool = False, configs: list[str] | No
         print(f"bench gpu: {name}: {r['state']} {r['reason']} tokens/s={r['tokens_per_s']} "
               f"mfu={r['mfu']} peak_memory_gb={r['peak_memory_gb']}", file=sys.stderr, flush=True)
         write_json(out_dir / "gpu_records.json", {"calibration": calibration, "records": records})
+        if on_point is not None:
+            on_point({"calibration": calibration, "records": records})
     elapsed = time.monotonic() - t0
 
     figs = []

@@ -70,7 +70,8 @@ def distributed_data_parallel(model: nn.Module, group, device: torch.device,
     ids, the rotary table) are constants built alike on every rank; DDP's default broadcast
     of them before every forward is a collective per micro-batch that waits for the slowest
     rank (profiled on gloo: ~0.2 ms a call, and the wait inside DDP's forward). torch >= 2.13
-    names it ``forward_sync_buffers`` (``broadcast_buffers`` is deprecated there)."""
+    names it ``forward_sync_buffers`` (``broadcast_buffers`` is deprecated there; 2.11, the
+    GPU machine's, has only ``broadcast_buffers``): chosen by signature, not by version."""
     from torch.nn.parallel import DistributedDataParallel as DDP
     sync = ("forward_sync_buffers" if "forward_sync_buffers" in
             inspect.signature(DDP.__init__).parameters else "broadcast_buffers")

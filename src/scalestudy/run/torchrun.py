@@ -30,6 +30,7 @@ Each rank dies with this torchrun and holds the point's lock (:func:`install_ran
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import socket
@@ -107,7 +108,8 @@ def install() -> list[str]:
     try:
         from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
             DynamicRendezvousHandler)
-        if not hasattr(DynamicRendezvousHandler, "_create_tcp_store_server"):
+        if _params(getattr(DynamicRendezvousHandler, "_create_tcp_store_server", None)) != \
+                ["self", "master_addr", "master_port"]:
             raise AttributeError("_create_tcp_store_server")
 
         def _create_tcp_store_server(self, master_addr, master_port):
@@ -118,6 +120,15 @@ def install() -> list[str]:
     except (ImportError, AttributeError):
         missing.append("DynamicRendezvousHandler._create_tcp_store_server")
     return missing
+
+
+def _params(fn) -> list[str] | None:
+    """The parameter names of a torch internal this module replaces (None: not there), so a
+    release whose internal changed shape is left alone, not patched wrongly."""
+    try:
+        return list(inspect.signature(fn).parameters) if fn is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def rank_popen_kwargs(environ=os.environ) -> dict:
@@ -134,13 +145,14 @@ def rank_popen_kwargs(environ=os.environ) -> dict:
 def install_rank_lifetime() -> bool:
     """Start torchrun's ranks with :func:`rank_popen_kwargs`, each in a session of its own as
     torch does (its shutdown signals each rank's group). False when this torch's
-    ``SubprocessHandler`` is not the one read here (torch 2.6-2.13)."""
+    ``SubprocessHandler`` is not the one read here (torch 2.6-2.13; 2.11's and 2.13's are
+    the same: ``_popen(self, args, env)`` with ``_stdout``/``_stderr``)."""
     try:
         from torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler \
             import SubprocessHandler
     except ImportError:
         return False
-    if not hasattr(SubprocessHandler, "_popen"):
+    if _params(getattr(SubprocessHandler, "_popen", None)) != ["self", "args", "env"]:
         return False
 
     def _popen(self, args, env):

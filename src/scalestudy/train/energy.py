@@ -4,7 +4,8 @@ One reader is chosen once per rank (``open_reader``), by device and availability
 
 - ``nvml`` (CUDA): ``nvmlDeviceGetTotalEnergyConsumption`` of the rank's GPU (mJ since the
   driver loaded; Volta and newer) through ``nvidia-ml-py`` (``import pynvml``), an optional
-  package: without it there is no NVIDIA reading. Scope: the device.
+  package: without it there is no NVIDIA reading. Scope: the device, named by its NVML UUID
+  (ranks sharing one GPU read the same counter: it is counted once).
 - ``amdsmi`` (ROCm): ``amdsmi_get_energy_count`` of the rank's GPU (accumulator × resolution,
   µJ). Scope: the device.
 - ``rapl`` (CPU): Linux powercap, the package zones ``intel-rapl:N`` under
@@ -112,6 +113,11 @@ class NvmlReader:
         except pynvml.NVMLError as e:
             raise EnergyUnavailable(f"NVML energy counter not readable: {e}") from None
         self.nvml, self.handle = pynvml, handle
+        try:
+            got = pynvml.nvmlDeviceGetUUID(handle)
+            self.device_id = got.decode() if isinstance(got, bytes) else str(got)
+        except (pynvml.NVMLError, AttributeError):
+            self.device_id = None  # then each rank counts as a device of its own
 
     def read(self) -> float:
         return self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle) * 1e-3
@@ -131,8 +137,9 @@ class AmdSmiReader:
         try:
             amdsmi.amdsmi_init()
             handles = amdsmi.amdsmi_get_processor_handles()
-            self.handle = handles[_physical_index(device_index, "ROCR_VISIBLE_DEVICES",
-                                                  "HIP_VISIBLE_DEVICES")]
+            physical = _physical_index(device_index, "ROCR_VISIBLE_DEVICES",
+                                       "HIP_VISIBLE_DEVICES")
+            self.handle, self.device_id = handles[physical], f"amdsmi:{physical}"
             self.amdsmi = amdsmi
             self.read()
         except (amdsmi.AmdSmiException, IndexError, KeyError, TypeError) as e:
@@ -223,7 +230,7 @@ class StepEnergy:
         j = [b[0] - a[0] for a, b in zip(self.readings, self.readings[1:])]
         s = [b[1] - a[1] for a, b in zip(self.readings, self.readings[1:])]
         return {"source": self.reader.source, "scope": self.reader.scope, "host": host,
-                "j": j, "s": s}
+                "device_id": getattr(self.reader, "device_id", None), "j": j, "s": s}
 
 
 def chain(*hooks: Callable[[int], None] | None) -> Callable[[int], None] | None:
@@ -245,8 +252,9 @@ def summarize(records: list[dict | None], steps: int, warmup: int,
     """Per-step fields for ``steps.jsonl`` and the ``energy`` entry of ``summary.json`` from
     every rank's ``StepEnergy.record()`` (rank order).
 
-    Device-scope counters are summed over ranks; a host-scope counter (RAPL) is counted once
-    per host (its first rank). ``joules_per_token`` = energy over the steady-state steps ÷
+    A device-scope counter is counted once per physical device (its first rank: ranks sharing
+    one GPU read the same counter; a rank without a device id counts on its own); a
+    host-scope counter (RAPL) once per host. ``joules_per_token`` = energy over the steady-state steps ÷
     their tokens; ``avg_power_w`` = per counted rank, its steady energy ÷ the time it covers,
     summed. Without a counter on every rank: no numbers, the reason."""
     recs = [r or {} for r in records]
@@ -260,14 +268,13 @@ def summarize(records: list[dict | None], steps: int, warmup: int,
         return [{} for _ in range(steps)], {"source": None, "reason": reason}
     sources = sorted({r["source"] for r in recs})
     scope = recs[0].get("scope", "device")
-    if scope == "host":
-        seen, counted = set(), []
-        for i, r in enumerate(recs):
-            if r.get("host") not in seen:
-                seen.add(r.get("host"))
-                counted.append(i)
-    else:
-        counted = list(range(len(recs)))
+    seen, counted = set(), []
+    for i, r in enumerate(recs):
+        key = (r.get("host"),) if scope == "host" else (
+            (r.get("host"), r["device_id"]) if r.get("device_id") else ("rank", i))
+        if key not in seen:
+            seen.add(key)
+            counted.append(i)
     per_step = [{"energy_j": sum(recs[i]["j"][k] for i in counted),
                  "rank_energy_j": [r["j"][k] for r in recs]} for k in range(steps)]
     steady = range(warmup, steps)
@@ -277,7 +284,7 @@ def summarize(records: list[dict | None], steps: int, warmup: int,
     tokens = tokens_per_step * len(steady)
     note = (f"host package energy (RAPL), every process on the host included; counted once per "
             f"host ({len(counted)} host(s))" if scope == "host" else
-            f"device energy, summed over {len(counted)} device(s)")
+            f"device energy, summed over {len(counted)} device(s) of {len(recs)} rank(s)")
     summary = {"source": "+".join(sources), "scope": scope, "reason": None, "note": note,
                "joules_steady": joules, "steady_steps": len(steady),
                "joules_per_token": joules / tokens if tokens else None,
