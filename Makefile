@@ -31,9 +31,11 @@ run: setup
 
 # three pytest-xdist workers, a test file per worker at a time, in the order of tests/conftest.py
 # (the longest files first; not xdist's order by test count): on 2 cores, a third worker fills
-# the time the others wait (Slurm's status polls, a job's start, one rank at a time)
+# the time the others wait (Slurm's status polls, a job's start, one rank at a time); then the
+# tests that read shares of a step (marked quiet) alone, on a host running nothing else
 test: setup
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15 -m "not quiet"
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:xdist --durations=5 -m quiet
 
 # the unit tests alone (no torchrun, no Snakemake run): about a minute
 test-quick: setup
