@@ -29,7 +29,7 @@ def require(tool: str) -> None:
 
 
 @dataclass
-class Outcome:
+class ToolOutcome:
     """What one tool's export did: runs created, written again (changed) and left as they
     were; ``where``: the experiment, project or folder."""
 

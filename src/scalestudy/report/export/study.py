@@ -11,13 +11,13 @@ from scalestudy.config.export import EXPORT_SECTIONS, Export
 from scalestudy.record.io import os_error_line, write_json
 from scalestudy.record.run_records import read_study
 from scalestudy.record.bounded_read import RecordError, one_line
-from scalestudy.report.export import ExportError, Outcome, require
+from scalestudy.report.export import ExportError, ToolOutcome, require
 from scalestudy.report.export.shape import read_study_shape
 
 
 
 def writer(tool: str):
-    """The module that writes ``tool`` (its ``export(shape, settings) -> Outcome``), imported
+    """The module that writes ``tool`` (its ``export(shape, settings) -> ToolOutcome``), imported
     on use (each imports its tracker's package)."""
     if tool == "mlflow":
         from scalestudy.report.export import to_mlflow as module
@@ -46,7 +46,7 @@ def study_export(folder: str | Path) -> Export:
 
 
 def export_study(folder: str | Path, tools: tuple[str, ...] = ()
-                 ) -> tuple[list[Outcome], list[str]]:
+                 ) -> tuple[list[ToolOutcome], list[str]]:
     """Export the study in ``folder`` to ``tools`` (default: those its ``export:`` section
     turns on; a tool it leaves out runs with its defaults): what each did, and one line per
     tool that failed. Writes :data:`MANIFEST` when every tool succeeded."""

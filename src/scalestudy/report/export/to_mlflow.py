@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from scalestudy.report.export import ExportError, Outcome
+from scalestudy.report.export import ExportError, ToolOutcome
 from scalestudy.report.export.shape import STUDY_RUN, RunShape, StudyShape
 
 #: The tag prefix of everything scalestudy sets.
@@ -110,7 +110,7 @@ def _tags(tags: dict[str, str], digest: str):
     return [RunTag(PREFIX + k, str(v)[:5000]) for k, v in {**tags, "digest": digest}.items()]
 
 
-def export(shape: StudyShape, settings) -> Outcome:
+def export(shape: StudyShape, settings) -> ToolOutcome:
     """Write ``shape`` to MLflow as ``settings`` (``config.export.MLflowExport``) say."""
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # (bounded: one line, soon)
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(TIMEOUT_S))
@@ -122,7 +122,7 @@ def export(shape: StudyShape, settings) -> Outcome:
 
     name = settings.experiment or shape.name
     client = MlflowClient(tracking_uri=uri)
-    out = Outcome("mlflow", f"{uri}, experiment {name}")
+    out = ToolOutcome("mlflow", f"{uri}, experiment {name}")
     try:
         exp = client.get_experiment_by_name(name)
         exp_id = exp.experiment_id if exp else client.create_experiment(

@@ -18,7 +18,7 @@ import struct
 import time
 from pathlib import Path
 
-from scalestudy.report.export import Outcome
+from scalestudy.report.export import ToolOutcome
 from scalestudy.report.export.shape import STUDY_RUN, RunShape, StudyShape
 
 #: The file in each run folder that names what it holds.
@@ -160,12 +160,12 @@ def _write(folder: Path, summaries, digest: str) -> None:
         tmp.rename(folder)
 
 
-def export(shape: StudyShape, settings) -> Outcome:
+def export(shape: StudyShape, settings) -> ToolOutcome:
     """Write ``shape`` as event files as ``settings`` (``config.export.TensorBoardExport``)
     say; OSError for a folder that cannot be written."""
     root = resolve_dir(settings.log_dir, shape.folder)
     root.mkdir(parents=True, exist_ok=True)
-    out = Outcome("tensorboard", str(root))
+    out = ToolOutcome("tensorboard", str(root))
     for name, make, digest in ([(r.point_id, lambda r=r: _run_summaries(r), r.digest)
                                 for r in shape.runs]
                                + [(STUDY_RUN, lambda: _study_summaries(shape), shape.digest)]):

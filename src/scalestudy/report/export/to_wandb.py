@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 from scalestudy.record.io import escaping_links, write_json
-from scalestudy.report.export import ExportError, Outcome
+from scalestudy.report.export import ExportError, ToolOutcome
 from scalestudy.report.export.shape import STUDY_RUN, RunShape, StudyShape
 
 #: The ledger of what was written (run key -> digest), in the wandb folder.
@@ -76,7 +76,7 @@ def keep_inside(root: Path) -> None:
             link.unlink()
 
 
-def export(shape: StudyShape, settings) -> Outcome:
+def export(shape: StudyShape, settings) -> ToolOutcome:
     """Write ``shape`` to W&B as ``settings`` (``config.export.WandbExport``) say."""
     os.environ.setdefault("WANDB_SILENT", "true")
     import wandb
@@ -90,7 +90,7 @@ def export(shape: StudyShape, settings) -> Outcome:
     except ValueError:
         ledger = {}  # a damaged ledger: every run written again (same run ids)
     mode = str(settings.mode)
-    out = Outcome("wandb", f"{mode}, project {project}, {root}")
+    out = ToolOutcome("wandb", f"{mode}, project {project}, {root}")
     quiet = wandb.Settings(console="off", x_disable_stats=True, disable_git=True,
                            save_code=False, silent=True, init_timeout=120)
     try:
@@ -101,7 +101,7 @@ def export(shape: StudyShape, settings) -> Outcome:
 
 
 def _export_runs(wandb, shape: StudyShape, settings, root: Path, project: str, ledger: dict,
-                 out: Outcome, quiet) -> None:
+                 out: ToolOutcome, quiet) -> None:
     """Each run of ``shape`` not in ``ledger`` with its digest, written and then recorded."""
     mode = str(settings.mode)
     for key, run_shape, digest in ([(r.point_id, r, r.digest) for r in shape.runs]
