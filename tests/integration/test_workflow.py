@@ -115,7 +115,7 @@ def test_every_profiled_point_is_explained_term_by_term(tiny_study_run):
         assert (g["measured_s"].drop(g.index[g["term"] == "unattributed_s"]) > -1e-9).all()
         if abs(r["traced_step_s"] / r["step_time_s"] - 1) > 0.35:
             assert "the traced step" in r["note"], (series, n, r["note"])
-        assert g["predicted_s"].notna().all() and (g["profiler_dilation"] > 0).all()
+        assert (g["profiler_dilation"] > 0).all()
     eff = pd.read_csv(out / "efficiency.csv").set_index(["series", "n"])
     loss = pd.read_csv(out / "efficiency_loss.csv")
     for (series, n), g in loss[loss["measured_loss"].notna()].groupby(["series", "n"]):
