@@ -100,3 +100,9 @@ rule predict:
     shell:
         "{params.py:q} -m scalestudy predict {input.study:q} --results {params.results:q}"
         " --out {params.out:q} > {log:q} 2>&1"
+
+
+# The model's side of breakdown.csv / efficiency_loss.csv, where the study runs the predict job
+# (a CPU study: rule all): the breakdown figure and the front page draw it beside the measured.
+MODEL_SIDE = ([rules.predict.output.breakdown_predicted, rules.predict.output.loss_predicted]
+              if STUDY.platform.device == "cpu" else [])
