@@ -170,7 +170,7 @@ def test_a_workflow_rule_that_cannot_write_fails_with_one_line_and_the_others_go
     out = (copy / "tiny").resolve()
     (out / "figures" / "mfu.csv").unlink()  # plots runs again, onto a full disk
     predicted = out / "predict" / "predict_vs_measured.png"
-    predicted.unlink()  # predict, independent of plots, runs again
+    predicted.unlink()  # predict runs again (plots, which draws its side, waits for it)
     full = {**os.environ, "SCALESTUDY_TEST_FULL_DISK": str(out / "figures"),
             "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "full_disk"),
                                            os.environ.get("PYTHONPATH", "")])}

@@ -323,8 +323,8 @@ def test_a_damaged_trace_or_breakdown_leaves_the_breakdown_empty_with_its_reason
     point = json.loads((target / "point.json").read_text())
     rec = rbreakdown.write_breakdown(target, point)
     assert rec["state"] == "empty" and "rank0.json.gz: cut" in rec["reason"], rec
-    runs, eff, ctx = aggregate.collect(study)
-    brk, loss, _ = breakdown_tables(study, runs, eff, ctx["study"])
+    runs, eff, _ = aggregate.collect(study)
+    brk, loss, _ = breakdown_tables(study, runs, eff)
     mine = brk[(brk["series"] == point["series"]) & (brk["n"] == point["n"])]
     assert mine["measured_s"].isna().all() and mine["note"].str.contains("cut").all()
     assert brk["measured_s"].notna().any()  # the other points' breakdowns stand
@@ -334,7 +334,7 @@ def test_a_damaged_trace_or_breakdown_leaves_the_breakdown_empty_with_its_reason
         (other / "breakdown.json").write_bytes(pristine)
         data = json.loads(pristine)
         (other / "breakdown.json").write_text(json.dumps(_mutate_value(data, rng)))
-        brk, loss, _ = breakdown_tables(study, runs, eff, ctx["study"])
+        brk, loss, _ = breakdown_tables(study, runs, eff)
         work = brk[brk["term"] != "unattributed_s"]  # (it holds timed - traced: any sign)
         for c in ("measured_s", "measured_share", "profiler_dilation"):
             v = pd.to_numeric(work[c], errors="raise").dropna()

@@ -115,14 +115,21 @@ def test_every_profiled_point_is_explained_term_by_term(tiny_study_run):
         assert (g["measured_s"].drop(g.index[g["term"] == "unattributed_s"]) > -1e-9).all()
         if abs(r["traced_step_s"] / r["step_time_s"] - 1) > 0.35:
             assert "the traced step" in r["note"], (series, n, r["note"])
-        assert g["predicted_s"].notna().all() and (g["profiler_dilation"] > 0).all()
+        assert (g["profiler_dilation"] > 0).all()
     eff = pd.read_csv(out / "efficiency.csv").set_index(["series", "n"])
     loss = pd.read_csv(out / "efficiency_loss.csv")
     for (series, n), g in loss[loss["measured_loss"].notna()].groupby(["series", "n"]):
         assert abs(g["measured_loss"].sum() - (1 - eff.loc[(series, n), "efficiency"])) < 1e-4
     md = (out / "summary.md").read_text()
     assert "## Where the efficiency went" in md and "- weak at N=2 (vs N₀=1):" in md
-    assert "Where the efficiency went" in (out / "report" / "front.html").read_text()
+    # the model's side, written by the prediction job (aggregate runs no model), every measured
+    # point's terms; the front page (drawn after it) sets its losses beside the measured
+    model = pd.read_csv(out / "predict" / "breakdown_predicted.csv")
+    model = model[model["in_step"]]
+    assert set(zip(step["series"], step["n"])) <= set(zip(model["series"], model["n"]))
+    assert model["predicted_s"].notna().all() and (model["predicted_step_s"] > 0).all()
+    front = (out / "report" / "front.html").read_text()
+    assert "Where the efficiency went" in front and "the model:" in front
 
 
 def test_rerun_is_a_noop(tiny_study_run):

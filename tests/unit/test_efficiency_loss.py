@@ -10,8 +10,10 @@ import math
 import pandas as pd
 import pytest
 
-from scalestudy.analysis.loss_by_term import (hta_columns, loss_table, set_against_timed,
+from scalestudy.analysis.loss_by_term import (BREAKDOWN_COLUMNS, LOSS_COLUMNS, hta_columns,
+                                              loss_table, predicted_tables, set_against_timed,
                                               straggler_columns, with_residual)
+from scalestudy.record.terms import STEP_TERMS
 from scalestudy.analysis.efficiency import efficiency_loss
 from scalestudy.record.terms import MEASURED_TERMS
 from scalestudy.report.breakdown import loss_sentences
@@ -83,12 +85,29 @@ def test_the_loss_table_and_sentence_name_where_the_efficiency_went():
                         "baseline_n": [1, 1], "efficiency": [1.0, 0.5]})
     m0 = _terms(gemm_s=1.0)
     m = _terms(gemm_s=1.0, sync_wait_s=0.6, dp_comm_exposed_s=0.3, overhead_s=0.1)
-    loss = loss_table(eff, {("s", 1): (m0, m0), ("s", 2): (m, _terms(gemm_s=1.0,
-                                                                      dp_comm_exposed_s=1.0))})
+    loss = loss_table(eff, {("s", 1): m0, ("s", 2): m})
     at = loss[loss["n"] == 2].set_index("term")
     assert math.isclose(at["measured_loss"].sum(), 0.5)
-    assert math.isclose(at["predicted_loss"].sum(), 0.5)
+    assert list(loss.columns) == LOSS_COLUMNS and "predicted_loss" not in loss
     (s,) = loss_sentences(loss)
     assert s["text"].startswith("s at N=2 (vs N₀=1): 0.50 of the efficiency lost: 0.30 "
                                 "waiting for the slowest rank, 0.15 DP")
+    assert "the model" not in s["text"]  # measured only without the model's side
+    # the model's side, from the prediction job's rows (study_predictions.csv), by the same
+    # loss arithmetic: the DP traffic doubles the step at N=2 -> 0.50 lost, all of it DP
+    pred = pd.DataFrame([{"series": "s", "mode": "weak", "n": n, "baseline_n": 1,
+                          "dp_comm_s": dp * 1.5, **{k: 0.0 for k in STEP_TERMS},
+                          "gemm_s": 1.0, "dp_comm_exposed_s": dp} for n, dp in ((1, 0.0),
+                                                                                (2, 1.0))])
+    brk_p, loss_p = predicted_tables(pred)
+    two = brk_p[(brk_p["n"] == 2)].set_index("term")
+    assert math.isclose(two.loc["dp_comm_exposed_s", "predicted_share"], 0.5)
+    assert math.isclose(two.loc["dp_comm_overlapped_s", "predicted_s"], 0.5)
+    assert two.loc["data_s", "predicted_s"] == 0.0 and two["predicted_step_s"].eq(2.0).all()
+    lp = loss_p[loss_p["n"] == 2].set_index("term")
+    assert math.isclose(lp["predicted_loss"].sum(), 0.5)
+    assert math.isclose(lp["predicted_loss"]["dp_comm_exposed_s"], 0.5)
+    assert math.isclose(lp["predicted_efficiency"].iloc[0], 0.5)
+    (s,) = loss_sentences(loss, loss_p)
     assert "the model: 0.50 lost, 0.50 of it DP" in s["text"]
+    assert not {"predicted_s", "predicted_share", "predicted_step_s"} & set(BREAKDOWN_COLUMNS)

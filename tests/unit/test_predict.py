@@ -112,6 +112,17 @@ def test_study_points_and_residuals(tmp_path):
     assert (pred["hardware"] == "cpu-local").all()
     base = pred[pred["n"] == pred["baseline_n"]]
     assert (base["predicted_efficiency"] == 1.0).all()
+    # the model's side of the study's breakdown.csv / efficiency_loss.csv: every point's terms
+    # add up to its predicted step; the losses to 1 − the model's efficiency
+    brk_p = pd.read_csv(out / "breakdown_predicted.csv")
+    step = brk_p[brk_p["in_step"]].groupby(["series", "n"])
+    assert len(step) == len(pred)
+    assert ((step["predicted_s"].sum() - step["predicted_step_s"].first()).abs() < 1e-5
+            * step["predicted_step_s"].first()).all()
+    loss_p = pd.read_csv(out / "efficiency_loss_predicted.csv")
+    lost = loss_p.groupby(["series", "n"]).agg(lost=("predicted_loss", "sum"),
+                                               e=("predicted_efficiency", "first"))
+    assert len(lost) and ((lost["lost"] - (1 - lost["e"])).abs() < 1e-4).all()
     # a runs.csv whose measured times are 10% above the predictions, two ok repeats each,
     # plus a crashed repeat that must be ignored
     runs = pd.concat([

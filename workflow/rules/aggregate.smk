@@ -70,7 +70,7 @@ rule predict_before_run:
 rule predict:
     """Predicted (performance model, on this host's measured building blocks) vs measured step
     time of every point, with the residuals, and each point's step split into the model's
-    terms."""
+    terms: the model's side of breakdown.csv and efficiency_loss.csv."""
     input:
         study=STUDY_FILE,
         runs=rules.aggregate.output.runs,
@@ -84,6 +84,8 @@ rule predict:
                       caption="../report/predict_vs_measured.rst",
                       category="4. Performance model"),
         breakdown=f"{OUT}/predict/study_breakdown.csv",
+        breakdown_predicted=f"{OUT}/predict/breakdown_predicted.csv",
+        loss_predicted=f"{OUT}/predict/efficiency_loss_predicted.csv",
         breakdown_figure=report(f"{OUT}/predict/study_breakdown.png",
                                 caption="../report/study_breakdown.rst",
                                 category="4. Performance model"),
@@ -98,3 +100,9 @@ rule predict:
     shell:
         "{params.py:q} -m scalestudy predict {input.study:q} --results {params.results:q}"
         " --out {params.out:q} > {log:q} 2>&1"
+
+
+# The model's side of breakdown.csv / efficiency_loss.csv, where the study runs the predict job
+# (a CPU study: rule all): the breakdown figure and the front page draw it beside the measured.
+MODEL_SIDE = ([rules.predict.output.breakdown_predicted, rules.predict.output.loss_predicted]
+              if STUDY.platform.device == "cpu" else [])

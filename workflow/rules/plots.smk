@@ -12,6 +12,7 @@ rule plots:
         rules.aggregate.output.efficiency,
         rules.aggregate.output.breakdown,
         rules.aggregate.output.loss,
+        MODEL_SIDE,
     output:
         png=[report(f"{OUT}/figures/{fig}.png", caption=f"../report/{fig}.rst",
                     category="2. Figures") for fig in FIGURES],
@@ -38,6 +39,7 @@ rule front_page:
         rules.aggregate.output.efficiency,
         rules.aggregate.output.loss,
         rules.plots.output.png,
+        MODEL_SIDE,
     output:
         report(f"{OUT}/report/front.html", caption="../report/front.rst", category="1. Answer"),
     log:

@@ -1,5 +1,7 @@
-"""Where each point's step went, measured and predicted, and the efficiency lost term by term
-(``breakdown.csv``, ``efficiency_loss.csv``).
+"""Where each point's step went and the efficiency lost term by term, measured
+(``breakdown.csv``, ``efficiency_loss.csv``, written by ``scalestudy aggregate``) and as the
+performance model has it (``predict/breakdown_predicted.csv``,
+``predict/efficiency_loss_predicted.csv``, written by ``scalestudy predict``).
 
 **Measured.** A run's traced terms (``runs/<id>/breakdown.json``: each rank's profiled
 steps, whole, the profiler's cost per recorded event already taken out where it was paid,
@@ -14,13 +16,14 @@ its runs' traced terms against the step time of ``efficiency.csv``. Beside the t
 straggler (:func:`straggler_columns`) and, on a GPU trace, HTA's temporal breakdown per rank
 (:func:`hta_columns`).
 
-**Predicted.** The performance model's terms of the same point (``perf.stepmodel``, on the
-study's own model inputs: ``perf.inputs``), the terms a trace alone has (``data_s``,
-``unattributed_s``) zero; the model's core sharing on a CPU host is its ``core_wait_s``.
+**Predicted.** The model's terms of the same point (:func:`model_terms` of a
+``study_predictions.csv`` row, the prediction job's), the terms a trace alone has
+(``data_s``, ``unattributed_s``) zero; the model's core sharing on a CPU host is its
+``core_wait_s``. This module only reads such rows: it runs no model.
 
 **Lost.** Per series and N, ``analysis.efficiency.efficiency_loss`` of the measured terms
-against the series' baseline N₀ (they add up to 1 − E(N) of ``efficiency.csv``), and of the
-predicted terms (1 − the model's E).
+against the series' baseline N₀ (they add up to 1 − E(N) of ``efficiency.csv``), and, by the
+same :func:`loss_table`, of the predicted terms (1 − the model's E).
 """
 
 from __future__ import annotations
@@ -31,27 +34,32 @@ from pathlib import Path
 import pandas as pd
 
 from scalestudy.analysis.efficiency import efficiency_loss
-from scalestudy.config.point import Point
-from scalestudy.config.checks import PointError
 from scalestudy.record import trace_terms as rbreakdown
-from scalestudy.record.run_records import read_point
 from scalestudy.record.terms import MEASURED_TERMS, OVERLAPPED_TERMS, STEP_TERMS, TERM_LABELS
 
 #: Columns of ``breakdown.csv`` (one row per series, N and term).
 BREAKDOWN_COLUMNS = [
     "series", "mode", "model", "n", "dp", "tp", "pp", "cp", "term", "label", "in_step",
-    "measured_s", "measured_min_s", "measured_max_s", "measured_share", "predicted_s",
-    "predicted_share", "predicted_over_measured", "step_time_s", "predicted_step_s",
+    "measured_s", "measured_min_s", "measured_max_s", "measured_share", "step_time_s",
     "traced_step_s", "traced_raw_step_s", "profiler_removed_s", "profiler_dilation",
     "rank_waited_least", "straggler_rank", "straggler_by", "straggler_delay_s", "slowed_term",
     "timed_straggler_rank", "hta_vs_own", "n_profiled", "note"]
+#: Where ``scalestudy predict`` writes the model's side, relative to the study's results folder.
+PREDICTED_BREAKDOWN_CSV = Path("predict") / "breakdown_predicted.csv"
+PREDICTED_LOSS_CSV = Path("predict") / "efficiency_loss_predicted.csv"
 #: The largest relative difference between the traced step (the profiler's cost taken out)
 #: and the timed one that is not worth a note: the run-to-run noise of a shared 2-core host
 #: (``make bench``'s repeat noise, 1.1-1.3x).
 TRACE_TIMED_TOLERANCE = 0.3
 #: Columns of ``efficiency_loss.csv`` (one row per series, N > N₀ and term).
-LOSS_COLUMNS = ["series", "mode", "n", "baseline_n", "efficiency", "predicted_efficiency",
-                "term", "label", "measured_loss", "predicted_loss"]
+LOSS_COLUMNS = ["series", "mode", "n", "baseline_n", "efficiency", "term", "label",
+                "measured_loss"]
+#: Columns of ``predict/breakdown_predicted.csv`` (one row per series, N and term).
+PREDICTED_BREAKDOWN_COLUMNS = ["series", "mode", "n", "term", "label", "in_step", "predicted_s",
+                               "predicted_share", "predicted_step_s"]
+#: Columns of ``predict/efficiency_loss_predicted.csv`` (one row per series, N > N₀ and term).
+PREDICTED_LOSS_COLUMNS = ["series", "mode", "n", "baseline_n", "predicted_efficiency", "term",
+                          "label", "predicted_loss"]
 
 
 def set_against_timed(rec: dict, step_s: float) -> tuple[float, str]:
@@ -67,34 +75,41 @@ def set_against_timed(rec: dict, step_s: float) -> tuple[float, str]:
     return ratio, note
 
 
-def predicted_terms(point: Point, hw, measured) -> tuple[dict[str, float] | None, str]:
-    """The model's terms of ``point`` (seconds per step; a trace's own terms zero), or
-    ``(None, reason)``."""
-    from scalestudy.perf import stepmodel
-
-    try:
-        b = stepmodel.predict_step_time(point, hw, measured)
-    except (ValueError, ZeroDivisionError) as e:
-        return None, f"not predicted: {e}"
-    terms = {k: float(getattr(b, k)) for k in STEP_TERMS}
+def model_terms(row: dict) -> dict[str, float]:
+    """The model's terms of one ``study_predictions.csv`` row (seconds per step): its step
+    terms, a trace's own terms (``data_s``, ``unattributed_s``) zero, and the data-parallel
+    traffic hidden behind compute (``dp_comm_s`` − ``dp_comm_exposed_s``)."""
+    terms = {k: float(row[k]) for k in STEP_TERMS}
     terms.update(data_s=0.0, unattributed_s=0.0)
-    terms["dp_comm_overlapped_s"] = max(0.0, float(b.dp_comm_s - b.dp_comm_exposed_s))
-    return terms, ""
+    terms["dp_comm_overlapped_s"] = max(0.0, float(row["dp_comm_s"])
+                                        - float(row["dp_comm_exposed_s"]))
+    return terms
 
 
-def model_inputs_for(study: dict | None, study_dir: Path):
-    """The model's inputs for a study's ``study.json`` object (``perf.inputs.model_inputs``),
-    or ``(None, reason)``."""
-    from scalestudy.config.studyspec import Study
-    from scalestudy.perf.inputs import model_inputs
-
-    if not study:
-        return None, "no study.json: nothing to predict with"
-    try:
-        mi = model_inputs(Study.from_validated(study), study_dir)
-    except (ValueError, KeyError, TypeError, OSError) as e:
-        return None, f"no model inputs: {str(e).splitlines()[0][:160]}"
-    return mi, ""
+def predicted_tables(pred: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(breakdown_predicted.csv rows, efficiency_loss_predicted.csv rows)`` of a
+    ``study_predictions.csv`` frame (one row per configuration: ``series``, ``mode``, ``n``,
+    ``baseline_n`` and the model's terms, seconds per step); empty tables for an empty one."""
+    if pred.empty:
+        return (pd.DataFrame(columns=PREDICTED_BREAKDOWN_COLUMNS),
+                pd.DataFrame(columns=PREDICTED_LOSS_COLUMNS))
+    rows, per_config = [], {}
+    for r in pred.to_dict("records"):
+        key = (r["series"], int(r["n"]))
+        if key in per_config:
+            continue
+        terms = per_config[key] = model_terms(r)
+        step = sum(terms[k] for k in MEASURED_TERMS)
+        for term in MEASURED_TERMS + OVERLAPPED_TERMS:
+            in_step = term in MEASURED_TERMS
+            p = terms.get(term, float("nan"))
+            rows.append({"series": r["series"], "mode": r["mode"], "n": key[1], "term": term,
+                         "label": TERM_LABELS.get(term, term), "in_step": in_step,
+                         "predicted_s": p,
+                         "predicted_share": p / step if in_step and step > 0 else float("nan"),
+                         "predicted_step_s": step})
+    return (pd.DataFrame(rows, columns=PREDICTED_BREAKDOWN_COLUMNS),
+            loss_table(pred, per_config, side="predicted"))
 
 
 def run_terms(run_dir: Path, step_s: float) -> tuple[dict | None, str]:
@@ -173,31 +188,13 @@ def _mean_terms(recs: list[dict], step_s: float) -> dict[str, float]:
                          step_s)
 
 
-def _points_by_config(runs: pd.DataFrame, study_dir: Path) -> dict:
-    """``(series, n) -> Point`` of the first repeat of each configuration with a readable
-    ``point.json``."""
-    out = {}
-    for series, n, pid in zip(runs["series"], runs["n"], runs["point_id"]):
-        key = (series, int(n))
-        if key in out:
-            continue
-        doc, _ = read_point(study_dir / "runs" / str(pid))
-        try:
-            out[key] = Point.from_json(doc) if doc else None
-        except PointError:
-            out[key] = None
-    return out
-
-
-def breakdown_tables(study_dir: Path, runs: pd.DataFrame, efficiency: pd.DataFrame,
-                     study: dict | None) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """``(breakdown.csv rows, efficiency_loss.csv rows, messages)`` of a study (module doc);
-    ``runs`` and ``efficiency``: its ``runs.csv`` and ``efficiency.csv`` frames; ``study``: its
-    ``study.json`` object."""
+def breakdown_tables(study_dir: Path, runs: pd.DataFrame, efficiency: pd.DataFrame
+                     ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """``(breakdown.csv rows, efficiency_loss.csv rows, messages)`` of a study, measured
+    (module doc); ``runs`` and ``efficiency``: its ``runs.csv`` and ``efficiency.csv``
+    frames."""
     study_dir = Path(study_dir)
     per_run = _run_records(runs, study_dir)
-    points = _points_by_config(runs, study_dir)
-    mi, why_no_model = model_inputs_for(study, study_dir)
     rows, per_config, messages = [], {}, []
     for r in efficiency.to_dict("records"):
         key = (r["series"], int(r["n"]))
@@ -209,19 +206,13 @@ def breakdown_tables(study_dir: Path, runs: pd.DataFrame, efficiency: pd.DataFra
         measured = None
         if recs and isinstance(t, float) and math.isfinite(t):
             measured = _mean_terms(recs, t)
-        point = points.get(key)
-        predicted, why = (predicted_terms(point, mi.hw, mi.measured) if mi and point
-                          else (None, why_no_model or "no point.json"))
-        per_config[key] = (measured, predicted)
-        pstep = sum(predicted[k] for k in MEASURED_TERMS) if predicted else float("nan")
+        per_config[key] = measured
         first = recs[0] if recs else {}
         late = straggler_columns(first.get("straggler"), mine)
-        note = "; ".join(filter(None, [first.get("note", "")] + ([] if measured else reasons)
-                                + ([] if predicted else [why])))
+        note = "; ".join(filter(None, [first.get("note", "")] + ([] if measured else reasons)))
         for term in MEASURED_TERMS + OVERLAPPED_TERMS:
             in_step = term in MEASURED_TERMS
             m = measured[term] if measured else float("nan")
-            p = predicted.get(term, float("nan")) if predicted else float("nan")
             rows.append({
                 "series": r["series"], "mode": r["mode"], "model": r["model"], "n": int(r["n"]),
                 "dp": r["dp"], "tp": r["tp"], "pp": r["pp"], "cp": r["cp"], "term": term,
@@ -231,17 +222,13 @@ def breakdown_tables(study_dir: Path, runs: pd.DataFrame, efficiency: pd.DataFra
                 "measured_max_s": (max(x["max"][term] for x in recs) if measured else
                                    float("nan")),
                 "measured_share": m / t if (measured and in_step) else float("nan"),
-                "predicted_s": p,
-                "predicted_share": p / pstep if (predicted and in_step) else float("nan"),
-                "predicted_over_measured": p / m if (measured and predicted and m > 0)
-                else float("nan"),
-                "step_time_s": t, "predicted_step_s": pstep,
+                "step_time_s": t,
                 "traced_step_s": _mean(recs, "traced"), "traced_raw_step_s": _mean(recs, "raw"),
                 "profiler_removed_s": _mean(recs, "removed"),
                 "profiler_dilation": _mean(recs, "dilation"),
                 "rank_waited_least": first.get("least"), **late,
                 "hta_vs_own": first.get("hta", ""), "n_profiled": len(recs), "note": note})
-    if not any(m for m, _ in per_config.values()):
+    if not any(per_config.values()):
         messages.append("no measured breakdown: " + "; ".join(sorted(
             {x["reason"] for x in per_run.values() if "reason" in x}))[:300]
             if per_run else "no measured breakdown: no run ran")
@@ -273,33 +260,37 @@ def straggler_columns(trace: dict | None, runs: pd.DataFrame) -> dict:
     return out
 
 
-def loss_table(efficiency: pd.DataFrame, per_config: dict) -> pd.DataFrame:
-    """``efficiency_loss.csv`` rows: per series and N > N₀ each term's efficiency lost,
-    measured and predicted (module doc); ``per_config``: ``(series, n) -> (measured terms,
-    predicted terms)``, seconds per step."""
+def loss_table(frame: pd.DataFrame, per_config: dict, side: str = "measured") -> pd.DataFrame:
+    """Per series and N > N₀ each term's efficiency lost against N₀ (module doc);
+    ``per_config``: ``(series, n) -> terms`` (seconds per step, None where there are none).
+    ``side="measured"``: ``efficiency_loss.csv`` rows of an ``efficiency.csv`` frame (its
+    ``efficiency`` beside the losses); ``side="predicted"``: ``efficiency_loss_predicted.csv``
+    rows of a ``study_predictions.csv`` frame (``predicted_efficiency`` = 1 − the model's
+    losses)."""
     rows = []
-    for series, g in efficiency.groupby("series", sort=False):
+    for series, g in frame.groupby("series", sort=False):
         base = g["baseline_n"].dropna()
         if base.empty:
             continue
         n0 = int(base.iloc[0])
-        m0, p0 = per_config.get((series, n0), (None, None))
+        t0 = per_config.get((series, n0))
         mode = str(g["mode"].iloc[0])
-        for r in g.sort_values("n").to_dict("records"):
+        for r in g.drop_duplicates("n").sort_values("n").to_dict("records"):
             n = int(r["n"])
             if n == n0:
                 continue
-            m, p = per_config.get((series, n), (None, None))
-            ml = efficiency_loss(mode, _step(m), _step(m0), n, n0) if m and m0 else {}
-            pl = efficiency_loss(mode, _step(p), _step(p0), n, n0) if p and p0 else {}
-            pe = 1 - sum(pl.values()) if pl else float("nan")
+            t = per_config.get((series, n))
+            lost = efficiency_loss(mode, _step(t), _step(t0), n, n0) if t and t0 else {}
+            head = {"series": series, "mode": mode, "n": n, "baseline_n": n0}
+            if side == "measured":
+                head["efficiency"] = r["efficiency"]
+            else:
+                head["predicted_efficiency"] = 1 - sum(lost.values()) if lost else float("nan")
             for term in MEASURED_TERMS:
-                rows.append({"series": series, "mode": mode, "n": n, "baseline_n": n0,
-                             "efficiency": r["efficiency"], "predicted_efficiency": pe,
-                             "term": term, "label": TERM_LABELS.get(term, term),
-                             "measured_loss": ml.get(term, float("nan")),
-                             "predicted_loss": pl.get(term, float("nan"))})
-    return pd.DataFrame(rows, columns=LOSS_COLUMNS)
+                rows.append({**head, "term": term, "label": TERM_LABELS.get(term, term),
+                             f"{side}_loss": lost.get(term, float("nan"))})
+    return pd.DataFrame(rows, columns=LOSS_COLUMNS if side == "measured"
+                        else PREDICTED_LOSS_COLUMNS)
 
 
 def _step(terms: dict | None) -> dict:

@@ -88,6 +88,8 @@ def _predict_study(a, study, out: Path) -> int | None:
     on."""
     import pandas as pd
 
+    from scalestudy.analysis.loss_by_term import (PREDICTED_BREAKDOWN_CSV, PREDICTED_LOSS_CSV,
+                                                  predicted_tables)
     from scalestudy.plan.planner import plan_points
     from scalestudy.record.io import write_csv
     from scalestudy.report import before_run
@@ -110,6 +112,8 @@ def _predict_study(a, study, out: Path) -> int | None:
                                            hw=hw if a.dp_overlap is None
                                            else hw.with_assumption("dp_overlap", a.dp_overlap))
     write_csv(pred, out / "study_predictions.csv")
+    for table, rel in zip(predicted_tables(pred), (PREDICTED_BREAKDOWN_CSV, PREDICTED_LOSS_CSV)):
+        write_csv(table, out / rel.name)
     if brk:
         brk_df = pd.DataFrame(brk)
         write_csv(brk_df, out / "study_breakdown.csv")

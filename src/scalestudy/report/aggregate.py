@@ -13,6 +13,7 @@ from scalestudy.analysis.loss_by_term import breakdown_tables
 from scalestudy.record.io import atomic_paths, clean_temps, tables_lock
 from scalestudy.record.bounded_read import RecordError, one_line
 from scalestudy.record.trials import BEST_STUDY, TRIALS, read_trials
+from scalestudy.report.breakdown import model_side
 from scalestudy.report.summary import summary_latex, summary_markdown
 
 
@@ -34,9 +35,9 @@ def aggregate_study(study_dir: Path, detect_warmup: bool = False) -> None:
             context["messages"].append(one_line(e))
         if (study_dir / BEST_STUDY).exists():
             context["best_study"] = str(BEST_STUDY)
-        breakdown, loss, messages = breakdown_tables(study_dir, runs, efficiency,
-                                                     context["study"])
-        context.update(breakdown=breakdown, loss=loss)
+        breakdown, loss, messages = breakdown_tables(study_dir, runs, efficiency)
+        context.update(breakdown=breakdown, loss=loss,
+                       model_loss=model_side(study_dir)[1])
         context["messages"] += messages
         names = ("runs.csv", "runs.parquet", "efficiency.csv", "breakdown.csv",
                  "efficiency_loss.csv", "summary.md", "summary.tex")

@@ -24,7 +24,7 @@ import pandas as pd
 
 from scalestudy.record.io import write_text
 from scalestudy.report import summary
-from scalestudy.report.breakdown import loss_sentences
+from scalestudy.report.breakdown import loss_sentences, model_side
 
 FRONT = Path("report") / "front.html"
 #: Figures on the front page (the rest are one click away, under "2. Figures").
@@ -100,7 +100,8 @@ def front_html(study_dir: Path) -> str:
         out.append(f"<li><strong>{_e(f['series'])}</strong>: {_e(f['text'])}</li>")
     out.append("</ul>")
     loss_csv = study_dir / "efficiency_loss.csv"
-    went = loss_sentences(pd.read_csv(loss_csv)) if loss_csv.is_file() else []
+    went = (loss_sentences(pd.read_csv(loss_csv), model_side(study_dir)[1])
+            if loss_csv.is_file() else [])
     if went:
         out.append('<h2 id="where">Where the efficiency went</h2>')
         out.append('<ul class="answer">')

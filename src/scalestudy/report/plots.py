@@ -39,6 +39,7 @@ from scalestudy.record.run_records import read_study  # noqa: E402
 from scalestudy.record.terms import MEASURED_TERMS, TERM_LABELS  # noqa: E402
 from scalestudy.report import references as refs  # noqa: E402
 from scalestudy.report import style as fstyle  # noqa: E402
+from scalestudy.report.breakdown import joined, model_side  # noqa: E402
 from scalestudy.report.summary import CPU_NOTE  # noqa: E402
 
 FIGURES = ("efficiency_weak", "efficiency_strong", "throughput", "mfu", "breakdown")
@@ -247,7 +248,9 @@ def breakdown_figure(breakdown: pd.DataFrame, loss: pd.DataFrame, out_dir: Path,
            style: str = "default") -> list[Path]:
     """``figures/breakdown.png`` / ``.pdf`` / ``.csv``: a column per series; on top, each N's
     step split into its terms (ms), measured (left) beside the model (right, lighter); below,
-    the efficiency lost to each term at each N > N₀, measured beside the model."""
+    the efficiency lost to each term at each N > N₀, measured beside the model. The model's
+    bars where the frames hold its columns (``predicted_s``, ``predicted_loss``: joined from
+    ``predict/`` by :func:`_breakdown_tables`), the measured ones alone otherwise."""
     have = breakdown[breakdown["in_step"].astype(bool) & breakdown["measured_s"].notna()]
     if have.empty:
         return _empty(out_dir, "breakdown", "no measured breakdown (profile: {enabled: true})",
@@ -265,6 +268,8 @@ def breakdown_figure(breakdown: pd.DataFrame, loss: pd.DataFrame, out_dir: Path,
         for i, n in enumerate(ns):
             at = b[b["n"] == n].set_index("term")
             for j, (column, alpha) in enumerate((("measured_s", 1.0), ("predicted_s", MODEL_ALPHA))):
+                if column not in at:
+                    continue
                 base = 0.0
                 for term in MEASURED_TERMS:
                     v = at[column].get(term, float("nan")) * 1e3
@@ -276,13 +281,15 @@ def breakdown_figure(breakdown: pd.DataFrame, loss: pd.DataFrame, out_dir: Path,
                     base += v
                     used.append(term)
         top.set_xticks(range(len(ns)), [str(n) for n in ns])
-        top.set_title(f"{name}: step (ms), measured | model", fontsize=9)
+        top.set_title(f"{name}: step (ms), measured" + (" | model" if "predicted_s" in b else ""), fontsize=9)
         lo = loss[loss["series"] == name]
         lns = sorted(lo["n"].unique())
         for i, n in enumerate(lns):
             at = lo[lo["n"] == n].set_index("term")
             for j, (column, alpha) in enumerate((("measured_loss", 1.0),
                                                  ("predicted_loss", MODEL_ALPHA))):
+                if column not in at:
+                    continue
                 up = down = 0.0
                 for term in MEASURED_TERMS:
                     v = at[column].get(term, float("nan"))
@@ -297,12 +304,14 @@ def breakdown_figure(breakdown: pd.DataFrame, loss: pd.DataFrame, out_dir: Path,
         bottom.axhline(0, color="0.3", lw=0.6)
         bottom.set_xticks(range(len(lns)), [str(n) for n in lns])
         bottom.set_xlabel("devices N")
-        bottom.set_title("efficiency lost vs N₀, measured | model", fontsize=9)
+        bottom.set_title("efficiency lost vs N₀, measured" + (" | model" if "predicted_loss" in lo else ""), fontsize=9)
     axes[0][0].set_ylabel("ms per step")
     axes[1][0].set_ylabel("1 − E, by term")
     handles = [Patch(facecolor=styles[t]["color"], hatch=styles[t]["hatch"], edgecolor="white",
                      label=TERM_LABELS[t]) for t in MEASURED_TERMS if t in used]
-    handles.append(Patch(facecolor="0.3", alpha=MODEL_ALPHA, label="the model (right bar, lighter)"))
+    if "predicted_s" in breakdown:
+        handles.append(Patch(facecolor="0.3", alpha=MODEL_ALPHA,
+                             label="the model (right bar, lighter)"))
     fig.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), fontsize=7,
                frameon=False)
     fig.tight_layout(rect=(0, 0.16, 1, 1))
@@ -353,10 +362,13 @@ def run(study_dir: Path, references: list[str] | None = None,
 
 def _breakdown_tables(study_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``breakdown.csv`` and ``efficiency_loss.csv`` (empty tables where aggregate wrote
-    none)."""
+    none), the model's ``predicted_s`` / ``predicted_loss`` joined where ``scalestudy
+    predict`` wrote them (``report.breakdown.model_side``)."""
     out = []
     for name, cols in (("breakdown.csv", BREAKDOWN_COLUMNS), ("efficiency_loss.csv",
                                                              LOSS_COLUMNS)):
         path = study_dir / name
         out.append(pd.read_csv(path) if path.exists() else pd.DataFrame(columns=cols))
-    return out[0], out[1]
+    model_brk, model_loss = model_side(study_dir)
+    return (joined(out[0], model_brk, "predicted_s"),
+            joined(out[1], model_loss, "predicted_loss"))

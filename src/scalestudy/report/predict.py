@@ -10,7 +10,9 @@ With a study file, every feasible point of the study is predicted on ``--hardwar
 ``microbench`` jobs, else the matmul ceiling of its ``calibration.json``, are used when
 present and no ``--hardware`` is named): ``study_predictions.csv`` (with ``step_time_low_s``
 / ``step_time_high_s``), ``study_breakdown.csv`` and ``study_breakdown.png`` (the step of
-every point split into its terms); where the study has been run
+every point split into its terms), ``breakdown_predicted.csv`` and
+``efficiency_loss_predicted.csv`` (the model's side of the study's ``breakdown.csv`` and
+``efficiency_loss.csv``: ``analysis.loss_by_term.predicted_tables``); where the study has been run
 (``results/<study>/runs.csv``) the measured step time is set against it with the residual
 ``(predicted - measured) / measured``: ``predict_vs_measured.csv`` and ``.png``; and where it
 was profiled (``breakdown.csv``) every term against its measurement:

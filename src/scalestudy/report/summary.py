@@ -179,7 +179,8 @@ def summary_markdown(runs: pd.DataFrame, efficiency: pd.DataFrame, context: dict
         for r in _rows(flagged, ["point_id", "straggler_note"]):
             out.append(f"- `{r.point_id}`: {md_text(r.straggler_note)}")
     if context.get("loss") is not None:
-        out += breakdown_markdown(context["loss"], context["breakdown"])
+        out += breakdown_markdown(context["loss"], context["breakdown"],
+                                  context.get("model_loss"))
     if context.get("trials") is not None:  # a layout search's record (tune/trials.csv)
         out += ["", tune_markdown(context["trials"], name, context.get("best_study")).rstrip()]
     return "\n".join(out) + "\n"
