@@ -40,6 +40,36 @@ from scalestudy.perf.terms_compute import (cp_local, grad_accumulation_seconds, 
                                            tensor_sync_seconds)
 
 
+def _dp_replicated(point: Point, hw: HardwareSpec, measured: Measured | None, params: float,
+                   overlap: float, t_comp: float) -> tuple[float, float, str]:
+    """Replicated data parallelism (DDP, ZeRO): its traffic per step (s), the part of it left
+    exposed behind one micro-batch's backward (``t_comp``: its compute, s; the backward is
+    2/3 of it, no recompute share) and the link it crosses."""
+    t_dp_step, t_dp_mb, dp_link = dp_comm_seconds(point, params, hw, measured)
+    m = max(1, int(point.grad_accum))
+    exposed = dp_step_exposed_seconds(point, hw, t_dp_step, t_dp_mb, overlap, t_comp * 2 / 3,
+                                      t_comp)
+    return t_dp_step + m * t_dp_mb, exposed, dp_link
+
+
+def _optimizer_seconds(point: Point, hw: HardwareSpec, measured: Measured | None,
+                       update_s: float, clip_factor: float, stage: int, layers: int) -> float:
+    """The optimizer's step (s): its update on its shard (``update_s``), clipping's reduction
+    of the squared norm of sharded gradients (times ``clip_factor``, the host's), and the
+    framework's per-tensor checks that read a value back to the host (``stage``'s tensors)."""
+    fw = hw.framework
+    return (update_s + clip_factor * clip_seconds(point, hw, measured)
+            + tensor_sync_seconds(memory.stage_param_tensors(
+                point.model, point.pp, stage, layers, fw.fused_qkv), hw))
+
+
+def _pp_link(point: Point, hw: HardwareSpec) -> str:
+    """``inter`` where a pipeline boundary crosses nodes of a system with an inter-node link,
+    else ``intra``."""
+    multi = any(boundary_crosses_node(point, r, hw.devices_per_node) for r in range(point.pp - 1))
+    return "inter" if (point.pp > 1 and multi and hw.inter is not None) else "intra"
+
+
 def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None = None,
                       dp_overlap: float | None = None) -> StepBreakdown:
     """The step of ``point`` on ``hw`` as a ``StepBreakdown`` (module doc). ``measured``:
@@ -89,7 +119,6 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
     worst = max(range(pp), key=lambda r: slots[r])
     t_pipe, t_bubble = pipeline_seconds(slots, m, v)
     t_comp = sum(work.arithmetic[worst]) / fw.software_rate
-    t_bwd_mb = t_comp * 2 / 3  # backward of one micro-batch (no recompute share)
 
     # exposed data parallelism: before it, the first and the last stage all-reduce their tied
     # embedding's gradient; FSDP on a GPU per block, under each block's compute
@@ -99,23 +128,17 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
         t_dp_traffic, t_dp, dp_link = _fsdp_per_block(point, hw, measured, c, cs, att_re, lb,
                                                       ckpts[biggest], params, ov)
     else:
-        t_dp_step, t_dp_mb, dp_link = dp_comm_seconds(point, params, hw, measured)
-        t_dp_traffic = t_dp_step + m * t_dp_mb
-        t_dp = dp_step_exposed_seconds(point, hw, t_dp_step, t_dp_mb, ov, t_bwd_mb, t_comp)
+        t_dp_traffic, t_dp, dp_link = _dp_replicated(point, hw, measured, params, ov, t_comp)
     t_tied = tied_grad_seconds(point, hw, kernels.accumulated_grad_bytes(
         fw.grad_accumulation, gbytes), measured)
     t_dp_exposed = hc.pp * t_tied + hc.dp * t_dp
 
-    # optimizer on its shard; clipping reduces the squared norm of sharded gradients; the
-    # framework's per-tensor checks that read a value back to the host
-    t_opt = (cs * work.optimizer + hc.clip * clip_seconds(point, hw, measured)
-             + tensor_sync_seconds(memory.stage_param_tensors(
-                 model, pp, biggest, layers_of[biggest], fw.fused_qkv), hw))
+    t_opt = _optimizer_seconds(point, hw, measured, cs * work.optimizer, hc.clip, biggest,
+                               layers_of[biggest])
 
     step = t_pipe + t_dp_exposed + t_opt + hc.dp_wait
     gemm, attn, elem = work.arithmetic[worst]
     t_core = shared * (m * work.local(worst) + work.optimizer)
-    multi = any(boundary_crosses_node(point, r, hw.devices_per_node) for r in range(pp - 1))
     return StepBreakdown(
         step_time_s=step,
         gemm_s=m * gemm * own,
@@ -141,7 +164,7 @@ def predict_step_time(point: Point, hw: HardwareSpec, measured: Measured | None 
         **_rates(point, hw, step, c),
         dp_overlap=ov,
         dp_link=dp_link,
-        pp_link="inter" if (pp > 1 and multi and hw.inter is not None) else "intra",
+        pp_link=_pp_link(point, hw),
         hardware=hw.name,
         framework=fw.name,
     )
