@@ -15,8 +15,10 @@
 # box). Process tracking: proctrack/cgroup where the host lets root make cgroup v1 freezer
 # groups (a step's every process is in its cgroup, so none outlives the step, re-parented or
 # not), else proctrack/linuxproc (the parent-pid tree: a process whose parent died escapes
-# it); SLURM_LOCAL_PROCTRACK=cgroup|linuxproc forces one, `status` says which is in use. No slurmdbd: sacct does not
-# work, so Snakemake must use `--slurm-status-command squeue` (MinJobAge=300 keeps finished jobs
+# it); SLURM_LOCAL_PROCTRACK=cgroup|linuxproc forces one, `status` says which is in use.
+# ReturnToService=1: a node set DOWN by `scontrol update` stays DOWN until `state=resume`, as
+# on a real cluster (one that stopped answering comes back when it answers). No slurmdbd:
+# sacct does not work, so Snakemake must use `--slurm-status-command squeue` (MinJobAge=300 keeps finished jobs
 # visible to squeue long enough). Clients read /etc/slurm/slurm.conf, which `start` points at
 # our config with a symlink (Snakemake's jobstep wrapper drops SLURM_CONF from the job's
 # environment, so a nested srun only finds the default path); `stop` removes the symlink.
@@ -115,7 +117,7 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 MpiDefault=none
 SwitchType=switch/none
-ReturnToService=2
+ReturnToService=1
 MinJobAge=300
 KillWait=5
 InactiveLimit=0

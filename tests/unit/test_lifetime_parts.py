@@ -57,6 +57,27 @@ def test_a_child_dies_with_its_parent(tmp_path):
 
 
 @linux
+def test_a_cluster_jobs_snakemake_dies_with_its_batch_script(tmp_path):
+    """As a Slurm batch script's Snakemake: its shell killed by SIGTERM (a job being ended),
+    the process (here deaf to SIGTERM, as a Snakemake stuck in its handler is) gets SIGKILL
+    instead of living on, re-parented to init (``as_cluster_job``)."""
+    code = ("import signal, pathlib, time\n"
+            "from scalestudy.run import lifetime\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "lifetime.as_cluster_job()\n"
+            f"pathlib.Path({str(tmp_path / 'job')!r}).write_text(str(__import__('os').getpid()))\n"
+            "time.sleep(600)\n")
+    script = subprocess.Popen(["sh", "-c", f'"{sys.executable}" -c "$0"; echo done', code])
+    job = _pid_from(tmp_path / "job", script)
+    script.terminate()
+    assert script.wait(timeout=30) == -15
+    gone = _gone(job)
+    if not gone:
+        os.kill(job, 9)
+    assert gone, "the job's Snakemake outlived its batch script"
+
+
+@linux
 def test_the_subreaper_ends_the_orphans_of_a_launch(tmp_path):
     """A background child whose parent exited comes back to the subreaper, which ends it, and
     only it (``keep``: the children from before)."""

@@ -7,7 +7,11 @@ import sys
 
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
+from scalestudy.run import lifetime
 from scalestudy.run.workflow import workflow_setup
+
+if workflow.remote_exec:  # a cluster job's Snakemake ends with its job's process
+    lifetime.as_cluster_job()
 
 SETUP = workflow_setup(config, claim=workflow.is_main_process)
 STUDY_FILE = SETUP.study_file

@@ -10,6 +10,10 @@ polling:
   (Snakemake cancels its jobs, the runner stops its launch, torchrun stops its ranks' groups,
   ``srun`` cancels its step and Slurm cleans it up), SIGKILL for a rank, which holds nothing to
   clean.
+- **A cluster job's Snakemake dies with its parent too** (:func:`as_cluster_job`): the
+  Snakemake of a Slurm job's batch script, or of its job step, gets SIGKILL when the process
+  that started it (the batch script's shell, slurmstepd) ends; nothing else would end it
+  where Slurm tracks a step by its parent-pid tree (``proctrack/linuxproc``).
 - **Orphans come back to the runner** (``PR_SET_CHILD_SUBREAPER``, :func:`become_subreaper`): a
   process whose parent died (a command workload's background child, a rank of a killed
   torchrun) is re-parented to the runner instead of init, and :func:`end_orphans` kills them
@@ -82,6 +86,16 @@ def dies_with_parent(sig: int = signal.SIGTERM, then=None):
         if then is not None:
             then()
     return preexec
+
+
+def as_cluster_job() -> None:
+    """What a Snakemake running as a cluster job (``--mode remote``) is: it gets SIGKILL when
+    the process that started it ends. That parent (a Slurm batch script's shell, slurmstepd)
+    ends before it only when the job is being ended (cancelled, its node set DOWN, its time
+    limit), and Snakemake's own SIGTERM handling can then wait forever; re-parented to init, it
+    escapes ``proctrack/linuxproc``, which signals the step's parent-pid tree. Armed when the
+    Snakefile is parsed: a job ended before that is Slurm's process tracking alone."""
+    die_with_parent(signal.SIGKILL, os.getppid())
 
 
 def become_subreaper() -> bool:
