@@ -91,6 +91,25 @@ def test_a_peers_wait_for_the_late_rank_waiting_for_a_core_is_waiting_for_a_core
     assert _close(sum(r0[k] for k in MEASURED_TERMS), rec["per_rank"]["0"]["step_s"])
 
 
+def test_the_backends_threads_wait_for_a_core_only_while_the_bytes_move(tmp_path):
+    """Rank 0 waits 400 µs for rank 1 in the all-reduce, then 123 µs while the bytes move.
+    Its backend threads waited 300 µs for a core while it waited for rank 1 (nothing to move
+    yet: still waiting for the slowest rank) and 50 µs while the bytes moved (the transfer
+    held up: waiting for a core)."""
+    for rank, wait in ((0, 500.0), (1, 100.0)):
+        st.write(tmp_path / "traces" / f"rank{rank}.json.gz",
+                 st.host_trace(rank, 2, [st.dp_step(wait)] * 3, 2000))
+    t0 = 2_000_000e3  # (ns: the synthetic trace's steps start at 2 s, one every 2100 µs)
+    samples = [[t0 + k * 2100e3 + dt * 1e3, 0, (o + k * 350) * 1e3]
+               for k in range(3) for dt, o in ((300, 0), (600, 300), (700, 300), (800, 350))]
+    (tmp_path / "traces" / "rank0.runqueue.json").write_text(json.dumps({"samples": samples}))
+    rec = rb.run_breakdown(tmp_path, DP2, expected_ranks=[0, 1])
+    r0 = rec["per_rank"]["0"]["terms"]
+    assert _close(r0["sync_wait_s"], 400 * US) and _close(r0["core_wait_s"], 50 * US)
+    assert _close(r0["dp_comm_exposed_s"], 73 * US)
+    assert _close(sum(r0[k] for k in MEASURED_TERMS), rec["per_rank"]["0"]["step_s"])
+
+
 def test_pipeline_waiting_beyond_one_transfer_is_the_bubble():
     from scalestudy.record.timeline import StepReading
 

@@ -126,11 +126,40 @@ def _move(terms: dict, src: str, dst: str, seconds: float) -> None:
     terms[dst] += seconds
 
 
+def _pieces(blocked: list[tuple[float, float]], seconds: float, last: bool = False):
+    """The first (``last``: the last) ``seconds`` of a transfer's blocked pieces."""
+    out, left = [], seconds
+    for x, y in (reversed(blocked) if last else blocked):
+        if left <= 0:
+            break
+        take = min(y - x, left)
+        out.append((y - take, y) if last else (x, x + take))
+        left -= take
+    return out
+
+
+def _core_in(reading: StepReading, pieces, shift_ns: int = 0, others: bool = False) -> float:
+    """A rank's wait for a core in ``pieces`` (s, on another rank's trace clock, ``shift_ns``
+    ahead of this rank's): its training thread's, plus its other threads' where ``others``."""
+    core = reading.core
+    if not core:
+        return 0.0
+    d = shift_ns * 1e-9
+    return sum(core.between(x + d, y + d, others) for x, y in pieces)
+
+
+def _bytes_core(reading: StepReading, t, seconds: float) -> float:
+    """What the rank's backend threads waited for a core while a transfer's bytes moved: in
+    the last ``seconds`` the rank was blocked on it."""
+    return _core_in(reading, _pieces(t.blocked, seconds, last=True), others=True)
+
+
 def pair_sync_waits(readings: dict[int, list[StepReading]], layout: dict) -> None:
     """Move each rank's waiting for the slowest rank of its groups out of the exposed
     communication into ``sync_wait_s`` (module doc, 1), in place; the part of it the late
-    rank spent waiting for a core (beyond this rank's own, since their last transfers) into
-    ``core_wait_s``. A collective of the
+    rank spent waiting for a core (in the same seconds, before it reached the collective)
+    into ``core_wait_s``, and of the rest of the exposed time (the bytes moving), what the
+    rank's backend threads waited for a core. A collective of the
     optimizer (clipping's norm, reduced over every rank) pairs over all ranks; its waiting is
     the pipeline's drain (``pp_bubble_s``) when there are stages, else ``sync_wait_s``."""
     ranks = sorted(readings)
@@ -155,24 +184,27 @@ def pair_sync_waits(readings: dict[int, list[StepReading]], layout: dict) -> Non
                 for pairs in by_key.values():
                     if len(pairs) < 2:
                         continue
-                    late = min(pairs, key=lambda p: p[1].lifetime)[1]
+                    q, late = min(pairs, key=lambda p: p[1].lifetime)
                     for r, t in pairs:
+                        step = readings[r][j]
                         waited = min(max(0.0, t.lifetime - late.lifetime), t.exposed)
-                        # what the late rank waited for a core beyond this one's since
-                        # their last transfer held this one up too: waiting for a core
                         core = min(waited, max(0.0, late.core_before - t.core_before))
-                        _move(readings[r][j].terms, src, "core_wait_s", core)
-                        _move(readings[r][j].terms, src, dst, waited - core)
+                        moving = t.exposed - waited
+                        _move(step.terms, src, "core_wait_s",
+                              core + min(moving, _bytes_core(step, t, moving)))
+                        _move(step.terms, src, dst, waited - core)
 
 
 def split_pipeline(readings: dict[int, list[StepReading]], layout: dict | None = None) -> None:
     """Of each rank's exposed pipeline traffic, the waiting for another stage moves to
     ``pp_bubble_s``, in place: per step, the shortest lifetime of any send or receive of any
     rank stands for one transfer (a pipeline's activations and gradients are the same size),
-    and what a transfer was exposed beyond that was the stage waiting. Of a stage's bubble,
-    what the other stages of its pipeline waited for a core in the step beyond its own wait
-    (the most of any of them) moves on to ``core_wait_s``: they were late for want of a core
-    (per step, not per hand-over: an estimate, and zero on a host whose ranks have cores)."""
+    and what a transfer was exposed beyond that was the stage waiting; of the transfer
+    itself, what the stage's backend threads waited for a core while its bytes moved goes
+    to ``core_wait_s``. Of a stage's bubble, what the other stages of its pipeline waited for
+    a core in the step beyond its own wait (the most of any of them) moves on to
+    ``core_wait_s``: they were late for want of a core (per step, not per hand-over: an
+    estimate, and zero on a host whose ranks have cores)."""
     steps = min(len(v) for v in readings.values())
     ranks = sorted(readings)
     world = math.prod((layout or {}).get(k, 1) for k in ("dp", "tp", "pp", "cp"))
@@ -185,7 +217,11 @@ def split_pipeline(readings: dict[int, list[StepReading]], layout: dict | None =
         for v in readings.values():
             for t in v[j].transfers:
                 if t.kind == "pp":
-                    _move(v[j].terms, "pp_p2p_s", "pp_bubble_s", max(0.0, t.exposed - one))
+                    bubble = max(0.0, t.exposed - one)
+                    moving = t.exposed - bubble
+                    _move(v[j].terms, "pp_p2p_s", "pp_bubble_s", bubble)
+                    _move(v[j].terms, "pp_p2p_s", "core_wait_s",
+                          min(moving, _bytes_core(v[j], t, moving)))
         own = {r: readings[r][j].terms["core_wait_s"] for r in ranks}
         for r in ranks:
             key = group_key(r, layout, ("pp",)) if fits else ()
