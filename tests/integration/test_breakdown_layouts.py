@@ -5,9 +5,10 @@ launches checking the breakdown's claims on a CPU host:
 - a GPipe pipeline of p = 2 stages, with ranks <= cores, waits about the schedule's bubble
   share (p − 1) / (m + p − 1) at m = 2 and m = 8 micro-batches, less at m = 8;
 - a tensor-parallel point's collectives are tensor-parallel traffic; its rank 1, slowed
-  *inside* its forward by extra matrix products, is named the straggler (its GEMMs grew) and
-  rank 0 waits longer for the slowest rank (which term the trace names as grown, and how
-  closely the delay matches rank 0's wait, are not yet stable run to run on a 2-core host);
+  *inside* its forward by extra matrix products, is named the straggler (its GEMMs the term
+  that grew) and rank 0 waits longer for the slowest rank (how closely the delay matches rank
+  0's wait is not checked: 0.60-1.31 of it over runs on a 2-core host shared with other
+  work, docs/breakdown.md's limits);
 - a weak data-parallel series at N = 1 and N = 4 on a 2-core host: four processes share two
   cores, so waiting for a CPU core is the largest loss at N = 4, and no term of the ranks'
   own work shows a gain beyond the host's noise.
@@ -58,9 +59,10 @@ STUDY = {
         {"name": "weak", "mode": "weak", "model": "tiny", "gpus": [1, 4], "micro_batch": 4},
     ],
 }
-#: rank 1 of the tensor-parallel point: 200 extra 128x128 products in each MLP forward (tens
-#: of ms per step, well beyond a tiny step's framework overhead and its noise)
-SLOW = "rank=1:mm=200"
+#: rank 1 of the tensor-parallel point: 1000 extra 128x128 products in each MLP forward
+#: (50-120 ms per step, several times a tiny step's framework overhead and the run-to-run
+#: noise of its terms, so that the GEMMs are the term that grew)
+SLOW = "rank=1:mm=1000"
 #: the most a work term may gain at N = 4 (a fraction of the step): the host's run-to-run
 #: noise of a tiny step, well above a reading's rounding, far below a misplaced term
 NOISE = 0.05
@@ -121,10 +123,10 @@ def test_a_rank_slowed_inside_its_forward_is_the_straggler_and_the_others_wait(r
     t = rec["terms"]
     assert t["tp_comm_s"] > 0 and t["pp_p2p_s"] == t["pp_bubble_s"] == t["dp_comm_exposed_s"] == 0
     late = rec["straggler"]
-    assert late is not None and late["rank"] == 1, late
+    assert late is not None and late["rank"] == 1 and late["slowed_term"] == "gemm_s", late
     slow, waited = rec["per_rank"]["1"]["terms"], rec["per_rank"]["0"]["terms"]
     assert slow["gemm_s"] > 3 * waited["gemm_s"], (slow, waited)  # (the extra products)
-    # rank 0 waits out rank 1's extra work
+    # rank 0 waits out rank 1's extra work in the tensor-parallel collectives after it
     assert waited["sync_wait_s"] > slow["sync_wait_s"]
     assert rec["rank_waited_least"] == 1
 
