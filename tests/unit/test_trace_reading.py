@@ -73,15 +73,15 @@ def test_the_slower_ranks_wait_is_the_other_ranks_sync_wait(tmp_path):
 
 
 def test_a_peers_wait_for_the_late_rank_waiting_for_a_core_is_waiting_for_a_core(tmp_path):
-    """As above, but rank 1 waited 200 µs for a core (its sampler's samples beside its trace)
-    before it reached the all-reduce: of rank 0's 400 µs wait, those 200 are waiting for a
-    core, the rest waiting for the slowest rank."""
-    for rank, wait in ((0, 500.0), (1, 100.0)):
+    """Rank 1 reaches the all-reduce 400 µs late, after an extra GEMM in which it waited 200
+    µs for a core (its sampler's samples beside its trace): of rank 0's 400 µs wait, those
+    200 are waiting for a core, the rest waiting for the slowest rank."""
+    for rank, wait, late in ((0, 500.0, 0.0), (1, 100.0, 400.0)):
         st.write(tmp_path / "traces" / f"rank{rank}.json.gz",
-                 st.host_trace(rank, 2, [st.dp_step(wait)] * 3, 2000))
+                 st.host_trace(rank, 2, [st.dp_step(wait, late)] * 3, 2000))
     t0 = 2_000_000e3  # (ns: the synthetic trace's steps start at 2 s, one every 2100 µs)
     samples = [[t0 + k * 2100e3 + dt * 1e3, w * 1e3 + k * 200e3]
-               for k in range(3) for dt, w in ((10, 0), (250, 200))]
+               for k in range(3) for dt, w in ((200, 0), (600, 200))]
     (tmp_path / "traces" / "rank1.runqueue.json").write_text(json.dumps({"samples": samples}))
     rec = rb.run_breakdown(tmp_path, DP2, expected_ranks=[0, 1])
     r0, r1 = rec["per_rank"]["0"]["terms"], rec["per_rank"]["1"]["terms"]

@@ -174,7 +174,7 @@ class Transfer:
     named_by: str = BY_LAUNCHER
     #: the pieces of the step (s, the trace's clock) in which the rank was blocked on it
     blocked: list[tuple[float, float]] = field(default_factory=list)
-    core_before: float = 0.0  # s the rank waited for a core since its last transfer ended
+    waited: float = 0.0  # s of it the rank waited for another rank (sync wait or bubble)
 
     @property
     def lifetime(self) -> float:
@@ -207,6 +207,10 @@ class StepReading:
     #: (ns) at the trace's time 0: a peer's wait is read at the same instants
     core: CoreWaits | None = None
     clock_ns: int = 0
+    window: tuple[float, float] = (0.0, 0.0)  # the step, first operator to last (trace clock)
+    #: the starts of its recorded events (trace clock) and the profiler's cost of each (s)
+    event_starts: list[float] = field(default_factory=list)
+    event_cost_s: float = 0.0
 
 
 def _segments(events: list[Event], s0: float, s1: float):
@@ -424,10 +428,6 @@ def read_host_step(trace: Trace, step: Event, layout: dict, event_cost_s: float 
     live_starts = [t.start for t in live]
     core = CoreWaits(samples or [])
     charge = _Charges(core, sorted(e.start for e in main), event_cost_s)
-    done = s0  # each transfer: the wait for a core since the rank's last one (or s0)
-    for t in live:
-        t.core_before = core.between(done, t.start)
-        done = max(done, t.end)
     for a, b, names, inner in _segments(main, s0, s1):
         what = classify_chain(names)
         if what in (BLOCKED, GAP, SCOPE):
@@ -451,7 +451,8 @@ def read_host_step(trace: Trace, step: Event, layout: dict, event_cost_s: float 
     return StepReading(step.name, s1 - s0 - charge.profiler, terms, overlapped, transfers,
                        events=len(main) + len(lifetimes), raw_span_s=s1 - s0,
                        profiler_s=charge.profiler, core=core if core else None,
-                       clock_ns=trace.base_ns)
+                       clock_ns=trace.base_ns, window=(s0, s1),
+                       event_starts=charge.starts, event_cost_s=event_cost_s)
 
 
 def _kernel_term(chain: tuple[str, ...], name: str) -> str:
