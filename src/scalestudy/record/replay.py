@@ -6,8 +6,9 @@ operators, scopes and gaps; the wait for a core inside them known from the run-q
 samples, ``timeline.CoreWaits``) and blocked on a transfer (``Transfer.blocked``). The
 transfers of one collective (every rank of its group) or of one send and its receive are a
 *match*: each member completes as long after the match's last launch as it did in the
-trace (the transfer itself). A blocked piece that ends when its
-transfer completes lasts until the match completes; any other piece keeps its length.
+trace (the transfer itself; a send as its receive: gloo ends a send's range when its sender
+waits for it). A blocked piece that ends as transfers of its rank end lasts until the last
+of them completes; any other piece keeps its length.
 
 The replay runs every rank's pieces again with the running ones shortened by their wait for
 a core, each match completing at its members' new latest launch plus its transfer, until no
@@ -17,10 +18,10 @@ caused by a wait for a core (``core_wait_s``); it can be negative: a rank whose 
 a core made it late would otherwise have waited for its peers.
 
 The matches are collectives (tensor, data, context parallel and the optimizer's): the same
-collective on every rank of its group. A pipeline's sends and receives are not matched: gloo
-ends a send's range when its sender waits for it, not when its receiver has it, so which
-receive a send fed is not in the trace; a stage's bubble keeps its per-step estimate
-(``trace_terms.split_pipeline``). The traces of one host share its wall clock (Kineto's
+collective on every rank of its group; and a two-stage pipeline's sends, each with the other
+stage's receive of the same how-manieth. With more stages which receive a send fed is not in
+a gloo trace (a send's range ends when its sender waits for it): a stage's bubble keeps its
+per-step estimate (``trace_terms.split_pipeline``). The traces of one host share its wall clock (Kineto's
 ``baseTimeNanoseconds``). Pure: no torch, no files.
 """
 
@@ -45,7 +46,8 @@ class _Piece:
     end: float
     step: StepReading
     transfer: Transfer | None = None  # blocked on it (None: running)
-    bound: bool = False  # blocked until the transfer completed
+    #: blocked until these completed (the transfers that ended as it did; empty: not)
+    until: tuple[Transfer, ...] = ()
 
 
 def _pieces(steps: list[StepReading]) -> list[_Piece]:
@@ -58,7 +60,8 @@ def _pieces(steps: list[StepReading]) -> list[_Piece]:
         for x, y, t in blocked:
             if x > cursor:
                 out.append(_Piece(cursor, x, step))
-            out.append(_Piece(x, y, step, t, abs(y - t.end) <= AT_END_S))
+            out.append(_Piece(x, y, step, t, tuple(u for u in step.transfers
+                                                   if abs(y - u.end) <= AT_END_S)))
             cursor = max(cursor, y)
         if step.window[1] > cursor:
             out.append(_Piece(cursor, step.window[1], step))
@@ -108,41 +111,44 @@ def _replay(ranks: dict[int, list[StepReading]], matches: Matches, without_core:
     pieces = {r: _pieces(v) for r, v in ranks.items()}
     cut = {r: [_removed(p, without_core, without_profiler) if p.transfer is None else 0.0
                for p in pieces[r]] for r in ranks}
-    match_of, done, last = set(), {}, {}
+    starts = {r: [[t for t in p.step.transfers if p.start <= t.start < p.end]
+                  for p in pieces[r]] for r in ranks}  # the transfers launched in each piece
+    rank_of, done, last, lag = {}, {}, {}, {}
     for i, members in enumerate(matches):
         last[i] = max(t.start + shift[r] for r, t in members)  # the last launch
         for r, t in members:
-            match_of.add((r, id(t)))
-            done[(r, id(t))] = t.end + shift[r]
-    saved: dict = {}
+            rank_of[id(t)] = r
+            done[id(t)] = t.end + shift[r]
+            lag[id(t)] = done[id(t)] - last[i]
+        if any(t.kind == "pp" for _, t in members):  # (a send ends when its sender waits:
+            first = min(lag[id(t)] for _, t in members)  # both have it at the delivery)
+            lag.update({id(t): first for _, t in members})
     for _ in range(ROUNDS):
         launched: dict = {}
+        saved: dict = {}
         for r in ranks:
             now = pieces[r][0].start + shift[r]
-            for p, out in zip(pieces[r], cut[r]):
+            for p, out, begun in zip(pieces[r], cut[r], starts[r]):
                 length = p.end - p.start
+                waits = [done[id(u)] for u in p.until if id(u) in done]
                 if p.transfer is None:
-                    for t in p.step.transfers:  # (a launch inside the piece: pro rata)
-                        if p.start <= t.start < p.end:
-                            f = (t.start - p.start) / length
-                            launched[(r, id(t))] = now + f * (length - out)
-                    now += length - out
-                    continue
-                key = (r, id(p.transfer))
-                launched.setdefault(key, now)
-                if p.bound and key in match_of:
-                    new = max(0.0, done[key] - now)
-                    saved[key] = length - new
-                    now += new
+                    new = length - out
+                elif waits:
+                    new = max(0.0, max(waits) - now)
+                    key = (r, id(p.transfer))
+                    saved[key] = saved.get(key, 0.0) + length - new
                 else:
-                    now += length
+                    new = length
+                for t in begun:  # (a launch inside the piece: pro rata, or where it ends)
+                    launched[(r, id(t))] = now + min(new, (t.start - p.start) * new / length)
+                now += new
         moved = 0.0
         for i, members in enumerate(matches):
             at = max(launched.get((r, id(t)), t.start + shift[r]) for r, t in members)
             for r, t in members:  # (each member as long after the last launch as it was)
-                new = at + (t.end + shift[r] - last[i])
-                moved = max(moved, abs(new - done[(r, id(t))]))
-                done[(r, id(t))] = new
+                new = at + lag[id(t)]
+                moved = max(moved, abs(new - done[id(t)]))
+                done[id(t)] = new
         if moved <= SETTLED_S:
             break
     return saved

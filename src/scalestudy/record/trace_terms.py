@@ -18,11 +18,14 @@ From the traces (``scalestudy.record.trace``, each rank's steps read by
 2. **The pipeline bubble.** Per profiled step, the shortest lifetime of any send or receive
    of any rank stands for one transfer; what a stage was exposed on its pipeline traffic
    beyond that was the stage waiting for another: ``pp_bubble_s`` (the schedule's fill and
-   drain, and every stall where the other stage was late), less what the other stages
-   waited for a core beyond its own in the step (``core_wait_s``, an estimate:
-   ``record.replay`` says why).
+   drain, and every stall where the other stage was late). In a pipeline of two stages each
+   send is matched with the other stage's receive of the same how-manieth and the replay
+   below reads the waits for a core; with more stages, less what the other stages waited
+   for a core beyond its own in the step (``core_wait_s``, an estimate: which send fed which
+   receive is not in a gloo trace).
    **Caused by a wait for a core, or by the profiler.** The ranks' profiled steps are
-   replayed through their collectives without the training threads' waits for a core
+   replayed through their collectives (and a two-stage pipeline's sends and receives)
+   without the training threads' waits for a core
    (``record.replay``): what that saves of a rank's waiting moves to ``core_wait_s``; what
    taking the profiler's cost per event out of the replay saves beyond it (a peer's wait for
    a rank's recording) leaves the step with the profiler's own cost.
@@ -175,6 +178,29 @@ def _collective_matches(readings: dict[int, list[StepReading]], layout: dict, j:
                     yield kind, pairs
 
 
+def _pipeline_matches(readings: dict[int, list[StepReading]], layout: dict, j: int):
+    """Of step ``j``, each send of a two-stage pipeline with the other stage's receive of the
+    same how-manieth (the stages post them in the same order); None where a pipeline has
+    other than two stages, or its two stages' counts differ (which send fed which receive
+    is then not in the trace)."""
+    ranks = sorted(readings)
+    if layout.get("pp", 1) != 2 or not all(0 <= r < math.prod(layout.values()) for r in ranks):
+        return None
+    out, stages = [], {}
+    for r in ranks:
+        stages.setdefault(group_key(r, layout, ("pp",)), []).append(r)
+    for pair in stages.values():
+        if len(pair) != 2:
+            return None
+        for a, b in (pair, pair[::-1]):
+            sends = [t for t in readings[a][j].transfers if t.kind == "pp" and "send" in t.op]
+            recvs = [t for t in readings[b][j].transfers if t.kind == "pp" and "recv" in t.op]
+            if len(sends) != len(recvs):
+                return None
+            out += [[(a, s), (b, t)] for s, t in zip(sends, recvs)]
+    return out
+
+
 def _wait_term(kind: str, layout: dict) -> str:
     """The term a rank's waiting for another rank at a transfer of ``kind`` goes to."""
     if kind == "pp" or (kind == "optimizer" and layout.get("pp", 1) > 1):
@@ -230,6 +256,8 @@ def split_pipeline(readings: dict[int, list[StepReading]], layout: dict | None =
                     _move(v[j].terms, "pp_p2p_s", "pp_bubble_s", t.waited)
                     _move(v[j].terms, "pp_p2p_s", "core_wait_s",
                           min(moving, _bytes_core(v[j], t, moving)))
+        if layout is not None and _pipeline_matches(readings, layout, j) is not None:
+            continue  # (the replay reads its waits for a core: core_caused_waits)
         own = {r: readings[r][j].terms["core_wait_s"] for r in ranks}
         for r in ranks:
             key = group_key(r, layout, ("pp",)) if fits else ()
@@ -252,6 +280,7 @@ def core_caused_waits(readings: dict[int, list[StepReading]], layout: dict) -> N
     ranks = sorted(readings)
     n = min(len(v) for v in readings.values())
     matches = [pairs for j in range(n) for _, pairs in _collective_matches(readings, layout, j)]
+    matches += [pair for j in range(n) for pair in _pipeline_matches(readings, layout, j) or []]
     if not (matches and any(s.core for v in readings.values() for s in v)):
         return
     steps = {r: readings[r][:n] for r in ranks}
