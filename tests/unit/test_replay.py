@@ -57,3 +57,22 @@ def test_a_peers_wait_for_a_ranks_recording_is_the_profilers():
     ranks, matches, b0 = _two_steps(events=events, cost=2 * US)
     assert replay.core_saved(ranks, matches)[(0, id(b0))] == pytest.approx(0.0, abs=1e-12)
     assert replay.profiler_saved(ranks, matches)[(0, id(b0))] == pytest.approx(300 * US)
+
+
+def test_a_stage_waiting_for_one_behind_for_want_of_a_core_is_saved():
+    """Stage 0 waited 300 µs for a core before it sent at 790 µs; stage 1 had posted its
+    receive at 500 µs and got the activations at 800: without the wait it would have had them
+    at 510 µs. The two-stage pipeline's k-th send is matched with the other stage's k-th
+    receive."""
+    from scalestudy.record.trace_terms import _pipeline_matches
+
+    send = Transfer("pp", "gloo:send", 0, 790 * US, 800 * US, blocked=[(790 * US, 800 * US)])
+    recv = Transfer("pp", "gloo:recv", 0, 500 * US, 800 * US, blocked=[(500 * US, 800 * US)])
+    samples = [(0.0, 0.0, 0.0), (100 * US, 0.0, 0.0), (400 * US, 300 * US, 300 * US),
+               (2000 * US, 300 * US, 300 * US)]
+    ranks = {0: [_step((0, 900 * US), [send], samples)], 1: [_step((0, 900 * US), [recv])]}
+    layout = {"pp": 2, "dp": 1, "tp": 1, "cp": 1}
+    matches = _pipeline_matches(ranks, layout, 0)
+    assert [[(r, t.op) for r, t in m] for m in matches] == [[(0, "gloo:send"), (1, "gloo:recv")]]
+    assert replay.core_saved(ranks, matches)[(1, id(recv))] == pytest.approx(290 * US)
+    assert _pipeline_matches(ranks, {**layout, "pp": 1, "dp": 2}, 0) is None
