@@ -10,7 +10,9 @@ From the traces (``scalestudy.record.trace``, each rank's steps read by
    step, each tensor-, data- or context-parallel transfer is paired with the same transfer
    (kind, operation, how-manieth in the step) of the other ranks of its group (the ranks
    sharing every other mesh coordinate: ``config.layout``); of a rank's exposed seconds of it,
-   up to that difference moves from the kind's exposed communication to ``sync_wait_s``; of
+   up to that difference (on host traces, no more than until the last rank launched it: a
+   rank whose own transfer finished late waited for no one) moves from the kind's exposed
+   communication to ``sync_wait_s``; of
    the rest (the bytes moving), what the rank's threads waited for a core to
    ``core_wait_s``. A collective of the optimizer (clipping's norm, over every rank) pairs
    over all ranks; with pipeline stages its waiting is the pipeline's drain
@@ -208,6 +210,19 @@ def _wait_term(kind: str, layout: dict) -> str:
     return "sync_wait_s"
 
 
+def _clock(step: StepReading) -> float:
+    """The step's trace clock against the wall clock (s from the epoch at its time 0)."""
+    return step.clock_ns * 1e-9
+
+
+def _last_launch(readings: dict[int, list[StepReading]], pairs, j: int) -> float | None:
+    """When the last rank of a collective launched it (wall clock s, from the epoch), on host
+    traces (whose clocks are one host's, or synchronised ones'); None on a device trace."""
+    if any(readings[r][j].device is not None for r, _ in pairs):
+        return None
+    return max(t.start + _clock(readings[r][j]) for r, t in pairs)
+
+
 def pair_sync_waits(readings: dict[int, list[StepReading]], layout: dict) -> None:
     """Move each rank's waiting for the slowest rank of its groups out of the exposed
     communication into ``sync_wait_s`` (module doc, 1), in place, and of the rest of the
@@ -221,9 +236,12 @@ def pair_sync_waits(readings: dict[int, list[StepReading]], layout: dict) -> Non
         for kind, pairs in _collective_matches(readings, layout, j):
             src = "optimizer_s" if kind == "optimizer" else COMM_TERM[kind]
             late = min(pairs, key=lambda p: p[1].lifetime)[1]
+            last = _last_launch(readings, pairs, j)
             for r, t in pairs:
                 step = readings[r][j]
                 t.waited = min(max(0.0, t.lifetime - late.lifetime), t.exposed)
+                if last is not None:  # (no longer than until the last rank launched it)
+                    t.waited = min(t.waited, max(0.0, last - t.start - _clock(step)))
                 moving = t.exposed - t.waited
                 _move(step.terms, src, "core_wait_s", min(moving, _bytes_core(step, t, moving)))
                 _move(step.terms, src, _wait_term(kind, layout), t.waited)
