@@ -21,8 +21,8 @@ The matches are collectives (tensor, data, context parallel and the optimizer's)
 collective on every rank of its group; and a two-stage pipeline's sends, each with the other
 stage's receive of the same how-manieth. With more stages which receive a send fed is not in
 a gloo trace (a send's range ends when its sender waits for it): a stage's bubble keeps its
-per-step estimate (``trace_terms.split_pipeline``). The traces of one host share its wall clock (Kineto's
-``baseTimeNanoseconds``). Pure: no torch, no files.
+per-step estimate (``trace_terms.split_pipeline``). The traces of one host share its wall
+clock (Kineto's ``baseTimeNanoseconds``). Pure: no torch, no files.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from scalestudy.record.timeline import StepReading, Transfer
 ROUNDS = 200
 #: When the replay has settled (s): no completion moved by more than this in a round.
 SETTLED_S = 1e-7
-#: A blocked piece that ends within this of its transfer's end (s) waited for it to complete.
+#: A blocked piece that ends within this of a transfer's end (s) waited for it to complete.
 AT_END_S = 2e-6
 
 
