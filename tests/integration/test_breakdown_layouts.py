@@ -12,8 +12,9 @@ launches checking the breakdown's claims on a CPU host:
   cores, so waiting for a CPU core is the largest loss at N = 4, and no term of the ranks'
   own work shows a gain beyond the host's noise.
 
-On a busy host (more runnable processes than cores from other work) the pipeline's bubble
-and the waits grow; the checks are for a host running only this test."""
+On a busy host other work also slows the ranks' own work without any wait for a core
+(caches and memory shared), unbalancing the stages and the ranks: the checks are for a host
+running only this test (docs/breakdown.md's limits give how they held on a shared one)."""
 
 from __future__ import annotations
 

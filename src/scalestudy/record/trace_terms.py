@@ -137,14 +137,14 @@ def _move(terms: dict, src: str, dst: str, seconds: float) -> None:
     terms[dst] += seconds
 
 
-def _pieces(blocked: list[tuple[float, float]], seconds: float, last: bool = False):
-    """The first (``last``: the last) ``seconds`` of a transfer's blocked pieces."""
+def _last_pieces(blocked: list[tuple[float, float]], seconds: float):
+    """The last ``seconds`` of a transfer's blocked pieces."""
     out, left = [], seconds
-    for x, y in (reversed(blocked) if last else blocked):
+    for x, y in reversed(blocked):
         if left <= 0:
             break
         take = min(y - x, left)
-        out.append((y - take, y) if last else (x, x + take))
+        out.append((y - take, y))
         left -= take
     return out
 
@@ -155,7 +155,7 @@ def _bytes_core(reading: StepReading, t, seconds: float) -> float:
     core = reading.core
     if not core:
         return 0.0
-    return sum(core.between(x, y, True) for x, y in _pieces(t.blocked, seconds, last=True))
+    return sum(core.between(x, y, True) for x, y in _last_pieces(t.blocked, seconds))
 
 
 def _collective_matches(readings: dict[int, list[StepReading]], layout: dict, j: int):
