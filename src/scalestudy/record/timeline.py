@@ -25,9 +25,10 @@ the chain of operators around it:
   does not say what the host did: a training loop's own Python, the scheduler).
 
 Before a piece of the step goes to its term, two charges are taken out of it (``_Charges``):
-the time the process waited for a core inside it (``core_wait_s``: the run-queue samples the
-built-in trainer writes beside its trace, linear between samples; the training thread's, and
-while it is blocked on a transfer also the other threads', which carry the transfer) and the
+the time the training thread waited for a core inside it (``core_wait_s``: the run-queue
+samples the built-in trainer writes beside its trace, linear between samples; the other
+threads', which carry the transfers, count only while a transfer's bytes move, which the
+pairing across ranks says: ``scalestudy.record.trace_terms``) and the
 profiler's measured cost for each recorded event that starts in it (out of the step: the
 step's ``raw_span_s`` keeps it, ``profiler_s`` says how much).
 
@@ -56,7 +57,9 @@ Exposed pipeline traffic is its transfers and the stage's waiting for the other 
 bubble); a collective's exposed time, its transfer and the waiting for the slowest rank. Both
 splits need the other ranks' traces (``scalestudy.record.trace_terms``): here all of it is
 the kind's exposed communication, and each transfer keeps its lifetime, exposed seconds and
-the rank's wait for a core since its last transfer (:class:`Transfer`).
+the pieces in which the rank was blocked on it (:class:`Transfer`); each step its window and
+the rank's run-queue waits (``StepReading.core``), which the replay across ranks reads
+(``scalestudy.record.replay``).
 
 Pure: no torch, no files.
 """
