@@ -126,21 +126,25 @@ def host_trace(rank: int, world: int, steps: list[list[tuple]], step_us: float,
             "traceEvents": events}
 
 
-def dp_step(wait_us: float) -> list[tuple]:
+def dp_step(wait_us: float, late_us: float = 0.0) -> list[tuple]:
     """A data-parallel step on the host: forward and backward (GEMMs, a GELU, attention,
     autograd's wrapper and node), the gradient all-reduce launched inside the backward's last
     node (its lifetime from 258 µs, 22 µs of it under the backward) and waited for
     ``20 + wait_us`` µs with no operator running (DDP's wait records none), then the
-    optimizer."""
-    end = 300 + wait_us
+    optimizer. ``late_us``: a GEMM of that length after the attention delays everything
+    after it (a late rank: its all-reduce ends with its peers' when ``wait_us`` is theirs
+    less ``late_us``)."""
+    d = late_us
+    end = 300 + wait_us + d
+    extra = [("aten::mm", 200, d, "main")] if d else []
     return [("scalestudy::data", 0, 10, "main"), ("aten::to", 1, 2, "main"),
             ("scalestudy::forward_backward", 10, end - 10, "main"),
             ("aten::mm", 10, 100, "main"), ("aten::gelu", 110, 40, "main"),
-            ("aten::_scaled_dot_product_flash_attention_for_cpu", 150, 50, "main"),
-            ("autograd::engine::evaluate_function: AddmmBackward0", 200, 80, "main"),
-            ("AddmmBackward0", 201, 78, "main"), ("aten::mm", 202, 48, "main"),
-            ("c10d::allreduce_", 255, 3, "main"),
-            ("gloo:all_reduce", 258, end - 258, "gloo"),
+            ("aten::_scaled_dot_product_flash_attention_for_cpu", 150, 50, "main"), *extra,
+            ("autograd::engine::evaluate_function: AddmmBackward0", 200 + d, 80, "main"),
+            ("AddmmBackward0", 201 + d, 78, "main"), ("aten::mm", 202 + d, 48, "main"),
+            ("c10d::allreduce_", 255 + d, 3, "main"),
+            ("gloo:all_reduce", 258 + d, end - 258 - d, "gloo"),
             ("Optimizer.step#AdamW.step", end, 60, "main"),
             ("aten::_foreach_add_", end + 5, 50, "main")]
 

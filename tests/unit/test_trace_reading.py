@@ -58,9 +58,9 @@ def test_the_slower_ranks_wait_is_the_other_ranks_sync_wait(tmp_path):
     """Rank 1 reaches the all-reduce 400 µs late: rank 0 waits 400 µs more; the pairing moves
     those to rank 0's sync_wait, leaves the transfer exposed, and names rank 1 the rank that
     waited least."""
-    for rank, wait in ((0, 500.0), (1, 100.0)):
+    for rank, wait, late in ((0, 500.0, 0.0), (1, 100.0, 400.0)):
         st.write(tmp_path / "traces" / f"rank{rank}.json.gz",
-                 st.host_trace(rank, 2, [st.dp_step(wait)] * 3, 2000))
+                 st.host_trace(rank, 2, [st.dp_step(wait, late)] * 3, 2000))
     rec = rb.run_breakdown(tmp_path, {"dp": 2, "tp": 1, "pp": 1, "cp": 1},
                            expected_ranks=[0, 1])
     assert rec["state"] == "ok", rec
@@ -73,15 +73,15 @@ def test_the_slower_ranks_wait_is_the_other_ranks_sync_wait(tmp_path):
 
 
 def test_a_peers_wait_for_the_late_rank_waiting_for_a_core_is_waiting_for_a_core(tmp_path):
-    """As above, but rank 1 waited 200 µs for a core (its sampler's samples beside its trace)
-    before it reached the all-reduce: of rank 0's 400 µs wait, those 200 are waiting for a
-    core, the rest waiting for the slowest rank."""
-    for rank, wait in ((0, 500.0), (1, 100.0)):
+    """Rank 1 reaches the all-reduce 400 µs late, after an extra GEMM in which it waited 200
+    µs for a core (its sampler's samples beside its trace): of rank 0's 400 µs wait, those
+    200 are waiting for a core, the rest waiting for the slowest rank."""
+    for rank, wait, late in ((0, 500.0, 0.0), (1, 100.0, 400.0)):
         st.write(tmp_path / "traces" / f"rank{rank}.json.gz",
-                 st.host_trace(rank, 2, [st.dp_step(wait)] * 3, 2000))
+                 st.host_trace(rank, 2, [st.dp_step(wait, late)] * 3, 2000))
     t0 = 2_000_000e3  # (ns: the synthetic trace's steps start at 2 s, one every 2100 µs)
     samples = [[t0 + k * 2100e3 + dt * 1e3, w * 1e3 + k * 200e3]
-               for k in range(3) for dt, w in ((10, 0), (250, 200))]
+               for k in range(3) for dt, w in ((200, 0), (600, 200))]
     (tmp_path / "traces" / "rank1.runqueue.json").write_text(json.dumps({"samples": samples}))
     rec = rb.run_breakdown(tmp_path, DP2, expected_ranks=[0, 1])
     r0, r1 = rec["per_rank"]["0"]["terms"], rec["per_rank"]["1"]["terms"]
@@ -89,6 +89,36 @@ def test_a_peers_wait_for_the_late_rank_waiting_for_a_core_is_waiting_for_a_core
     assert _close(r0["core_wait_s"], 200 * US) and _close(r0["sync_wait_s"], 200 * US)
     assert _close(r0["dp_comm_exposed_s"], 123 * US)
     assert _close(sum(r0[k] for k in MEASURED_TERMS), rec["per_rank"]["0"]["step_s"])
+
+
+def test_the_backends_threads_wait_for_a_core_only_while_the_bytes_move(tmp_path):
+    """Rank 0 waits 400 µs for rank 1 in the all-reduce, then 123 µs while the bytes move.
+    Its backend threads waited 300 µs for a core while it waited for rank 1 (nothing to move
+    yet: still waiting for the slowest rank) and 50 µs while the bytes moved (the transfer
+    held up: waiting for a core)."""
+    for rank, wait, late in ((0, 500.0, 0.0), (1, 100.0, 400.0)):
+        st.write(tmp_path / "traces" / f"rank{rank}.json.gz",
+                 st.host_trace(rank, 2, [st.dp_step(wait, late)] * 3, 2000))
+    t0 = 2_000_000e3  # (ns: the synthetic trace's steps start at 2 s, one every 2100 µs)
+    samples = [[t0 + k * 2100e3 + dt * 1e3, 0, (o + k * 350) * 1e3]
+               for k in range(3) for dt, o in ((300, 0), (600, 300), (700, 300), (800, 350))]
+    (tmp_path / "traces" / "rank0.runqueue.json").write_text(json.dumps({"samples": samples}))
+    rec = rb.run_breakdown(tmp_path, DP2, expected_ranks=[0, 1])
+    r0 = rec["per_rank"]["0"]["terms"]
+    assert _close(r0["sync_wait_s"], 400 * US) and _close(r0["core_wait_s"], 50 * US)
+    assert _close(r0["dp_comm_exposed_s"], 73 * US)
+    assert _close(sum(r0[k] for k in MEASURED_TERMS), rec["per_rank"]["0"]["step_s"])
+
+
+def test_a_rank_whose_own_transfer_ends_late_waited_for_no_one(tmp_path):
+    """Both ranks launch the all-reduce at 258 µs; rank 0's ends 400 µs after rank 1's (its
+    own threads were late to finish it): that is its transfer, not waiting for rank 1."""
+    for rank, wait in ((0, 500.0), (1, 100.0)):
+        st.write(tmp_path / "traces" / f"rank{rank}.json.gz",
+                 st.host_trace(rank, 2, [st.dp_step(wait)] * 3, 2000))
+    rec = rb.run_breakdown(tmp_path, DP2, expected_ranks=[0, 1])
+    r0 = rec["per_rank"]["0"]["terms"]
+    assert r0["sync_wait_s"] == 0 and _close(r0["dp_comm_exposed_s"], 523 * US)
 
 
 def test_pipeline_waiting_beyond_one_transfer_is_the_bubble():

@@ -25,9 +25,10 @@ the chain of operators around it:
   does not say what the host did: a training loop's own Python, the scheduler).
 
 Before a piece of the step goes to its term, two charges are taken out of it (``_Charges``):
-the time the process waited for a core inside it (``core_wait_s``: the run-queue samples the
-built-in trainer writes beside its trace, linear between samples; the training thread's, and
-while it is blocked on a transfer also the other threads', which carry the transfer) and the
+the time the training thread waited for a core inside it (``core_wait_s``: the run-queue
+samples the built-in trainer writes beside its trace, linear between samples; the other
+threads', which carry the transfers, count only while a transfer's bytes move, which the
+pairing across ranks says: ``scalestudy.record.trace_terms``) and the
 profiler's measured cost for each recorded event that starts in it (out of the step: the
 step's ``raw_span_s`` keeps it, ``profiler_s`` says how much).
 
@@ -56,7 +57,9 @@ Exposed pipeline traffic is its transfers and the stage's waiting for the other 
 bubble); a collective's exposed time, its transfer and the waiting for the slowest rank. Both
 splits need the other ranks' traces (``scalestudy.record.trace_terms``): here all of it is
 the kind's exposed communication, and each transfer keeps its lifetime, exposed seconds and
-the rank's wait for a core since its last transfer (:class:`Transfer`).
+the pieces in which the rank was blocked on it (:class:`Transfer`); each step its window and
+the rank's run-queue waits (``StepReading.core``), which the replay across ranks reads
+(``scalestudy.record.replay``).
 
 Pure: no torch, no files.
 """
@@ -172,7 +175,9 @@ class Transfer:
     overlapped: float = 0.0
     collective: str | None = None
     named_by: str = BY_LAUNCHER
-    core_before: float = 0.0  # s the rank waited for a core since its last transfer ended
+    #: the pieces of the step (s, the trace's clock) in which the rank was blocked on it
+    blocked: list[tuple[float, float]] = field(default_factory=list)
+    waited: float = 0.0  # s of it the rank waited for another rank (sync wait or bubble)
 
     @property
     def lifetime(self) -> float:
@@ -201,6 +206,14 @@ class StepReading:
     raw_span_s: float = 0.0
     profiler_s: float = 0.0
     device: dict | None = None
+    #: the rank's training thread's wait for a core (None: no samples), and the wall clock
+    #: (ns) at the trace's time 0: a peer's wait is read at the same instants
+    core: CoreWaits | None = None
+    clock_ns: int = 0
+    window: tuple[float, float] = (0.0, 0.0)  # the step, first operator to last (trace clock)
+    #: the starts of its recorded events (trace clock) and the profiler's cost of each (s)
+    event_starts: list[float] = field(default_factory=list)
+    event_cost_s: float = 0.0
 
 
 def _segments(events: list[Event], s0: float, s1: float):
@@ -326,39 +339,54 @@ def _empty_terms() -> dict:
     return dict.fromkeys(MEASURED_TERMS, 0.0)
 
 
-class _Charges:
-    """What a host step's pieces of time are charged before their term gets the rest: the
-    time the process waited for a core inside them (``core_wait_s``: from the run-queue
-    samples, the training thread's wait, and while it is blocked on a transfer also the other
-    threads' waits, which hold the transfer up) and the profiler's cost of the events that
-    start in them (``event_cost_s`` each); never more than the piece holds (what a piece
-    cannot hold of the profiler's cost, the pieces after it pay)."""
+class CoreWaits:
+    """A rank's cumulative run-queue waits (:func:`runqueue_samples` of its trace), linear
+    between samples: the training thread's, and its other threads' (the backend's)."""
 
-    def __init__(self, samples: list[tuple], starts: list[float], event_cost_s: float):
+    def __init__(self, samples: list[tuple]):
         self.t = [x[0] for x in samples]
         self.w = [x[1] for x in samples]
-        self.o = [x[2] if len(x) > 2 else 0.0 for x in samples]
-        self.starts, self.cost = starts, event_cost_s
-        self.profiler = self.owed = 0.0
+        self.o = [x[1] + (x[2] if len(x) > 2 else 0.0) for x in samples]
 
-    def waited(self, x: float, others: bool = False) -> float:
-        """The cumulative run-queue wait at ``x`` (s), linear between samples: the training
-        thread's, plus the other threads' where ``others``."""
-        w = [a + b for a, b in zip(self.w, self.o)] if others else self.w
+    def __bool__(self) -> bool:
+        return bool(self.t)
+
+    def at(self, x: float, others: bool = False) -> float:
+        """The cumulative wait at ``x`` (s, the trace's clock): the training thread's, plus
+        the other threads' where ``others``."""
+        w = self.o if others else self.w
         i = bisect_right(self.t, x)
         if i == 0 or i == len(self.t):
             return w[0] if i == 0 else w[-1]
         t0, t1, w0, w1 = self.t[i - 1], self.t[i], w[i - 1], w[i]
         return w0 + (w1 - w0) * (x - t0) / (t1 - t0) if t1 > t0 else w1
 
-    def take(self, x: float, y: float, terms: dict, blocked: bool = False) -> float:
-        """Charge ``[x, y]`` (``blocked``: the training thread waits on a transfer in it):
-        its core wait to ``core_wait_s`` and its events' profiler cost out of the step; the
-        seconds left for the piece's own term."""
+    def between(self, x: float, y: float, others: bool = False) -> float:
+        """The wait for a core in ``[x, y]`` (s), at most ``y - x``; 0 without samples."""
+        if not self.t or y <= x:
+            return 0.0
+        return min(y - x, max(0.0, self.at(y, others) - self.at(x, others)))
+
+
+class _Charges:
+    """What a host step's pieces of time are charged before their term gets the rest: the
+    time the training thread waited for a core inside them (``core_wait_s``, from the
+    run-queue samples) and the profiler's cost of the events that start in them
+    (``event_cost_s`` each); never more than the piece holds (what a piece cannot hold of
+    the profiler's cost, the pieces after it pay). While the training thread is blocked on
+    a transfer it waits for no core; the other threads' waits then hold up the transfer only
+    while its bytes move, which the pairing across ranks reads
+    (``scalestudy.record.trace_terms``)."""
+
+    def __init__(self, core: CoreWaits, starts: list[float], event_cost_s: float):
+        self.core, self.starts, self.cost = core, starts, event_cost_s
+        self.profiler = self.owed = 0.0
+
+    def take(self, x: float, y: float, terms: dict) -> float:
+        """Charge ``[x, y]``: its core wait to ``core_wait_s`` and its events' profiler cost
+        out of the step; the seconds left for the piece's own term."""
         length = y - x
-        wait = 0.0
-        if self.t:
-            wait = min(length, max(0.0, self.waited(y, blocked) - self.waited(x, blocked)))
+        wait = self.core.between(x, y)
         terms["core_wait_s"] += wait
         n = bisect_left(self.starts, y) - bisect_left(self.starts, x) if self.cost else 0
         owed = self.owed + n * self.cost
@@ -401,22 +429,18 @@ def read_host_step(trace: Trace, step: Event, layout: dict, event_cost_s: float 
     terms = _empty_terms()
     live = sorted(transfers, key=lambda t: t.start)
     live_starts = [t.start for t in live]
-    charge = _Charges(samples or [],
-                      sorted(e.start for e in main), event_cost_s)
-    if charge.t:  # each transfer: the wait for a core since the rank's last one (or s0)
-        done = s0
-        for t in live:
-            t.core_before = max(0.0, charge.waited(t.start) - charge.waited(done))
-            done = max(done, t.end)
+    core = CoreWaits(samples or [])
+    charge = _Charges(core, sorted(e.start for e in main), event_cost_s)
     for a, b, names, inner in _segments(main, s0, s1):
         what = classify_chain(names)
         if what in (BLOCKED, GAP, SCOPE):
             for x, y, t in _blocked_pieces(a, b, live):
                 if t is None and what == BLOCKED:  # a launch or a wait with none in flight
                     t = _owner(inner, live, live_starts)
-                left = charge.take(x, y, terms, blocked=t is not None)
+                left = charge.take(x, y, terms)
                 if t is not None:
                     t.exposed += left
+                    t.blocked.append((x, y))
                     _attribute(t.kind, left, terms)
                 else:
                     terms["overhead_s" if what == SCOPE else "unattributed_s"] += left
@@ -429,7 +453,9 @@ def read_host_step(trace: Trace, step: Event, layout: dict, event_cost_s: float 
                   for k in OVERLAP_TERM}
     return StepReading(step.name, s1 - s0 - charge.profiler, terms, overlapped, transfers,
                        events=len(main) + len(lifetimes), raw_span_s=s1 - s0,
-                       profiler_s=charge.profiler)
+                       profiler_s=charge.profiler, core=core if core else None,
+                       clock_ns=trace.base_ns, window=(s0, s1),
+                       event_starts=charge.starts, event_cost_s=event_cost_s)
 
 
 def _kernel_term(chain: tuple[str, ...], name: str) -> str:

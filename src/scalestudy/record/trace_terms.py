@@ -10,16 +10,27 @@ From the traces (``scalestudy.record.trace``, each rank's steps read by
    step, each tensor-, data- or context-parallel transfer is paired with the same transfer
    (kind, operation, how-manieth in the step) of the other ranks of its group (the ranks
    sharing every other mesh coordinate: ``config.layout``); of a rank's exposed seconds of it,
-   up to that difference moves from the kind's exposed communication to ``sync_wait_s``,
-   except what the late rank waited for a core beyond this rank's since their last
-   transfers, which moves to ``core_wait_s``. A collective of the optimizer (clipping's
-   norm, over every rank) pairs over all ranks; with pipeline stages its waiting is the
-   pipeline's drain (``pp_bubble_s``).
+   up to that difference (on host traces, no more than until the last rank launched it: a
+   rank whose own transfer finished late waited for no one) moves from the kind's exposed
+   communication to ``sync_wait_s``; of
+   the rest (the bytes moving), what the rank's threads waited for a core to
+   ``core_wait_s``. A collective of the optimizer (clipping's norm, over every rank) pairs
+   over all ranks; with pipeline stages its waiting is the pipeline's drain
+   (``pp_bubble_s``).
 2. **The pipeline bubble.** Per profiled step, the shortest lifetime of any send or receive
    of any rank stands for one transfer; what a stage was exposed on its pipeline traffic
    beyond that was the stage waiting for another: ``pp_bubble_s`` (the schedule's fill and
-   drain, and every stall where the other stage was late), less what the other stages
-   waited for a core beyond its own in the step (``core_wait_s``).
+   drain, and every stall where the other stage was late). In a pipeline of two stages each
+   send is matched with the other stage's receive of the same how-manieth and the replay
+   below reads the waits for a core; with more stages, less what the other stages waited
+   for a core beyond its own in the step (``core_wait_s``, an estimate: which send fed which
+   receive is not in a gloo trace).
+   **Caused by a wait for a core, or by the profiler.** The ranks' profiled steps are
+   replayed through their collectives (and a two-stage pipeline's sends and receives)
+   without the training threads' waits for a core
+   (``record.replay``): what that saves of a rank's waiting moves to ``core_wait_s``; what
+   taking the profiler's cost per event out of the replay saves beyond it (a peer's wait for
+   a rank's recording) leaves the step with the profiler's own cost.
 3. **Per rank**, the mean over its profiled steps of each *whole* step's terms (they add up
    to its mean traced step exactly; never medians taken term by term); **per run**, each
    term's mean over the profiled ranks, with its lowest and highest rank, the rank that
@@ -49,7 +60,7 @@ from scalestudy.record.io import write_json
 from scalestudy.record.profile_record import PROFILE_KEY, profile_problem
 from scalestudy.record.bounded_read import RecordError, read_object
 from scalestudy.record.terms import COMM_TERM, MEASURED_TERMS, OVERLAPPED_TERMS, OVERLAP_TERM
-from scalestudy.record import stragglers
+from scalestudy.record import replay, stragglers
 from scalestudy.record.kernels import BY_KERNEL_NAME, device_temporal
 from scalestudy.record.timeline import StepReading, read_trace_steps
 from scalestudy.record.trace import Trace, TraceError, read_trace
@@ -126,53 +137,126 @@ def _move(terms: dict, src: str, dst: str, seconds: float) -> None:
     terms[dst] += seconds
 
 
-def pair_sync_waits(readings: dict[int, list[StepReading]], layout: dict) -> None:
-    """Move each rank's waiting for the slowest rank of its groups out of the exposed
-    communication into ``sync_wait_s`` (module doc, 1), in place; the part of it the late
-    rank spent waiting for a core (beyond this rank's own, since their last transfers) into
-    ``core_wait_s``. A collective of the
-    optimizer (clipping's norm, reduced over every rank) pairs over all ranks; its waiting is
-    the pipeline's drain (``pp_bubble_s``) when there are stages, else ``sync_wait_s``."""
+def _last_pieces(blocked: list[tuple[float, float]], seconds: float):
+    """The last ``seconds`` of a transfer's blocked pieces."""
+    out, left = [], seconds
+    for x, y in reversed(blocked):
+        if left <= 0:
+            break
+        take = min(y - x, left)
+        out.append((y - take, y))
+        left -= take
+    return out
+
+
+def _bytes_core(reading: StepReading, t, seconds: float) -> float:
+    """What the rank's threads waited for a core while a transfer's bytes moved: in the last
+    ``seconds`` the rank was blocked on it (its backend threads carry the transfer)."""
+    core = reading.core
+    if not core:
+        return 0.0
+    return sum(core.between(x, y, True) for x, y in _last_pieces(t.blocked, seconds))
+
+
+def _collective_matches(readings: dict[int, list[StepReading]], layout: dict, j: int):
+    """``(kind, [(rank, transfer), ...])`` of step ``j``: each collective with its copies on the
+    other ranks of its group (the same kind, operation and how-manieth in the step); a
+    collective of the optimizer pairs over all ranks."""
     ranks = sorted(readings)
     world = math.prod(layout.get(k, 1) for k in ("dp", "tp", "pp", "cp"))
     fits = all(0 <= r < world for r in ranks) and len(ranks) <= world
+    for kind, dims in {**_GROUP_DIMS, "optimizer": None}.items():
+        groups: dict = {}
+        for r in ranks:
+            groups.setdefault(group_key(r, layout, dims) if fits and dims else (), []).append(r)
+        for members in groups.values():
+            by_key: dict = {}
+            for r in members:
+                for t in readings[r][j].transfers:
+                    if t.kind == kind:
+                        by_key.setdefault((t.op, t.index), []).append((r, t))
+            for pairs in by_key.values():
+                if len(pairs) > 1:
+                    yield kind, pairs
+
+
+def _pipeline_matches(readings: dict[int, list[StepReading]], layout: dict, j: int):
+    """Of step ``j``, each send of a two-stage pipeline with the other stage's receive of the
+    same how-manieth (the stages post them in the same order); None where a pipeline has
+    other than two stages, or its two stages' counts differ (which send fed which receive
+    is then not in the trace)."""
+    ranks = sorted(readings)
+    if layout.get("pp", 1) != 2 or not all(0 <= r < math.prod(layout.values()) for r in ranks):
+        return None
+    out, stages = [], {}
+    for r in ranks:
+        stages.setdefault(group_key(r, layout, ("pp",)), []).append(r)
+    for pair in stages.values():
+        if len(pair) != 2:
+            return None
+        for a, b in (pair, pair[::-1]):
+            sends = [t for t in readings[a][j].transfers if t.kind == "pp" and "send" in t.op]
+            recvs = [t for t in readings[b][j].transfers if t.kind == "pp" and "recv" in t.op]
+            if len(sends) != len(recvs):
+                return None
+            out += [[(a, s), (b, t)] for s, t in zip(sends, recvs)]
+    return out
+
+
+def _wait_term(kind: str, layout: dict) -> str:
+    """The term a rank's waiting for another rank at a transfer of ``kind`` goes to."""
+    if kind == "pp" or (kind == "optimizer" and layout.get("pp", 1) > 1):
+        return "pp_bubble_s"
+    return "sync_wait_s"
+
+
+def _clock(step: StepReading) -> float:
+    """The step's trace clock against the wall clock (s from the epoch at its time 0)."""
+    return step.clock_ns * 1e-9
+
+
+def _last_launch(readings: dict[int, list[StepReading]], pairs, j: int) -> float | None:
+    """When the last rank of a collective launched it (wall clock s, from the epoch), on host
+    traces (whose clocks are one host's, or synchronised ones'); None on a device trace."""
+    if any(readings[r][j].device is not None for r, _ in pairs):
+        return None
+    return max(t.start + _clock(readings[r][j]) for r, t in pairs)
+
+
+def pair_sync_waits(readings: dict[int, list[StepReading]], layout: dict) -> None:
+    """Move each rank's waiting for the slowest rank of its groups out of the exposed
+    communication into ``sync_wait_s`` (module doc, 1), in place, and of the rest of the
+    exposed time (the bytes moving) what the rank's backend threads waited for a core into
+    ``core_wait_s``. A collective of the optimizer (clipping's norm, reduced over every rank)
+    pairs over all ranks; its waiting is the pipeline's drain (``pp_bubble_s``) when there
+    are stages, else ``sync_wait_s``. (What of the waiting a wait for a core caused:
+    :func:`core_caused_waits`.)"""
     steps = min(len(v) for v in readings.values())
-    kinds = {**{k: (COMM_TERM[k], "sync_wait_s", dims) for k, dims in _GROUP_DIMS.items()},
-             "optimizer": ("optimizer_s",
-                           "pp_bubble_s" if layout.get("pp", 1) > 1 else "sync_wait_s", None)}
     for j in range(steps):
-        for kind, (src, dst, dims) in kinds.items():
-            groups: dict = {}
-            for r in ranks:
-                key = group_key(r, layout, dims) if fits and dims else ()
-                groups.setdefault(key, []).append(r)
-            for members in groups.values():
-                by_key: dict = {}
-                for r in members:
-                    for t in readings[r][j].transfers:
-                        if t.kind == kind:
-                            by_key.setdefault((t.op, t.index), []).append((r, t))
-                for pairs in by_key.values():
-                    if len(pairs) < 2:
-                        continue
-                    late = min(pairs, key=lambda p: p[1].lifetime)[1]
-                    for r, t in pairs:
-                        waited = min(max(0.0, t.lifetime - late.lifetime), t.exposed)
-                        # what the late rank waited for a core beyond this one's since
-                        # their last transfer held this one up too: waiting for a core
-                        core = min(waited, max(0.0, late.core_before - t.core_before))
-                        _move(readings[r][j].terms, src, "core_wait_s", core)
-                        _move(readings[r][j].terms, src, dst, waited - core)
+        for kind, pairs in _collective_matches(readings, layout, j):
+            src = "optimizer_s" if kind == "optimizer" else COMM_TERM[kind]
+            late = min(pairs, key=lambda p: p[1].lifetime)[1]
+            last = _last_launch(readings, pairs, j)
+            for r, t in pairs:
+                step = readings[r][j]
+                t.waited = min(max(0.0, t.lifetime - late.lifetime), t.exposed)
+                if last is not None:  # (no longer than until the last rank launched it)
+                    t.waited = min(t.waited, max(0.0, last - t.start - _clock(step)))
+                moving = t.exposed - t.waited
+                _move(step.terms, src, "core_wait_s", min(moving, _bytes_core(step, t, moving)))
+                _move(step.terms, src, _wait_term(kind, layout), t.waited)
 
 
 def split_pipeline(readings: dict[int, list[StepReading]], layout: dict | None = None) -> None:
     """Of each rank's exposed pipeline traffic, the waiting for another stage moves to
     ``pp_bubble_s``, in place: per step, the shortest lifetime of any send or receive of any
     rank stands for one transfer (a pipeline's activations and gradients are the same size),
-    and what a transfer was exposed beyond that was the stage waiting. Of a stage's bubble,
-    what the other stages of its pipeline waited for a core in the step beyond its own wait
-    (the most of any of them) moves on to ``core_wait_s``: they were late for want of a core
-    (per step, not per hand-over: an estimate, and zero on a host whose ranks have cores)."""
+    and what a transfer was exposed beyond that was the stage waiting; of the transfer
+    itself, what the stage's backend threads waited for a core while its bytes moved goes
+    to ``core_wait_s``. Of a stage's bubble, what the other stages of its pipeline waited for
+    a core in the step beyond its own wait (the most of any of them) moves on to
+    ``core_wait_s``: they were late for want of a core (per step, not per hand-over: an
+    estimate, ``record.replay`` says why, and zero on a host whose ranks have cores)."""
     steps = min(len(v) for v in readings.values())
     ranks = sorted(readings)
     world = math.prod((layout or {}).get(k, 1) for k in ("dp", "tp", "pp", "cp"))
@@ -185,7 +269,13 @@ def split_pipeline(readings: dict[int, list[StepReading]], layout: dict | None =
         for v in readings.values():
             for t in v[j].transfers:
                 if t.kind == "pp":
-                    _move(v[j].terms, "pp_p2p_s", "pp_bubble_s", max(0.0, t.exposed - one))
+                    t.waited = max(0.0, t.exposed - one)
+                    moving = t.exposed - t.waited
+                    _move(v[j].terms, "pp_p2p_s", "pp_bubble_s", t.waited)
+                    _move(v[j].terms, "pp_p2p_s", "core_wait_s",
+                          min(moving, _bytes_core(v[j], t, moving)))
+        if layout is not None and _pipeline_matches(readings, layout, j) is not None:
+            continue  # (the replay reads its waits for a core: core_caused_waits)
         own = {r: readings[r][j].terms["core_wait_s"] for r in ranks}
         for r in ranks:
             key = group_key(r, layout, ("pp",)) if fits else ()
@@ -195,6 +285,41 @@ def split_pipeline(readings: dict[int, list[StepReading]], layout: dict | None =
             late = min(terms["pp_bubble_s"], max([0.0] + others) - own[r]) if others else 0.0
             if late > 0:
                 _move(terms, "pp_bubble_s", "core_wait_s", late)
+
+
+def core_caused_waits(readings: dict[int, list[StepReading]], layout: dict) -> None:
+    """Of each rank's waiting for other ranks at a collective (``sync_wait_s``, or
+    ``pp_bubble_s`` at the optimizer's with stages), what the step replayed without any
+    training thread's wait for a core saves
+    (``record.replay``) moves to ``core_wait_s``, in place, at most what each transfer
+    waited; where the replay waits longer (the rank's own wait for a core hid a wait for a
+    peer), that much of its ``core_wait_s`` moves back to the waiting. Nothing without the
+    run-queue samples."""
+    ranks = sorted(readings)
+    n = min(len(v) for v in readings.values())
+    matches = [pairs for j in range(n) for _, pairs in _collective_matches(readings, layout, j)]
+    matches += [pair for j in range(n) for pair in _pipeline_matches(readings, layout, j) or []]
+    if not (matches and any(s.core for v in readings.values() for s in v)):
+        return
+    steps = {r: readings[r][:n] for r in ranks}
+    saved = replay.core_saved(steps, matches)
+    recorded = replay.profiler_saved(steps, matches)
+    for r in ranks:
+        for step in steps[r]:
+            for t in step.transfers:
+                gain = saved.get((r, id(t)), 0.0)
+                dst = _wait_term(t.kind, layout)
+                if gain > 0:
+                    gain = min(gain, t.waited, step.terms[dst])
+                    _move(step.terms, dst, "core_wait_s", gain)
+                elif gain < 0:
+                    _move(step.terms, "core_wait_s", dst, min(-gain, step.terms["core_wait_s"]))
+                cost = min(max(0.0, recorded.get((r, id(t)), 0.0)), t.waited - max(0.0, gain),
+                           step.terms[dst])
+                if cost > 0:  # (a peer's recording held this rank up: the profiler's cost)
+                    step.terms[dst] -= cost
+                    step.span_s -= cost
+                    step.profiler_s += cost
 
 
 def _rank_record(steps: list[StepReading]) -> dict:
@@ -301,6 +426,7 @@ def run_breakdown(run_dir: str | os.PathLike, point: dict, pattern: str | None =
                 for r, trs in traces.items()}
     pair_sync_waits(readings, layout)
     split_pipeline(readings, layout)
+    core_caused_waits(readings, layout)
     rec = _record(run_dir, files, traces, readings, layout, summary, costs, point)
     rec["core_wait_placed"] = all(smp for v in samples.values() for smp in v)
     return rec
