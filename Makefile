@@ -5,6 +5,10 @@ PY     := $(VENV)/bin/python
 STUDY  ?= workflow/config/default.yaml
 # The pin matters: an unpinned torch pulls a multi-GB CUDA build; 2.13.0 is a CPU build.
 TORCH  ?= torch==2.13.0
+# Bytecode is written (an environment may forbid it with PYTHONDONTWRITEBYTECODE): each of the
+# hundreds of processes a study or the test suite starts (Snakemake jobs, runners, torchrun,
+# ranks) then loads the project's modules compiled, not from source (about 0.2 s CPU each).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup setup-foreign run test test-quick bench gpu-wheels lint docs schema clean
 

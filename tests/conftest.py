@@ -39,11 +39,11 @@ TINY = {
 # shared tiny study among them (so that it is made while the others run): under ``--dist
 # loadfile --no-loadscope-reorder`` a worker takes the next file in this order when it is done
 # with one, so the long ones starting first keep the end of the run short (longest
-# processing time first). The Slurm and install tests wait more than they compute.
-LONGEST_FIRST = ("test_parallel_parity.py", "test_foreign.py", "test_workflow.py", "test_slurm.py",
-                 "test_gpu_check.py",
-                 "test_faults.py", "test_lifetime.py", "test_install.py", "test_examples.py", "test_export.py",
-                 "test_compare.py",
+# processing time first). The Slurm file is the longest and mostly waits (Slurm's scheduling,
+# Snakemake's status polls): started first, its worker's waiting overlaps the others' work.
+LONGEST_FIRST = ("test_slurm.py", "test_parallel_parity.py", "test_foreign.py", "test_workflow.py",
+                 "test_gpu_check.py", "test_faults.py", "test_install.py", "test_lifetime.py",
+                 "test_examples.py", "test_export.py", "test_tune_measure.py", "test_compare.py",
                  "test_sitepolicy.py", "test_rendezvous.py", "test_trust.py")
 
 
