@@ -10,6 +10,7 @@ line, exit status 1, the tables as they were."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -27,10 +28,12 @@ import yaml
 
 from conftest import TINY, snakemake, trained
 
-pytest.importorskip("mlflow", reason="the mlflow extra is not installed (make setup installs it)")
-pytest.importorskip("wandb", reason="the wandb extra is not installed (make setup installs it)")
-pytest.importorskip("tensorboard",
-                    reason="the tensorboard extra is not installed (make setup installs it)")
+# found, not imported: each xdist worker collects this module, and importing the three tools
+# costs seconds of CPU there (the tests import what they read with)
+_MISSING = [m for m in ("mlflow", "wandb", "tensorboard") if importlib.util.find_spec(m) is None]
+if _MISSING:
+    pytest.skip(f"the {', '.join(_MISSING)} extra(s) not installed (make setup installs them)",
+                allow_module_level=True)
 
 pytestmark = pytest.mark.workflow
 
