@@ -29,7 +29,7 @@ MAX_ASKS_PER_TRIAL = 50
 Evaluate = Callable[[list[tuple[TrialLayout, int]]], dict[tuple[TrialLayout, int], Outcome]]
 
 
-class Measured(NamedTuple):
+class MeasuredLayout(NamedTuple):
     """What a measured layout gave: its state, the tokens/s per device told the engine, the
     reason, the steps run and the trial that measured it (None: unknown)."""
 
@@ -40,7 +40,7 @@ class Measured(NamedTuple):
     trial: int | None
 
 
-def duplicate_reason(m: Measured) -> str:
+def duplicate_reason(m: MeasuredLayout) -> str:
     """The reason of a trial answered from an earlier one: the source trial, its state, the
     value it gave (tokens/s per device) and its reason; never a missing value's ``nan``."""
     source = f"trial {m.trial}" if m.trial is not None else "an earlier trial"
@@ -66,7 +66,7 @@ class Search:
     capacity_gb: float | None = None  # memory per device (the planner's memory rule)
     rows: list[dict] = field(default_factory=list)
     #: what each measured layout gave
-    measured: dict[TrialLayout, Measured] = field(default_factory=dict)
+    measured: dict[TrialLayout, MeasuredLayout] = field(default_factory=dict)
     write: Callable[[list[dict]], None] = lambda rows: None
 
     @property
@@ -150,7 +150,7 @@ class Search:
         short = self._memory_short(o)
         if short:
             self.engine.tell(t, 0.0)
-            self.measured[t.layout] = Measured(TrialState.SHORT_OF_MEMORY, 0.0, short, steps,
+            self.measured[t.layout] = MeasuredLayout(TrialState.SHORT_OF_MEMORY, 0.0, short, steps,
                                                t.number)
             self._row(t, t.layout, o, TrialState.SHORT_OF_MEMORY, short, steps=steps)
             return False
@@ -158,19 +158,19 @@ class Search:
             state = TrialState(o.state) if o.state in (
                 RunState.OOM, RunState.TIMEOUT, RunState.CRASHED) else TrialState.INVALID
             self.engine.tell(t, 0.0)
-            self.measured[t.layout] = Measured(state, 0.0, o.reason, steps, t.number)
+            self.measured[t.layout] = MeasuredLayout(state, 0.0, o.reason, steps, t.number)
             self._row(t, t.layout, o, state, o.reason, steps=steps)
             return False
         if last:
             self.engine.tell(t, o.tokens_per_s_per_device)
-            self.measured[t.layout] = Measured(TrialState.COMPLETE, o.tokens_per_s_per_device, "",
+            self.measured[t.layout] = MeasuredLayout(TrialState.COMPLETE, o.tokens_per_s_per_device, "",
                                                steps, t.number)
             self._row(t, t.layout, o, TrialState.COMPLETE, "", steps=steps)
             return False
         go_on = self.engine.report(t, steps, o.tokens_per_s_per_device)
         if not go_on:
             self.engine.prune(t)
-            self.measured[t.layout] = Measured(TrialState.PRUNED, o.tokens_per_s_per_device,
+            self.measured[t.layout] = MeasuredLayout(TrialState.PRUNED, o.tokens_per_s_per_device,
                                                f"pruned at {steps} steps", steps, t.number)
         self._row(t, t.layout, o, TrialState.PROMOTED if go_on else TrialState.PRUNED,
                   "" if go_on else f"not in the best 1/{self.study.tune.eta} at {steps} steps",
@@ -218,7 +218,7 @@ class Search:
                 continue
             value = r["measured_tokens_per_s_per_device"]
             told = state in (TrialState.COMPLETE, TrialState.PRUNED) and _finite(value)
-            self.measured[TrialLayout.from_params(r)] = Measured(
+            self.measured[TrialLayout.from_params(r)] = MeasuredLayout(
                 state, float(value) if told else 0.0, _text(r["reason"]),
                 int(r["steps"]) if _finite(r["steps"]) else 0,
                 int(r["trial"]) if _finite(r["trial"]) else None)
