@@ -35,11 +35,11 @@ run: setup
 
 # three pytest-xdist workers, a test file per worker at a time, in the order of tests/conftest.py
 # (the longest files first; not xdist's order by test count): on 2 cores, a third worker fills
-# the time the others wait (Slurm's status polls, a job's start, one rank at a time); then the
-# tests that read shares of a step (marked quiet) alone, on a host running nothing else
+# the time the others wait (Slurm's status polls, a job's start, one rank at a time). The checks
+# that read shares of a timed step (marked quiet) hold only on a host running nothing else:
+# they are timing comparisons, so `make bench` runs them, alone
 test: setup
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15 -m "not quiet"
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:xdist --durations=5 -m quiet
 
 # the unit tests alone (no torchrun, no Snakemake run): about a minute
 test-quick: setup
@@ -52,6 +52,7 @@ schema:
 
 # the benchmarks are not installed: `python -m benchmarks` from the repository root
 bench: setup
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:xdist -m quiet
 	$(PY) -m benchmarks
 
 # Wheels the GPU machine's image lacks (no network there: the device tool carries the folder),

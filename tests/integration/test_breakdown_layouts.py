@@ -34,8 +34,8 @@ from scalestudy.record.io import write_text
 from scalestudy.record.terms import MEASURED_TERMS, WORK_TERMS
 from scalestudy.run import runner
 
-# shares of the step measured on a host running only this test: `make test` runs it alone,
-# after the parallel suite
+# shares of the step measured on a host running only this test: timing comparisons, run alone
+# by `make bench` (`make test` leaves them out)
 pytestmark = [pytest.mark.dist, pytest.mark.quiet]
 
 TESTS = Path(__file__).resolve().parents[1]
