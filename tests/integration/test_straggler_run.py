@@ -94,11 +94,15 @@ def test_the_slow_ranks_delay_is_the_other_ranks_wait_in_its_trace(laggy):
     study_dir, run_dir, _ = laggy
     rec = json.loads((run_dir / "breakdown.json").read_text())
     assert rec["state"] == "ok" and rec["ranks"] == [0, 1], rec.get("reason")
-    waited = rec["per_rank"]["0"]["terms"]["sync_wait_s"]
-    slow = rec["per_rank"]["1"]["terms"]["sync_wait_s"]
-    # rank 0 waits for rank 1's delay inside its step (less what rank 1's own step takes
-    # longer, a few ms of a tiny model); rank 1 arrives last and waits for nobody
-    assert 0.8 * DELAY_S < waited < 1.2 * DELAY_S and slow < 0.1 * DELAY_S, rec["per_rank"]
+    r0, r1 = rec["per_rank"]["0"], rec["per_rank"]["1"]
+    waited, slow = r0["terms"]["sync_wait_s"], r1["terms"]["sync_wait_s"]
+    # what rank 0's step took beyond the slow rank's is its waiting for it; rank 1 arrives
+    # last and waits for nobody
+    assert waited > 0.8 * (r0["step_s"] - r1["step_s"]) and slow < 0.1 * DELAY_S, rec["per_rank"]
+    # that wait is rank 1's delay, less however late rank 0 reached its own step (on a busy
+    # host, tens of ms: the bench's quiet check holds a straggler's peers to 0.7-1.3 of its
+    # delay), never more than the delay
+    assert 0.5 * DELAY_S < waited < 1.2 * DELAY_S, rec["per_rank"]
     assert rec["per_rank"]["0"]["terms"]["dp_comm_exposed_s"] < 0.1 * DELAY_S
     stragglers = json.loads((run_dir / "summary.json").read_text())["stragglers"]
     assert rec["rank_waited_least"] == stragglers["straggler_rank"] == 1
