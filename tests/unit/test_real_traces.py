@@ -102,6 +102,21 @@ def test_shares_agree_with_htas_temporal_breakdown_within_5_points_per_rank(reco
     assert rec["hta"]["agree"]
 
 
+def test_hta_reads_several_ranks_without_forking(records, monkeypatch):
+    """A fork of a process running threads (a pytest-xdist worker, a Snakemake job) can hang
+    on a lock one of them held: HTA parses a multi-rank job in the calling process."""
+    if not hta.available():
+        pytest.skip("HTA not installed (pip install 'scalestudy[hta]')")
+
+    def no_fork():
+        raise AssertionError("HTA forked")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    files = [str(DATA / f) for f in JOBS["torchrec"][0]]
+    out = hta.cross_check(files, records["torchrec"]["temporal"])
+    assert out["state"] == "ok" and set(out["ranks"]) == {"0", "1"}, out
+
+
 def test_a_rocm_trace_of_one_process_is_rank_0_of_1(records, tmp_path):
     tr = read_trace(DATA / "mi250_rocm.json.gz")
     assert tr.rank is None and tr.on_gpu and len(tr.steps) == 2

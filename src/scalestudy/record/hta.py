@@ -43,11 +43,17 @@ def cross_check(files: list[str], own: dict) -> dict:
         logging.getLogger("hta").setLevel(logging.ERROR)
         with warnings.catch_warnings():  # (its pandas idioms warn; its numbers are what count)
             warnings.simplefilter("ignore")
-            from hta.trace_analysis import TraceAnalysis
+            from hta.analyzers.breakdown_analysis import BreakdownAnalysis
+            from hta.analyzers.communication_analysis import CommunicationAnalysis
+            from hta.common.trace import Trace
 
-            analysis = TraceAnalysis(trace_files=ranks, include_last_profiler_step=True)
-            temporal = analysis.get_temporal_breakdown(visualize=False)
-            overlap = analysis.get_comm_comp_overlap(visualize=False)
+            # HTA's TraceAnalysis parses ranks in a fork()ed pool: a fork of a process that
+            # runs threads (a pytest-xdist worker, a Snakemake job, torch's pools) can hang
+            # for ever on a lock a thread held. The ranks are parsed in this process instead.
+            trace = Trace(trace_files=ranks)
+            trace.load_traces(include_last_profiler_step=True, use_multiprocessing=False)
+            temporal = BreakdownAnalysis.get_temporal_breakdown(trace, visualize=False)
+            overlap = CommunicationAnalysis.get_comm_comp_overlap(trace, visualize=False)
     except Exception as e:  # HTA's own failures are its verdict on the traces, not ours
         return {"state": "failed", "reason": f"HTA could not read the traces: "
                                              f"{type(e).__name__}: {str(e)[:160]}"}
