@@ -123,6 +123,47 @@ def test_classify_killed_rank_names_the_rank_and_signal():
     assert reason.startswith("rank 1 was killed by SIGKILL"), reason
 
 
+# torchrun saw rank 0's exception ("Connection closed by peer") in the same poll as rank 1's
+# SIGKILL and named rank 0 first (torchrun 2.13's report, ranks forked; pids as 4242)
+SAME_POLL_LOG = """\
+[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:20613
+scalestudy.train FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-08_02:56:39
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 4242)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 4242
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-08_02:56:39
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 4241)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+
+def test_a_rank_killed_in_the_same_poll_as_its_peers_exception_is_the_cause():
+    lines = _lines(SAME_POLL_LOG)
+    state, reason = outcome.classify(1, False, lines, False)
+    assert state == "crashed" and reason.startswith("rank 1 was killed by SIGKILL"), reason
+    assert outcome.killed_by_sigkill(1, lines) == [4242]
+    # a signal seen a poll later, or torchrun's own SIGTERM, is not the cause
+    first = next(i for i, ln in enumerate(lines) if ln.strip().startswith("time"))  # rank 1
+    later = [*lines[:first], lines[first].replace(":39", ":40"), *lines[first + 1:]]
+    assert outcome.root_cause(later)["rank"] == 0
+    stopped = [ln.replace("-9 (pid: 4242)  (SIGKILL)", "-15 (pid: 4242)  (SIGTERM)")
+               for ln in lines]
+    assert outcome.root_cause(stopped)["rank"] == 0
+
+
 def test_classify_hung_collective_is_a_timeout_even_if_the_watchdog_also_fired():
     for timed_out in (False, True):
         state, reason = outcome.classify(1, timed_out, _lines(HUNG_COLLECTIVE_LOG), False,

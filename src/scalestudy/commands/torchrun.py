@@ -24,9 +24,13 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from scalestudy.process_exit import exit_now
+    from scalestudy.run import forked_ranks
     from scalestudy.run.torchrun import install, install_rank_lifetime
+    from scalestudy.train.preload import preload
 
-    if not install_rank_lifetime():
+    # the zygote is forked here, before torchrun starts a thread
+    zygote = forked_ranks.start(preload) if forked_ranks.serves(args.rest) else None
+    if not install_rank_lifetime(zygote):
         print("scalestudy torchrun: warning: this torch has no SubprocessHandler._popen: "
               "a rank may outlive a killed torchrun", file=sys.stderr, flush=True)
     missing = install()

@@ -35,31 +35,56 @@ def signal_name(code: int) -> str:
         return f"signal {code}"
 
 
+def _failure_records(lines: list[str]) -> list[dict]:
+    """The ``[N]:`` records of a torchrun report's section: ``{rank, exitcode, pid, time,
+    traceback}`` as each says them."""
+    out: list[dict] = []
+    for ln in lines:
+        if re.match(r"\s*\[\d+\]:\s*$", ln):
+            out.append({})
+            continue
+        m = re.match(r"\s*(rank|exitcode|traceback|time)\s*:\s*(.*)", ln)
+        if not m or not out or m.group(1) in out[-1]:
+            continue
+        key, value = m.groups()
+        if key == "rank":
+            out[-1]["rank"] = int(value.split()[0])
+        elif key == "exitcode":
+            out[-1]["exitcode"] = int(value.split()[0])
+            pid = re.search(r"\(pid: (\d+)\)", value)
+            if pid:
+                out[-1]["pid"] = int(pid[1])
+        else:
+            out[-1][key] = value.strip()
+    return [r for r in out if "rank" in r and "exitcode" in r]
+
+
 def root_cause(log_lines: list[str]) -> dict | None:
-    """torchrun's "Root Cause (first observed failure)" record: ``{rank, exitcode, traceback}``
-    (and ``pid`` where it says) of the rank that failed first, or None when the log has
-    none."""
+    """The rank that failed first, from torchrun's report: ``{rank, exitcode, traceback}``
+    (and ``pid``, ``time`` where it says them), or None when the log has none.
+
+    torchrun's "Root Cause (first observed failure)" is the first failure it saw, ordered by
+    rank among those it saw in the same poll (its ``time``, to the second). A rank killed by
+    a signal (not SIGTERM: torchrun stops the other ranks with it) that it saw no later than
+    that root cause is taken instead: its peers' exceptions ("Connection closed by peer")
+    follow from its death, and they can end within the same poll."""
     try:
         start = max(i for i, ln in enumerate(log_lines) if "Root Cause (first observed failure)" in ln)
     except ValueError:
         return None
-    out: dict = {}
-    for ln in log_lines[start + 1:start + 12]:
-        m = re.match(r"\s*(rank|exitcode|traceback)\s*:\s*(.*)", ln)
-        if m and m.group(1) not in out:
-            key, value = m.groups()
-            if key == "rank":
-                out["rank"] = int(value.split()[0])
-            elif key == "exitcode":
-                out["exitcode"] = int(value.split()[0])
-                pid = re.search(r"\(pid: (\d+)\)", value)
-                if pid:
-                    out["pid"] = int(pid[1])
-            else:
-                out["traceback"] = value.strip()
-        if ln.startswith("==="):
-            break
-    return out if "rank" in out else None
+    end = next((i for i in range(start + 1, len(log_lines))
+                if log_lines[i].startswith("===")), len(log_lines))
+    cause = _failure_records(log_lines[start + 1:end])
+    if not cause:
+        return None
+    cause = cause[0]
+    begin = max((i for i in range(start) if log_lines[i].strip() == "Failures:"), default=start)
+    signaled = [r for r in _failure_records(log_lines[begin + 1:start])
+                if r["exitcode"] < 0 and r["exitcode"] != -signal.SIGTERM  # (torchrun's stop)
+                and r.get("time", "") <= cause.get("time", "")]
+    if cause["exitcode"] >= 0 and signaled:
+        return min(signaled, key=lambda r: (r.get("time", ""), r["rank"]))
+    return cause
 
 
 def classify(exit_code: int | None, timed_out: bool, log_lines: list[str],

@@ -35,9 +35,10 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 from datetime import timedelta
 
-from scalestudy.run import lifetime
+from scalestudy.run import forked_ranks, lifetime
 
 #: An inherited, bound (not yet listening) socket for the rendezvous store: its fd number.
 LISTEN_FD_ENV = "SCALESTUDY_RDZV_LISTEN_FD"
@@ -142,11 +143,13 @@ def rank_popen_kwargs(environ=os.environ) -> dict:
     return kwargs
 
 
-def install_rank_lifetime() -> bool:
+def install_rank_lifetime(zygote=None) -> bool:
     """Start torchrun's ranks with :func:`rank_popen_kwargs`, each in a session of its own as
-    torch does (its shutdown signals each rank's group). False when this torch's
-    ``SubprocessHandler`` is not the one read here (torch 2.6-2.13; 2.11's and 2.13's are
-    the same: ``_popen(self, args, env)`` with ``_stdout``/``_stderr``)."""
+    torch does (its shutdown signals each rank's group); a built-in trainer's rank forked by
+    ``zygote`` (``scalestudy.run.forked_ranks``) where one is given, exec'd where it is gone.
+    False when this torch's ``SubprocessHandler`` is not the one read here (torch 2.6-2.13;
+    2.11's and 2.13's are the same: ``_popen(self, args, env)`` with
+    ``_stdout``/``_stderr``)."""
     try:
         from torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler \
             import SubprocessHandler
@@ -156,8 +159,16 @@ def install_rank_lifetime() -> bool:
         return False
 
     def _popen(self, args, env):
+        kwargs = rank_popen_kwargs()
+        if zygote is not None and forked_ranks.is_trainer_argv(args):
+            try:
+                return zygote.start_rank(args, env, self._stdout, self._stderr,
+                                         kwargs.get("pass_fds", ()))
+            except OSError as e:
+                print(f"scalestudy torchrun: warning: {e}; the rank starts exec'd",
+                      file=sys.stderr, flush=True)
         return subprocess.Popen(args=args, env=env, stdout=self._stdout, stderr=self._stderr,
-                                start_new_session=True, **rank_popen_kwargs())
+                                start_new_session=True, **kwargs)
 
     SubprocessHandler._popen = _popen
     return True
