@@ -103,7 +103,9 @@ def test_the_slow_ranks_delay_is_the_other_ranks_wait_in_its_trace(laggy):
     # host, tens of ms: the bench's quiet check holds a straggler's peers to 0.7-1.3 of its
     # delay), never more than the delay
     assert 0.5 * DELAY_S < waited < 1.2 * DELAY_S, rec["per_rank"]
-    assert rec["per_rank"]["0"]["terms"]["dp_comm_exposed_s"] < 0.1 * DELAY_S
+    # none of the delay is read as rank 0's communication (it would hold all of it): its
+    # exposed all-reduce took 0.3-1.1 ms on a quiet host, 33 ms on a loaded one
+    assert r0["terms"]["dp_comm_exposed_s"] < 0.25 * DELAY_S, rec["per_rank"]
     stragglers = json.loads((run_dir / "summary.json").read_text())["stragglers"]
     assert rec["rank_waited_least"] == stragglers["straggler_rank"] == 1
 
